@@ -1,0 +1,72 @@
+/**
+ * Stable error codes. Codes are part of the public contract: dead letters, logs and metrics carry them,
+ * and docs/errors.md explains each one with how to fix it. Never rename or reuse a code.
+ */
+export const ErrorCodes = {
+  // Event decoding (the source edge).
+  MALFORMED_JSON: { retryable: false, summary: "the event is not valid JSON" },
+  NOT_AN_OBJECT: { retryable: false, summary: "the event is valid JSON but not an object" },
+  UNSUPPORTED_VERSION: { retryable: false, summary: "the event's protocol version `v` is not 1" },
+  UNKNOWN_EVENT_TYPE: { retryable: false, summary: "the event's `type` is not one of the protocol's types" },
+  INVALID_EVENT: { retryable: false, summary: "a field is missing or has the wrong type" },
+  INVALID_TOKENS: { retryable: false, summary: "a token array is malformed (not int32 ids, or bad packing)" },
+  INVALID_LOGPROBS: {
+    retryable: false,
+    summary: "a logprob array is malformed (not numbers, or bad packing)",
+  },
+  LOGPROBS_LENGTH_MISMATCH: {
+    retryable: false,
+    summary: "a response has a different number of logprobs than output ids",
+  },
+  LOGPROBS_NOT_FINITE: { retryable: false, summary: "a response's logprobs contain NaN or an infinity" },
+  // Session assembly.
+  DUPLICATE_CONFLICT: { retryable: false, summary: "a seq number was reused with different content" },
+  SEQ_GAP: { retryable: false, summary: "the event waited for an earlier seq that never arrived" },
+  UNKNOWN_CALL: {
+    retryable: false,
+    summary: "a response names a call with no request and carries no prompt",
+  },
+  UNKNOWN_PARENT: { retryable: false, summary: "parent_call_id names a call that has no response yet" },
+  DUPLICATE_CALL: { retryable: false, summary: "a call_id was used by a second request or response" },
+  UNKNOWN_REWARD_TARGET: {
+    retryable: false,
+    summary: "a reward targets a call_id the session does not have",
+  },
+  EVENT_AFTER_END: { retryable: false, summary: "a non-reward event arrived after the session's end" },
+  LATE_EVENT: { retryable: false, summary: "an event arrived after its session was finalized and written" },
+  // Configuration, usage and I/O.
+  CONFIG_INVALID: { retryable: false, summary: "the configuration has one or more problems" },
+  USAGE: { retryable: false, summary: "the command line is wrong" },
+  SOURCE_READ_FAILED: { retryable: true, summary: "an input could not be read" },
+  SINK_WRITE_FAILED: { retryable: true, summary: "an output could not be written" },
+  FILE_CONFLICT: {
+    retryable: false,
+    summary: "an output file already exists with different content (a second writer of the same range)",
+  },
+} as const;
+
+export type ErrorCode = keyof typeof ErrorCodes;
+
+export interface TrajflowErrorOptions {
+  details?: Record<string, unknown>;
+  cause?: unknown;
+}
+
+/** The one error class of the project: a stable code, a retryable flag, structured details and a cause. */
+export class TrajflowError extends Error {
+  readonly code: ErrorCode;
+  readonly retryable: boolean;
+  readonly details: Record<string, unknown>;
+
+  constructor(code: ErrorCode, message: string, options: TrajflowErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "TrajflowError";
+    this.code = code;
+    this.retryable = ErrorCodes[code].retryable;
+    this.details = options.details ?? {};
+  }
+}
+
+export function isTrajflowError(err: unknown): err is TrajflowError {
+  return err instanceof TrajflowError;
+}

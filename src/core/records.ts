@@ -1,0 +1,51 @@
+import type { DeadLetter } from "../schemas/dead-letter.ts";
+import type { Origin } from "../schemas/origin.ts";
+import type { ErrorCode } from "./errors.ts";
+
+/** Bytes as a source read them, before decoding. */
+export interface RawRecord {
+  raw: string | Uint8Array;
+  origin: Origin;
+}
+
+/** Where dead letters go. Sinks implement it; the runner hands one to every component. */
+export interface DeadLetterOutput {
+  write(letter: DeadLetter): void;
+}
+
+export interface DeadLetterExtras {
+  uid?: string;
+  session_id?: string;
+  seq?: number;
+  details?: Record<string, unknown>;
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/** Builds a dead letter, keeping the raw bytes as text when they are valid UTF-8 and as base64 otherwise. */
+export function makeDeadLetter(
+  code: ErrorCode,
+  message: string,
+  component: string,
+  record: RawRecord,
+  extras: DeadLetterExtras = {},
+): DeadLetter {
+  const letter: DeadLetter = {
+    code,
+    message,
+    component,
+    origin: record.origin,
+    rejected_at: new Date().toISOString(),
+    ...extras,
+  };
+  if (typeof record.raw === "string") {
+    letter.raw = record.raw;
+  } else {
+    try {
+      letter.raw = utf8.decode(record.raw);
+    } catch {
+      letter.raw_b64 = Buffer.from(record.raw).toString("base64");
+    }
+  }
+  return letter;
+}

@@ -1,0 +1,184 @@
+/**
+ * Gateway event protocol v1: one JSON object per event (a JSONL line, or a Kafka message value).
+ * docs/events.md is the prose version of this file; schemas/events.v1.schema.json is generated from it.
+ *
+ * Unknown extra fields are stripped, not rejected: gateways add fields of their own.
+ */
+import { z } from "zod";
+import { decodeLogprobs, decodeTokenIds } from "./tokens.ts";
+
+export const PROTOCOL_VERSION = 1;
+
+/** Issue params marking which stable error code a custom issue maps to. */
+export interface CodedIssueParams {
+  trajflowCode: "INVALID_TOKENS" | "INVALID_LOGPROBS";
+}
+
+/** Token ids: a JSON array of int32 ids or `{ "b64": ... }`, decoded into an Int32Array. */
+export const tokenIds = z.unknown().transform((value, ctx) => {
+  const decoded = decodeTokenIds(value);
+  if (typeof decoded === "string") {
+    const params: CodedIssueParams = { trajflowCode: "INVALID_TOKENS" };
+    ctx.issues.push({ code: "custom", message: decoded, input: value, params });
+    return z.NEVER;
+  }
+  return decoded;
+});
+
+/** Logprobs: a JSON array of numbers or `{ "b64": ... }`, decoded into a Float32Array. */
+export const logprobValues = z.unknown().transform((value, ctx) => {
+  const decoded = decodeLogprobs(value);
+  if (typeof decoded === "string") {
+    const params: CodedIssueParams = { trajflowCode: "INVALID_LOGPROBS" };
+    ctx.issues.push({ code: "custom", message: decoded, input: value, params });
+    return z.NEVER;
+  }
+  return decoded;
+});
+
+const identifier = z.string().min(1);
+
+/** An OpenAI chat message. Only role, content, tool_calls and tool_call_id are read (to tell drift from edits). */
+export const chatMessage = z.looseObject({
+  role: z.string().describe("system, user, assistant, tool, ..."),
+  content: z.unknown().optional().describe("a string, null, or an array of content parts"),
+  tool_calls: z.array(z.unknown()).optional(),
+});
+
+const envelope = {
+  v: z.literal(PROTOCOL_VERSION).describe("protocol version, always 1"),
+  session_id: identifier.describe("the agent session (one rollout); unique within its uid"),
+  uid: identifier.describe("the dataset prompt / GRPO group id; Kafka messages are keyed by it"),
+  seq: z.int().nonnegative().describe("0,1,2,... contiguous per session, assigned by the gateway"),
+  ts: z.number().nonnegative().describe("event time, milliseconds since the Unix epoch"),
+};
+
+/** Fields describing a call's prompt; on `request`, or inline on a `response` that had no request event. */
+const promptFields = {
+  prompt_ids: tokenIds.optional().describe("the full prompt's token ids"),
+  parent_call_id: identifier
+    .optional()
+    .describe("delta form: the prompt is this call's prompt + its output + prompt_delta_ids"),
+  prompt_delta_ids: tokenIds.optional().describe("delta form: tokens appended after the parent's output"),
+  messages: z.array(chatMessage).optional().describe("the OpenAI chat messages the prompt was rendered from"),
+  tools: z.array(z.unknown()).optional().describe("the tool definitions offered to the model"),
+  choice_index: z
+    .int()
+    .nonnegative()
+    .optional()
+    .describe(
+      "declares a deliberate extra sample of the same prompt (best-of-N); such calls are never retries",
+    ),
+};
+
+export const sessionStartEvent = z.object({
+  ...envelope,
+  type: z.literal("session.start"),
+  sample_index: z.int().nonnegative().optional().describe("this session's index within its GRPO group"),
+  group_size: z.int().positive().optional().describe("n: how many sessions (rollouts) the uid has"),
+  metadata: z
+    .record(z.string(), z.unknown())
+    .optional()
+    .describe("free-form task metadata (references, ...)"),
+});
+
+export const requestEvent = z.object({
+  ...envelope,
+  type: z.literal("request"),
+  call_id: identifier.describe("unique within the session"),
+  ...promptFields,
+  weight_version: z.int().nonnegative().optional().describe("the policy version that will sample"),
+});
+
+export const responseEvent = z.object({
+  ...envelope,
+  type: z.literal("response"),
+  call_id: identifier.describe("the call this answers"),
+  output_ids: tokenIds.describe("the sampled token ids"),
+  logprobs: logprobValues.optional().describe("one logprob per output id, of the sampled token"),
+  finish_reason: z.string().describe("the backend's raw finish reason: stop, length, tool_calls, abort, ..."),
+  weight_version: z.int().nonnegative().optional().describe("the policy version that sampled"),
+  text: z.string().optional().describe("the decoded output text"),
+  tool_calls: z.array(z.unknown()).optional().describe("tool calls parsed from the output (OpenAI format)"),
+  ...promptFields,
+});
+
+export const rewardEvent = z.object({
+  ...envelope,
+  type: z.literal("reward"),
+  value: z.number().refine(Number.isFinite, "must be a finite number").describe("the score"),
+  target: identifier.default("session").describe('"session" (the default) or a call_id'),
+  stage: identifier.default("env").describe("who scored it"),
+  key: identifier.optional().describe("idempotency key: a reward with a repeated key is applied once"),
+  finished: z.boolean().optional().describe("false: the episode did not finish"),
+  info: z.record(z.string(), z.unknown()).optional().describe("free-form details kept for auditing"),
+});
+
+export const sessionEndEvent = z.object({
+  ...envelope,
+  type: z.literal("session.end"),
+  status: z.enum(["ok", "aborted", "failed"]).describe("how the session ended"),
+});
+
+/** Per-type schemas, looked up by `type` before parsing (faster than trying a union). */
+export const eventSchemas = {
+  "session.start": sessionStartEvent,
+  request: requestEvent,
+  response: responseEvent,
+  reward: rewardEvent,
+  "session.end": sessionEndEvent,
+} as const;
+
+export type EventType = keyof typeof eventSchemas;
+export const EVENT_TYPES = Object.keys(eventSchemas) as EventType[];
+
+/** The whole protocol as one discriminated union (used to generate the JSON Schema). */
+export const gatewayEvent = z.discriminatedUnion("type", [
+  sessionStartEvent,
+  requestEvent,
+  responseEvent,
+  rewardEvent,
+  sessionEndEvent,
+]);
+
+export type SessionStartEvent = z.output<typeof sessionStartEvent>;
+export type RequestEvent = z.output<typeof requestEvent>;
+export type ResponseEvent = z.output<typeof responseEvent>;
+export type RewardEvent = z.output<typeof rewardEvent>;
+export type SessionEndEvent = z.output<typeof sessionEndEvent>;
+export type GatewayEvent = z.output<typeof gatewayEvent>;
+export type ChatMessage = z.output<typeof chatMessage>;
+/** The wire form of an event, before decoding (what producers write). */
+export type GatewayEventInput = z.input<typeof gatewayEvent>;
+
+/** The JSON Schema of the protocol (draft 2020-12), with token arrays described precisely. */
+export function eventJsonSchema(): Record<string, unknown> {
+  const tokenForm = {
+    oneOf: [
+      { type: "array", items: { type: "integer", minimum: 0, maximum: 2147483647 } },
+      {
+        type: "object",
+        properties: { b64: { type: "string", description: "base64 of little-endian int32" } },
+        required: ["b64"],
+      },
+    ],
+  };
+  const logprobForm = {
+    oneOf: [
+      { type: "array", items: { type: "number" } },
+      {
+        type: "object",
+        properties: { b64: { type: "string", description: "base64 of little-endian float32" } },
+        required: ["b64"],
+      },
+    ],
+  };
+  return z.toJSONSchema(gatewayEvent, {
+    io: "input",
+    unrepresentable: "any",
+    override: (ctx) => {
+      if (ctx.zodSchema === tokenIds) Object.assign(ctx.jsonSchema, tokenForm);
+      if (ctx.zodSchema === logprobValues) Object.assign(ctx.jsonSchema, logprobForm);
+    },
+  }) as Record<string, unknown>;
+}

@@ -1,0 +1,128 @@
+/**
+ * Token id and logprob arrays as they travel in events: either a plain JSON array or a packed
+ * `{ "b64": "<base64 of little-endian int32 | float32>" }`. Both decode here with one tight loop into a
+ * typed array: going element by element through a generic array schema would halve parse speed.
+ *
+ * Decoders return the typed array, or a string saying what is wrong (the caller turns it into an issue).
+ */
+import { endianness } from "node:os";
+
+const LITTLE_ENDIAN = endianness() === "LE";
+const INT32_MAX = 2147483647;
+
+/** The packed form of a token or logprob array. */
+export interface PackedArray {
+  b64: string;
+}
+
+function isPacked(value: unknown): value is PackedArray {
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    !Array.isArray(value) &&
+    typeof (value as { b64?: unknown }).b64 === "string"
+  );
+}
+
+/** Copies base64 bytes into a fresh, aligned buffer: pooled Buffers may start at an odd offset. */
+function unpack(b64: string): ArrayBuffer | string {
+  const bytes = Buffer.from(b64, "base64");
+  if (bytes.length % 4 !== 0) return `packed array has ${bytes.length} bytes, not a multiple of 4`;
+  const out = new ArrayBuffer(bytes.length);
+  new Uint8Array(out).set(bytes);
+  return out;
+}
+
+function byteSwap32(buf: ArrayBuffer): void {
+  const b = new Uint8Array(buf);
+  for (let i = 0; i < b.length; i += 4) {
+    const a0 = b[i]!;
+    const a1 = b[i + 1]!;
+    b[i] = b[i + 3]!;
+    b[i + 1] = b[i + 2]!;
+    b[i + 2] = a1;
+    b[i + 3] = a0;
+  }
+}
+
+/** Decodes token ids: non-negative int32 values. */
+export function decodeTokenIds(value: unknown): Int32Array | string {
+  if (Array.isArray(value)) {
+    const n = value.length;
+    const out = new Int32Array(n);
+    for (let i = 0; i < n; i++) {
+      const v = value[i];
+      if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > INT32_MAX) {
+        return `element ${i} is ${JSON.stringify(v) ?? String(v)}, not a token id (an integer 0..${INT32_MAX})`;
+      }
+      out[i] = v;
+    }
+    return out;
+  }
+  if (isPacked(value)) {
+    const buf = unpack(value.b64);
+    if (typeof buf === "string") return buf;
+    if (!LITTLE_ENDIAN) byteSwap32(buf);
+    const out = new Int32Array(buf);
+    for (let i = 0; i < out.length; i++) {
+      if (out[i]! < 0) return `packed element ${i} is ${out[i]}, token ids are never negative`;
+    }
+    return out;
+  }
+  return 'expected an array of token ids or { "b64": "<base64 little-endian int32>" }';
+}
+
+/**
+ * Decodes logprobs into float32. Non-finite values are kept here (JSON's 1e999 parses to Infinity, packed
+ * floats can hold NaN) and rejected by the caller with its own code, so the message can say which.
+ */
+export function decodeLogprobs(value: unknown): Float32Array | string {
+  if (Array.isArray(value)) {
+    const n = value.length;
+    const out = new Float32Array(n);
+    for (let i = 0; i < n; i++) {
+      const v = value[i];
+      if (typeof v !== "number") {
+        return `element ${i} is ${JSON.stringify(v) ?? String(v)}, not a number`;
+      }
+      out[i] = v;
+    }
+    return out;
+  }
+  if (isPacked(value)) {
+    const buf = unpack(value.b64);
+    if (typeof buf === "string") return buf;
+    if (!LITTLE_ENDIAN) byteSwap32(buf);
+    return new Float32Array(buf);
+  }
+  return 'expected an array of numbers or { "b64": "<base64 little-endian float32>" }';
+}
+
+/** Index of the first NaN or infinity, or -1. */
+export function firstNonFinite(values: Float32Array): number {
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i]!;
+    // v - v is NaN for both NaN and ±Infinity, and 0 otherwise: one comparison per element.
+    if (v - v !== 0) return i;
+  }
+  return -1;
+}
+
+function packBytes(view: Int32Array | Float32Array): PackedArray {
+  if (LITTLE_ENDIAN) {
+    return { b64: Buffer.from(view.buffer, view.byteOffset, view.byteLength).toString("base64") };
+  }
+  const copy = view.slice();
+  byteSwap32(copy.buffer);
+  return { b64: Buffer.from(copy.buffer).toString("base64") };
+}
+
+/** Packs token ids for the wire (used by producers, tests and the example generator). */
+export function packTokenIds(ids: ArrayLike<number>): PackedArray {
+  return packBytes(ids instanceof Int32Array ? ids : Int32Array.from(ids));
+}
+
+/** Packs logprobs for the wire. */
+export function packLogprobs(values: ArrayLike<number>): PackedArray {
+  return packBytes(values instanceof Float32Array ? values : Float32Array.from(values));
+}

@@ -1,0 +1,107 @@
+/**
+ * Output rows: one training-ready trajectory per row. docs/output.md describes every column; the Arrow
+ * schema here is the contract both Parquet and Arrow IPC outputs follow.
+ */
+import { Field, Float32, Float64, Int32, Int8, List, Schema, Utf8, Bool } from "apache-arrow";
+
+export const OUTPUT_SCHEMA_VERSION = "1";
+
+/** Per-row flags. Each marks something a trainer may want to filter on; all are counted in metrics. */
+export const RowFlags = {
+  /** The client re-rendered a sampled turn into different tokens; the row forked to keep it honest. */
+  DRIFT: "drift",
+  /** Drift under the `realign` policy: the drifted response is in this row with mask 0. */
+  DRIFT_REALIGNED: "drift_realigned",
+  /** The prompt rewrote an earlier assistant turn (messages differ), so the row is a genuine branch. */
+  HISTORY_EDITED: "history_edited",
+  /** An earlier attempt with the same prompt and no continuation (a retry's orphan) was dropped. */
+  ORPHAN_DROPPED: "orphan_dropped",
+  /** The row was longer than `max_tokens` and lost its tail. */
+  TRUNCATED: "truncated",
+  /** A trained span has no logprobs, so `rollout_log_probs` is null. */
+  MISSING_LOGPROBS: "missing_logprobs",
+  /** A turn on this row finished with `abort` (e.g. preempted by a weight update). */
+  ABORTED_TURN: "aborted_turn",
+  /** A turn on this row finished with `length` (cut off by the token limit). */
+  LENGTH_TURN: "length_turn",
+  /** Events of this session were stranded behind a seq gap and dead-lettered. */
+  SEQ_GAP: "seq_gap",
+  /** A reward said the episode did not finish. */
+  UNFINISHED: "unfinished",
+  /** A request never got a response. */
+  UNANSWERED_REQUEST: "unanswered_request",
+} as const;
+export type RowFlag = (typeof RowFlags)[keyof typeof RowFlags];
+
+/** Normalised finish reasons. */
+export type FinishReason = "stop" | "length" | "tool_calls" | "abort" | "unknown";
+
+/** How the session ended: from `session.end`, or `timeout` when it went idle or the input ended first. */
+export type SessionStatus = "ok" | "aborted" | "failed" | "timeout";
+
+export interface TrajectoryRow {
+  key: string;
+  uid: string;
+  session_id: string;
+  index: number;
+  sample_index: number | null;
+  group_size: number | null;
+  prompt_ids: Int32Array;
+  response_ids: Int32Array;
+  response_mask: Int8Array;
+  rollout_log_probs: Float32Array | null;
+  reward: number | null;
+  episode_finished: boolean | null;
+  finish_reasons: FinishReason[];
+  finish_reasons_raw: string[];
+  weight_version_min: number | null;
+  weight_version_max: number | null;
+  num_turns: number;
+  num_trained_tokens: number;
+  status: SessionStatus;
+  flags: RowFlag[];
+  parent_index: number | null;
+  shared_prefix_len: number;
+}
+
+const list = (name: string, type: Int32 | Int8 | Float32 | Utf8, nullable = false) =>
+  new Field(name, new List(new Field("element", type, false)), nullable);
+
+/** The Arrow schema of trajectory rows. Lists use `element` children so Parquet gets the standard LIST. */
+export const trajectoryArrowSchema = new Schema([
+  new Field("key", new Utf8(), false),
+  new Field("uid", new Utf8(), false),
+  new Field("session_id", new Utf8(), false),
+  new Field("index", new Int32(), false),
+  new Field("sample_index", new Int32(), true),
+  new Field("group_size", new Int32(), true),
+  list("prompt_ids", new Int32()),
+  list("response_ids", new Int32()),
+  list("response_mask", new Int8()),
+  list("rollout_log_probs", new Float32(), true),
+  new Field("reward", new Float64(), true),
+  new Field("episode_finished", new Bool(), true),
+  list("finish_reasons", new Utf8()),
+  list("finish_reasons_raw", new Utf8()),
+  new Field("weight_version_min", new Int32(), true),
+  new Field("weight_version_max", new Int32(), true),
+  new Field("num_turns", new Int32(), false),
+  new Field("num_trained_tokens", new Int32(), false),
+  new Field("status", new Utf8(), false),
+  list("flags", new Utf8()),
+  new Field("parent_index", new Int32(), true),
+  new Field("shared_prefix_len", new Int32(), false),
+]);
+
+/**
+ * `{uid}_{session_id}_{index}`, parseable with Python's `key.rsplit("_", 2)`. A session_id may contain
+ * `_`, which would break that split, so in the key (only there) `%` becomes `%25` and `_` becomes `%5F`;
+ * `urllib.parse.unquote` gives the session_id back. The uid needs no escaping: rsplit leaves it whole.
+ */
+export function rowKey(uid: string, sessionId: string, index: number): string {
+  return `${uid}_${escapeKeyPart(sessionId)}_${index}`;
+}
+
+export function escapeKeyPart(s: string): string {
+  return s.includes("%") || s.includes("_") ? s.replaceAll("%", "%25").replaceAll("_", "%5F") : s;
+}

@@ -1,0 +1,605 @@
+import { strict as assert } from "node:assert";
+import { describe, it } from "node:test";
+import { assemble, plain, row, SessionScript, lp } from "../../../test/helpers/sessions.ts";
+
+const P = [1, 2, 3];
+const O1 = [10, 11];
+const T1 = [4, 5];
+const O2 = [12, 13];
+
+describe("assemble: linear sessions", () => {
+  it("makes one row of a clean multi-turn tool loop", () => {
+    const s = new SessionScript()
+      .start({ sample_index: 2, group_size: 4 })
+      .call("c1", P, O1, { finish_reason: "tool_calls", weight_version: 7 })
+      .call("c2", [...P, ...O1, ...T1], O2, { weight_version: 8 })
+      .reward(1.5)
+      .end();
+    const { rows, deadLetters } = assemble(s.lines());
+    assert.deepEqual(deadLetters, []);
+    assert.deepEqual(rows.map(plain), [
+      row({
+        sample_index: 2,
+        group_size: 4,
+        prompt_ids: P,
+        response_ids: [...O1, ...T1, ...O2],
+        response_mask: [1, 1, 0, 0, 1, 1],
+        reward: 1.5,
+        finish_reasons: ["tool_calls", "stop"],
+        finish_reasons_raw: ["tool_calls", "stop"],
+        weight_version_min: 7,
+        weight_version_max: 8,
+        num_turns: 2,
+      }),
+    ]);
+  });
+
+  it("gives the same row for the delta form as for full prompts", () => {
+    const full = new SessionScript()
+      .call("c1", P, O1)
+      .call("c2", [...P, ...O1, ...T1], O2)
+      .call("c3", [...P, ...O1, ...T1, ...O2, 6], [14])
+      .end();
+    const delta = new SessionScript()
+      .call("c1", P, O1)
+      .requestDelta("c2", "c1", T1)
+      .response("c2", O2)
+      .requestDelta("c3", "c2", [6])
+      .response("c3", [14])
+      .end();
+    const a = assemble(full.lines());
+    const b = assemble(delta.lines());
+    assert.equal(a.rows.length, 1);
+    assert.deepEqual(b.rows.map(plain), a.rows.map(plain));
+    assert.deepEqual(plain(b.rows[0]!).response_mask, [1, 1, 0, 0, 1, 1, 0, 1]);
+  });
+
+  it("accepts a response carrying its own prompt, without a request event", () => {
+    const s = new SessionScript().response("c1", O1, { prompt_ids: P }).end();
+    const { rows } = assemble(s.lines());
+    assert.deepEqual(rows.map(plain), [row({ prompt_ids: P, response_ids: O1, response_mask: [1, 1] })]);
+  });
+
+  it("starts a new row when the context is compacted (no shared prefix)", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1)
+      .call("c2", [...P, ...O1, ...T1], O2)
+      .call("c3", [50, 51], [60, 61])
+      .call("c4", [50, 51, 60, 61, 52], [62])
+      .end();
+    const { rows } = assemble(s.lines());
+    assert.deepEqual(rows.map(plain), [
+      row({
+        prompt_ids: P,
+        response_ids: [...O1, ...T1, ...O2],
+        response_mask: [1, 1, 0, 0, 1, 1],
+        num_turns: 2,
+        finish_reasons: ["stop", "stop"],
+        finish_reasons_raw: ["stop", "stop"],
+      }),
+      row({
+        index: 1,
+        prompt_ids: [50, 51],
+        response_ids: [60, 61, 52, 62],
+        response_mask: [1, 1, 0, 1],
+        num_turns: 2,
+        finish_reasons: ["stop", "stop"],
+        finish_reasons_raw: ["stop", "stop"],
+      }),
+    ]);
+  });
+
+  it("keeps two interleaved sub-agents as two rows, never four", () => {
+    const A = [1, 2];
+    const B = [7, 8];
+    const s = new SessionScript()
+      .call("a1", A, [20])
+      .call("b1", B, [30])
+      .call("a2", [...A, 20, 3], [21])
+      .call("b2", [...B, 30, 9], [31])
+      .call("a3", [...A, 20, 3, 21, 3], [22])
+      .end();
+    const { rows } = assemble(s.lines());
+    const two = ["stop", "stop"];
+    assert.deepEqual(rows.map(plain), [
+      row({
+        prompt_ids: A,
+        response_ids: [20, 3, 21, 3, 22],
+        response_mask: [1, 0, 1, 0, 1],
+        num_turns: 3,
+        finish_reasons: [...two, "stop"],
+        finish_reasons_raw: [...two, "stop"],
+      }),
+      row({
+        index: 1,
+        prompt_ids: B,
+        response_ids: [30, 9, 31],
+        response_mask: [1, 0, 1],
+        num_turns: 2,
+        finish_reasons: two,
+        finish_reasons_raw: two,
+      }),
+    ]);
+  });
+});
+
+describe("assemble: branches", () => {
+  it("trains a shared turn once and records the shared prefix", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { finish_reason: "tool_calls" })
+      .call("c2", [...P, ...O1, 4, 5], [12])
+      .call("c3", [...P, ...O1, 4, 6], [13])
+      .end();
+    const { rows } = assemble(s.lines());
+    const finish = {
+      finish_reasons: ["tool_calls", "stop"],
+      finish_reasons_raw: ["tool_calls", "stop"],
+      num_turns: 2,
+    };
+    assert.deepEqual(rows.map(plain), [
+      row({ prompt_ids: P, response_ids: [10, 11, 4, 5, 12], response_mask: [1, 1, 0, 0, 1], ...finish }),
+      row({
+        index: 1,
+        prompt_ids: P,
+        response_ids: [10, 11, 4, 6, 13],
+        response_mask: [0, 0, 0, 0, 1],
+        parent_index: 0,
+        shared_prefix_len: 6,
+        ...finish,
+      }),
+    ]);
+  });
+
+  it("keeps best-of-N samples of one prompt as siblings, each trained", () => {
+    const s = new SessionScript()
+      .call("c1", P, [10, 11, 12], {}, { choice_index: 0 })
+      .call("c2", P, [10, 11, 13], {}, { choice_index: 1 })
+      .call("c3", [...P, 10, 11, 13, 4], [14])
+      .end();
+    const { rows, metrics } = assemble(s.lines());
+    assert.equal(metrics.total("orphans_dropped"), 0);
+    assert.deepEqual(rows.map(plain), [
+      row({ prompt_ids: P, response_ids: [10, 11, 12], response_mask: [1, 1, 1] }),
+      row({
+        index: 1,
+        prompt_ids: P,
+        response_ids: [10, 11, 13, 4, 14],
+        response_mask: [1, 1, 1, 0, 1],
+        num_turns: 2,
+        finish_reasons: ["stop", "stop"],
+        finish_reasons_raw: ["stop", "stop"],
+        parent_index: 0,
+        shared_prefix_len: 3,
+      }),
+    ]);
+  });
+});
+
+describe("assemble: retries", () => {
+  it("drops an earlier attempt nobody continued from", () => {
+    const s = new SessionScript()
+      .call("c1", P, [10, 11], { finish_reason: "abort" })
+      .call("c1-retry", P, [10, 12])
+      .call("c2", [...P, 10, 12, 4], [13])
+      .end();
+    const { rows, metrics } = assemble(s.lines());
+    assert.equal(metrics.get("orphans_dropped"), 1);
+    assert.deepEqual(rows.map(plain), [
+      row({
+        prompt_ids: P,
+        response_ids: [10, 12, 4, 13],
+        response_mask: [1, 1, 0, 1],
+        num_turns: 2,
+        finish_reasons: ["stop", "stop"],
+        finish_reasons_raw: ["stop", "stop"],
+        flags: ["orphan_dropped"],
+      }),
+    ]);
+  });
+
+  it("keeps the attempt that was continued even when the retry came later", () => {
+    const s = new SessionScript()
+      .call("c1", P, [10, 11])
+      .call("c1-retry", P, [10, 12])
+      .call("c2", [...P, 10, 11, 4], [13])
+      .end();
+    const { rows } = assemble(s.lines());
+    assert.equal(rows.length, 1);
+    assert.deepEqual(plain(rows[0]!).response_ids, [10, 11, 4, 13]);
+    assert.deepEqual(rows[0]!.flags, ["orphan_dropped"]);
+  });
+
+  it("keeps the latest attempt when none was continued", () => {
+    const s = new SessionScript().call("c1", P, [10]).call("c2", P, [11]).end();
+    const { rows } = assemble(s.lines());
+    assert.deepEqual(rows.map(plain), [
+      row({ prompt_ids: P, response_ids: [11], response_mask: [1], flags: ["orphan_dropped"] }),
+    ]);
+  });
+});
+
+describe("assemble: retokenization drift", () => {
+  // c2's prompt re-renders c1's output [10, 11, 12] as [10, 99]: the model never sampled 99.
+  const drifted = () =>
+    new SessionScript()
+      .call("c1", P, [10, 11, 12])
+      .call("c2", [...P, 10, 99, 4], [13])
+      .end();
+
+  it("forks by default: each sampled token trained once, no logprob on an unsampled token", () => {
+    const { rows, metrics } = assemble(drifted().lines());
+    assert.equal(metrics.get("drift_detected", "fork"), 1);
+    assert.deepEqual(rows.map(plain), [
+      row({ prompt_ids: P, response_ids: [10, 11, 12], response_mask: [1, 1, 1] }),
+      row({
+        index: 1,
+        prompt_ids: P,
+        response_ids: [10, 99, 4, 13],
+        response_mask: [0, 0, 0, 1],
+        num_turns: 2,
+        finish_reasons: ["stop", "stop"],
+        finish_reasons_raw: ["stop", "stop"],
+        flags: ["drift"],
+        parent_index: 0,
+        shared_prefix_len: 4,
+      }),
+    ]);
+  });
+
+  it("realigns into one row with the drifted response demoted to mask 0", () => {
+    const { rows, metrics } = assemble(drifted().lines(), { drift_policy: "realign" });
+    assert.equal(metrics.get("drift_detected", "realign"), 1);
+    assert.deepEqual(rows.map(plain), [
+      row({
+        prompt_ids: P,
+        response_ids: [10, 99, 4, 13],
+        response_mask: [0, 0, 0, 1],
+        num_turns: 2,
+        finish_reasons: ["stop", "stop"],
+        finish_reasons_raw: ["stop", "stop"],
+        flags: ["drift_realigned"],
+      }),
+    ]);
+  });
+
+  it("counts a divergence right where the output should start as drift (thinking dropped)", () => {
+    const s = new SessionScript()
+      .call("c1", P, [90, 10, 91])
+      .call("c2", [...P, 10, 4], [13])
+      .end();
+    const { rows, metrics } = assemble(s.lines());
+    assert.equal(metrics.get("drift_detected", "fork"), 1);
+    assert.deepEqual(
+      rows.map((r) => r.flags),
+      [[], ["drift"]],
+    );
+  });
+
+  const sys = { role: "system", content: "be brief" };
+  const user = { role: "user", content: "add 2 and 2" };
+
+  it("uses messages to tell drift from an edited history", () => {
+    const base = () =>
+      new SessionScript().call(
+        "c1",
+        P,
+        [10, 11, 12],
+        { text: "<think>x</think>four", tool_calls: [] },
+        { messages: [sys, user] },
+      );
+    // Same history, thinking dropped and tokens re-rendered: drift.
+    const drift = base()
+      .call(
+        "c2",
+        [...P, 10, 99, 4],
+        [13],
+        {},
+        { messages: [sys, user, { role: "assistant", content: "four" }, user] },
+      )
+      .end();
+    const a = assemble(drift.lines());
+    assert.equal(a.metrics.total("drift_detected"), 1);
+    assert.equal(a.metrics.total("history_edited"), 0);
+    assert.deepEqual(a.rows[1]!.flags, ["drift"]);
+    // The agent rewrote the assistant turn: a genuine branch, not drift.
+    const edited = base()
+      .call(
+        "c2",
+        [...P, 10, 99, 4],
+        [13],
+        {},
+        { messages: [sys, user, { role: "assistant", content: "five" }, user] },
+      )
+      .end();
+    const b = assemble(edited.lines());
+    assert.equal(b.metrics.total("drift_detected"), 0);
+    assert.equal(b.metrics.total("history_edited"), 1);
+    assert.deepEqual(b.rows[1]!.flags, ["history_edited"]);
+  });
+
+  it("detects drift before the output when messages say the prompt continues a call (BPE merge)", () => {
+    // The prompt's last template token 3 merged with the output's first token into 77.
+    const s = new SessionScript()
+      .call("c1", P, [10, 11], { text: "hi" }, { messages: [user] })
+      .call(
+        "c2",
+        [1, 2, 77, 11, 4],
+        [13],
+        {},
+        { messages: [user, { role: "assistant", content: "hi" }, user] },
+      )
+      .end();
+    const { rows, metrics } = assemble(s.lines());
+    assert.equal(metrics.total("drift_detected"), 1);
+    assert.deepEqual(rows.map(plain), [
+      row({ prompt_ids: P, response_ids: [10, 11], response_mask: [1, 1] }),
+      row({
+        index: 1,
+        prompt_ids: [1, 2, 77, 11, 4],
+        response_ids: [13],
+        response_mask: [1],
+        num_turns: 1,
+        flags: ["drift"],
+        parent_index: 0,
+        shared_prefix_len: 2,
+      }),
+    ]);
+  });
+});
+
+describe("assemble: ordering and duplicates", () => {
+  const script = () =>
+    new SessionScript()
+      .start()
+      .call("c1", P, O1)
+      .call("c2", [...P, ...O1, ...T1], O2)
+      .reward(1, { key: "k1" })
+      .reward(1, { key: "k1" })
+      .end();
+
+  it("applies events in seq order whatever order they arrive in", () => {
+    const lines = script().lines();
+    assert.equal(lines.length, 8);
+    const shuffled = [5, 3, 0, 7, 6, 2, 1, 4].map((i) => lines[i]!);
+    const a = assemble(lines);
+    const b = assemble(shuffled);
+    assert.deepEqual(b.deadLetters, []);
+    assert.deepEqual(b.rows.map(plain), a.rows.map(plain));
+    assert.equal(a.rows[0]!.reward, 1, "a reward with a repeated key is applied once");
+    assert.equal(a.metrics.get("duplicate_rewards_ignored"), 1);
+  });
+
+  it("ignores an exact duplicate and dead-letters a conflicting one", () => {
+    const lines = script().lines();
+    const conflicting = JSON.stringify({ ...JSON.parse(lines[1]!), output_ids: [10, 12] });
+    const { rows, deadLetters, metrics } = assemble([
+      ...lines.slice(0, 3),
+      lines[1]!,
+      conflicting,
+      ...lines.slice(3),
+    ]);
+    assert.equal(metrics.get("duplicate_events_ignored"), 1);
+    assert.deepEqual(
+      deadLetters.map((d) => [d.code, d.seq, d.origin]),
+      [["DUPLICATE_CONFLICT", 1, { kind: "file", file: "test.jsonl", line: 5 }]],
+    );
+    assert.equal(deadLetters[0]!.raw, conflicting);
+    assert.deepEqual(plain(rows[0]!).response_ids, [...O1, ...T1, ...O2]);
+  });
+
+  it("dead-letters events stranded behind a seq gap and flags the session", () => {
+    const lines = new SessionScript()
+      .call("c1", P, O1)
+      .call("c2", [...P, ...O1, 4], [12])
+      .end()
+      .lines();
+    const { rows, deadLetters } = assemble([lines[0]!, lines[1]!, lines[3]!, lines[4]!]);
+    assert.deepEqual(
+      deadLetters.map((d) => [d.code, d.seq]),
+      [
+        ["SEQ_GAP", 3],
+        ["SEQ_GAP", 4],
+      ],
+    );
+    assert.deepEqual(rows.map(plain), [
+      row({ prompt_ids: P, response_ids: O1, response_mask: [1, 1], status: "timeout", flags: ["seq_gap"] }),
+    ]);
+  });
+
+  it("produces identical rows for identical input", () => {
+    const lines = new SessionScript()
+      .call("c1", P, O1)
+      .call("c2", [...P, ...O1, 4, 5], [12])
+      .call("c3", [...P, ...O1, 4, 6], [13])
+      .call("c4", [...P, 10, 99], [14])
+      .end()
+      .lines();
+    assert.deepEqual(assemble(lines).rows.map(plain), assemble(lines).rows.map(plain));
+  });
+});
+
+describe("assemble: session lifecycle", () => {
+  it("closes an idle session by event time, before the end of input", () => {
+    const idle = new SessionScript("u1", "idle", 0).call("c1", P, O1);
+    const busy = new SessionScript("u1", "busy", 0).call("c1", P, O1);
+    busy.ts = 700_000;
+    busy.reward(1).end();
+    const { sessions } = assemble([...idle.lines(), ...busy.lines()], {
+      idle_timeout_ms: 600_000,
+      reward_grace_ms: 0,
+    });
+    assert.deepEqual(
+      sessions.map((s) => [s.sessionId, s.rows[0]!.status]),
+      [
+        ["idle", "timeout"],
+        ["busy", "ok"],
+      ],
+    );
+  });
+
+  it("applies a reward within the grace period and dead-letters one after it", () => {
+    const s = new SessionScript().call("c1", P, O1).end();
+    s.ts += 5_000;
+    s.reward(0.5, { key: "in-grace" });
+    const other = new SessionScript("u2", "s9", 100_000).start();
+    const lateReward = JSON.stringify({
+      v: 1,
+      type: "reward",
+      uid: "u1",
+      session_id: "s1",
+      seq: 4,
+      ts: 200_000,
+      value: 1,
+    });
+    const { rows, deadLetters } = assemble([...s.lines(), ...other.lines(), lateReward], {
+      reward_grace_ms: 10_000,
+    });
+    assert.equal(rows[0]!.reward, 0.5);
+    assert.deepEqual(
+      deadLetters.map((d) => d.code),
+      ["LATE_EVENT"],
+    );
+  });
+
+  it("dead-letters a non-reward event after session.end", () => {
+    const s = new SessionScript().call("c1", P, O1).end().call("c2", P, [12]);
+    const { rows, deadLetters } = assemble(s.lines());
+    assert.deepEqual(
+      deadLetters.map((d) => d.code),
+      ["EVENT_AFTER_END", "EVENT_AFTER_END"],
+    );
+    assert.equal(rows.length, 1);
+  });
+
+  it("marks aborted sessions and never maps abort to stop", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { finish_reason: "completed" })
+      .call("c2", [...P, ...O1, 4], [12], { finish_reason: "abort" })
+      .end("aborted");
+    const { rows } = assemble(s.lines());
+    assert.deepEqual(rows.map(plain), [
+      row({
+        prompt_ids: P,
+        response_ids: [...O1, 4, 12],
+        response_mask: [1, 1, 0, 1],
+        num_turns: 2,
+        finish_reasons: ["unknown", "abort"],
+        finish_reasons_raw: ["completed", "abort"],
+        status: "aborted",
+        flags: ["aborted_turn"],
+      }),
+    ]);
+  });
+
+  it("marks an unfinished episode from its reward", () => {
+    const s = new SessionScript().call("c1", P, O1).reward(0, { finished: false }).end();
+    const { rows } = assemble(s.lines());
+    assert.equal(rows[0]!.episode_finished, false);
+    assert.deepEqual(rows[0]!.flags, ["unfinished"]);
+    assert.equal(rows[0]!.reward, 0);
+  });
+
+  it("flags an unanswered request and keeps the answered turns", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1)
+      .request("c2", [...P, ...O1, 4])
+      .end();
+    const { rows, metrics } = assemble(s.lines());
+    assert.equal(metrics.get("requests_unanswered"), 1);
+    assert.deepEqual(rows[0]!.flags, ["unanswered_request"]);
+  });
+});
+
+describe("assemble: logprobs and truncation", () => {
+  it("dead-letters a response whose logprob count differs and leaves the session unchanged", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1)
+      .call("c2", [...P, ...O1, 4], [12, 13], { logprobs: [-0.5] })
+      .end();
+    const { rows, deadLetters } = assemble(s.lines());
+    assert.deepEqual(
+      deadLetters.map((d) => [d.code, d.details]),
+      [["LOGPROBS_LENGTH_MISMATCH", { logprobs: 1, output_ids: 2 }]],
+    );
+    assert.deepEqual(rows.map(plain), [
+      row({ prompt_ids: P, response_ids: O1, response_mask: [1, 1], flags: ["unanswered_request"] }),
+    ]);
+  });
+
+  it("dead-letters non-finite logprobs (JSON 1e999 is Infinity)", () => {
+    const s = new SessionScript().call("c1", P, O1);
+    const line = s.lines()[1]!.replace(/"logprobs":\[[^\]]*\]/, '"logprobs":[-0.5,1e999]');
+    const { deadLetters } = assemble([s.lines()[0]!, line]);
+    assert.deepEqual(
+      deadLetters.map((d) => [d.code, d.details]),
+      [["LOGPROBS_NOT_FINITE", { position: 1 }]],
+    );
+  });
+
+  it("nulls rollout_log_probs when a trained span has none, never 0.0", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1)
+      .call("c2", [...P, ...O1, 4], [12], { logprobs: undefined })
+      .end();
+    const { rows, metrics } = assemble(s.lines());
+    assert.equal(rows[0]!.rollout_log_probs, null);
+    assert.deepEqual(rows[0]!.flags, ["missing_logprobs"]);
+    assert.equal(metrics.get("rows_missing_logprobs"), 1);
+  });
+
+  it("keeps logprobs when only an untrained (shared) span lacks them", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { logprobs: undefined })
+      .call("c2", [...P, ...O1, 4, 5], [12])
+      .call("c3", [...P, ...O1, 4, 6], [13])
+      .end();
+    const { rows } = assemble(s.lines());
+    assert.equal(rows[0]!.rollout_log_probs, null);
+    assert.deepEqual([...rows[1]!.rollout_log_probs!], [0, 0, 0, 0, lp(13)]);
+  });
+
+  it("truncates rows longer than max_tokens with a flag", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1)
+      .call("c2", [...P, ...O1, ...T1], O2)
+      .end();
+    const { rows, metrics } = assemble(s.lines(), { max_tokens: 6 });
+    assert.equal(metrics.get("rows_truncated"), 1);
+    assert.deepEqual(rows.map(plain), [
+      row({
+        prompt_ids: P,
+        response_ids: [10, 11, 4],
+        response_mask: [1, 1, 0],
+        flags: ["truncated"],
+      }),
+    ]);
+  });
+});
+
+describe("assemble: bad references", () => {
+  it("dead-letters unknown calls, parents, targets and duplicate call ids", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1)
+      .response("ghost", [12])
+      .requestDelta("c2", "nope", [4])
+      .response("c2", [13])
+      .request("c1", P)
+      .reward(1, { target: "c9" })
+      .reward(2, { target: "c1" })
+      .end();
+    const { rows, deadLetters } = assemble(s.lines());
+    assert.deepEqual(
+      deadLetters.map((d) => d.code),
+      ["UNKNOWN_CALL", "UNKNOWN_PARENT", "DUPLICATE_CALL", "UNKNOWN_REWARD_TARGET"],
+    );
+    assert.match(deadLetters[1]!.message, /parent_call_id nope/);
+    assert.equal(rows.length, 1);
+    assert.equal(rows[0]!.reward, null, "a per-call reward is not the session reward");
+  });
+
+  it("escapes _ in session ids so the key splits with rsplit('_', 2)", () => {
+    const s = new SessionScript("task_7", "run_3%", 0).call("c1", P, O1).end();
+    const { rows } = assemble(s.lines());
+    assert.equal(rows[0]!.key, "task_7_run%5F3%25_0");
+  });
+});

@@ -1,0 +1,137 @@
+/**
+ * The `assemble` transform: a stateful task that routes decoded events to their sessions, closes sessions
+ * on `session.end` (after the reward grace period) or when idle, and emits each closed session's rows.
+ *
+ * Time is event time: the watermark is the greatest `ts` seen, so a replay closes sessions at the same
+ * points as the live run did, and output is deterministic for the same input.
+ */
+import { makeDeadLetter } from "../../core/records.ts";
+import type { TrajectoryRow } from "../../schemas/trajectory.ts";
+import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
+import { extractRows } from "./rows.ts";
+import { COMPONENT, SessionState, type AssembleContext } from "./session.ts";
+
+/** How far the watermark must move (event time) before idle sessions are looked for again. */
+const SWEEP_EVERY_MS = 1_000;
+
+/** A finalized session's rows. */
+export interface SessionOutput {
+  uid: string;
+  sessionId: string;
+  rows: TrajectoryRow[];
+}
+
+export class Assembler {
+  private readonly ctx: AssembleContext;
+  private readonly sessions = new Map<string, SessionState>();
+  /** Recently finalized sessions, oldest first, to recognise their late events. */
+  private readonly finalized = new Map<string, true>();
+  private watermark = 0;
+  private lastSweep = 0;
+
+  constructor(ctx: AssembleContext) {
+    this.ctx = ctx;
+  }
+
+  get openSessions(): number {
+    return this.sessions.size;
+  }
+
+  /**
+   * Tells the session that the decoder rejected its event `seq`, so later events need not wait for it.
+   * Returns the sessions finalized meanwhile.
+   */
+  pushRejected(envelope: RejectedEnvelope): SessionOutput[] {
+    const key = `${envelope.uid}\u0000${envelope.session_id}`;
+    if (this.finalized.has(key)) return [];
+    return this.route(key, envelope.uid, envelope.session_id, envelope.ts, envelope);
+  }
+
+  /** Applies one event; returns the sessions it caused to finalize (possibly none). */
+  push(d: DecodedEvent): SessionOutput[] {
+    const ev = d.event;
+    this.ctx.metrics.inc("events_received", ev.type);
+    const key = `${ev.uid}\u0000${ev.session_id}`;
+    if (this.finalized.has(key)) {
+      this.ctx.deadLetters.write(
+        makeDeadLetter(
+          "LATE_EVENT",
+          `${ev.type} event (seq ${ev.seq}) arrived after session ${ev.session_id} of uid ${ev.uid} was ` +
+            `finalized; raise reward_grace_ms (rewards) or idle_timeout_ms if this is expected`,
+          COMPONENT,
+          d.record,
+          { uid: ev.uid, session_id: ev.session_id, seq: ev.seq },
+        ),
+      );
+      return [];
+    }
+    return this.route(key, ev.uid, ev.session_id, ev.ts, d);
+  }
+
+  private route(
+    key: string,
+    uid: string,
+    sessionId: string,
+    ts: number,
+    d: DecodedEvent | RejectedEnvelope,
+  ): SessionOutput[] {
+    let session = this.sessions.get(key);
+    if (session === undefined) {
+      session = new SessionState(uid, sessionId, this.ctx);
+      this.sessions.set(key, session);
+      this.ctx.metrics.inc("sessions_opened");
+    }
+    session.offer(d);
+    if (ts > this.watermark) this.watermark = ts;
+
+    const out: SessionOutput[] = [];
+    if (
+      session.end !== null &&
+      !session.hasPending &&
+      this.watermark >= session.end.ts + this.ctx.config.reward_grace_ms
+    ) {
+      out.push(this.finalize(key, session, null));
+    }
+    if (this.watermark - this.lastSweep >= SWEEP_EVERY_MS) {
+      this.lastSweep = this.watermark;
+      out.push(...this.sweep());
+    }
+    return out;
+  }
+
+  /** Finalizes sessions whose grace period passed or that went idle. */
+  private sweep(): SessionOutput[] {
+    const out: SessionOutput[] = [];
+    const { reward_grace_ms, idle_timeout_ms } = this.ctx.config;
+    for (const [key, session] of this.sessions) {
+      if (session.end !== null && !session.hasPending) {
+        if (this.watermark >= session.end.ts + reward_grace_ms) out.push(this.finalize(key, session, null));
+      } else if (this.watermark >= session.lastTs + idle_timeout_ms) {
+        out.push(this.finalize(key, session, "timeout"));
+      }
+    }
+    return out;
+  }
+
+  /** End of input: finalizes every open session, in the order they opened. */
+  flush(): SessionOutput[] {
+    const out: SessionOutput[] = [];
+    for (const [key, session] of this.sessions) out.push(this.finalize(key, session, "timeout"));
+    return out;
+  }
+
+  private finalize(key: string, session: SessionState, status: "timeout" | null): SessionOutput {
+    session.close(status);
+    const rows = extractRows(session, this.ctx.config, this.ctx.metrics);
+    this.sessions.delete(key);
+    this.finalized.set(key, true);
+    if (this.finalized.size > this.ctx.config.remember_finalized) {
+      this.finalized.delete(this.finalized.keys().next().value!);
+    }
+    const { metrics } = this.ctx;
+    metrics.inc("sessions_finalized", session.end?.status ?? "timeout");
+    metrics.inc("tokens_received", "", session.tokensIn);
+    if (rows.length === 0) metrics.inc("sessions_without_rows");
+    return { uid: session.uid, sessionId: session.sessionId, rows };
+  }
+}

@@ -1,0 +1,36 @@
+import { z } from "zod";
+
+/** Configuration of the `assemble` transform. Unknown keys are rejected so a typo fails loudly. */
+export const assembleConfigSchema = z.strictObject({
+  drift_policy: z
+    .enum(["fork", "realign"])
+    .default("fork")
+    .describe(
+      "What to do when a prompt re-renders an earlier sampled turn into different tokens. `fork` (default) " +
+        "keeps the sampled tokens trained in their own row and starts a new row for the continuation. " +
+        "`realign` keeps one row: the drifted response is demoted to mask 0.",
+    ),
+  idle_timeout_ms: z
+    .int()
+    .positive()
+    .default(600_000)
+    .describe("A session with no event for this long (in event time) is finalized with status `timeout`."),
+  reward_grace_ms: z
+    .int()
+    .nonnegative()
+    .default(30_000)
+    .describe("Rewards arriving up to this long (event time) after `session.end` still apply."),
+  max_tokens: z
+    .int()
+    .positive()
+    .optional()
+    .describe("Rows longer than this (prompt + response) are truncated and flagged `truncated`."),
+  remember_finalized: z
+    .int()
+    .positive()
+    .default(100_000)
+    .describe("How many finalized session ids are remembered to dead-letter their late events."),
+});
+
+export type AssembleConfig = z.output<typeof assembleConfigSchema>;
+export type AssembleConfigInput = z.input<typeof assembleConfigSchema>;

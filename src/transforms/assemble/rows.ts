@@ -1,0 +1,220 @@
+/**
+ * Row extraction: every live root-to-leaf path of a closed session's trie becomes one trajectory row.
+ *
+ * Rows are ordered by a depth-first walk that visits children in creation order, so row order and
+ * `index` are deterministic. A node belongs to the first row that passes through it: its sampled tokens
+ * are trained (mask 1) there and are context (mask 0) in every later row, so a shared turn is trained once.
+ */
+import type { Metrics } from "../../core/metrics.ts";
+import {
+  RowFlags,
+  rowKey,
+  type FinishReason,
+  type RowFlag,
+  type SessionStatus,
+  type TrajectoryRow,
+} from "../../schemas/trajectory.ts";
+import type { AssembleConfig } from "./config.ts";
+import type { CallState, SessionState } from "./session.ts";
+import type { TrieNode } from "./trie.ts";
+
+/**
+ * Marks live nodes: a sampled node with no live child is a row's leaf (unless suppressed); a node with a
+ * live child is live. Context-only tails produce no row: they hold nothing to train.
+ */
+function markLive(root: TrieNode, suppressed: Set<TrieNode>): void {
+  const order: TrieNode[] = [];
+  const stack: TrieNode[] = [root];
+  while (stack.length > 0) {
+    const node = stack.pop()!;
+    order.push(node);
+    for (const child of node.children) stack.push(child);
+  }
+  for (let i = order.length - 1; i >= 0; i--) {
+    const node = order[i]!;
+    let liveChild = false;
+    for (const child of node.children) if (child.live) liveChild = true;
+    node.live = liveChild || (node.call !== null && !suppressed.has(node));
+  }
+}
+
+interface Turn {
+  call: CallState;
+}
+
+export function extractRows(
+  session: SessionState,
+  config: AssembleConfig,
+  metrics: Metrics,
+): TrajectoryRow[] {
+  const { trie } = session;
+  markLive(trie.root, session.suppressed);
+  const rows: TrajectoryRow[] = [];
+  if (!trie.root.live) return rows;
+
+  const status: SessionStatus = session.end?.status ?? "timeout";
+  const { reward, finished } = session.sessionReward();
+  const sampleIndex = session.start?.sample_index ?? null;
+  const groupSize = session.start?.group_size ?? null;
+
+  // Iterative DFS over live nodes. `path[d]` is the node at depth d (the root excluded); `owner[d]` the
+  // row that trains it. Nodes at depth >= firstUnowned have not been claimed by an earlier row.
+  const path: TrieNode[] = [];
+  const owner: number[] = [];
+  let firstUnowned = 0;
+  const frames: TrieNode[] = [trie.root];
+  const frameChild: number[] = [0];
+
+  while (frames.length > 0) {
+    const top = frames.length - 1;
+    const node = frames[top]!;
+    const children = node.children;
+    let i = frameChild[top]!;
+    while (i < children.length && !children[i]!.live) i++;
+    if (i < children.length) {
+      frameChild[top] = i + 1;
+      const child = children[i]!;
+      frames.push(child);
+      frameChild.push(0);
+      path.push(child);
+      owner.push(-1);
+      if (path.length - 1 < firstUnowned) firstUnowned = path.length - 1;
+      continue;
+    }
+    // No more live children: if this node had none at all, it is a leaf and yields a row.
+    let hasLiveChild = false;
+    for (const c of children) if (c.live) hasLiveChild = true;
+    if (!hasLiveChild && node !== trie.root) {
+      const index = rows.length;
+      const row = buildRow(session, path, firstUnowned, index, owner, config, metrics);
+      row.status = status;
+      row.reward = reward;
+      row.episode_finished = finished;
+      row.sample_index = sampleIndex;
+      row.group_size = groupSize;
+      if (finished === false) row.flags.push(RowFlags.UNFINISHED);
+      rows.push(row);
+      for (let d = firstUnowned; d < path.length; d++) owner[d] = index;
+      firstUnowned = path.length;
+    }
+    frames.pop();
+    frameChild.pop();
+    if (node !== trie.root) {
+      path.pop();
+      owner.pop();
+      if (firstUnowned > path.length) firstUnowned = path.length;
+    }
+  }
+  for (const row of rows) row.flags.sort();
+  return rows;
+}
+
+function buildRow(
+  session: SessionState,
+  path: TrieNode[],
+  firstUnowned: number,
+  index: number,
+  owner: number[],
+  config: AssembleConfig,
+  metrics: Metrics,
+): TrajectoryRow {
+  const { tokens: arena, logprobs: arenaLogprobs } = session.trie;
+  let total = 0;
+  let promptLen = -1;
+  let sharedLen = 0;
+  for (let d = 0; d < path.length; d++) {
+    const node = path[d]!;
+    if (promptLen < 0 && node.call !== null) promptLen = total;
+    if (d < firstUnowned) sharedLen += node.len;
+    total += node.len;
+  }
+  if (promptLen < 0) promptLen = total;
+
+  const flags = new Set<RowFlag>(session.flags);
+  let length = total;
+  if (config.max_tokens !== undefined && total > config.max_tokens) {
+    length = config.max_tokens;
+    flags.add(RowFlags.TRUNCATED);
+    metrics.inc("rows_truncated");
+  }
+  const promptKept = Math.min(promptLen, length);
+  const responseLen = length - promptKept;
+  const prompt = new Int32Array(promptKept);
+  const response = new Int32Array(responseLen);
+  const mask = new Int8Array(responseLen);
+  const logprobs = new Float32Array(responseLen);
+  let missingLogprobs = false;
+  let trained = 0;
+
+  const turns: Turn[] = [];
+  let pos = 0; // position in the whole sequence
+  for (let d = 0; d < path.length && pos < length; d++) {
+    const node = path[d]!;
+    const take = Math.min(node.len, length - pos);
+    const src = arena.subarray(node.start, node.start + take);
+    // Copy the span, which may straddle the prompt/response boundary only at a node boundary.
+    if (pos < promptKept) prompt.set(src, pos);
+    else response.set(src, pos - promptKept);
+    const call = node.call as CallState | null;
+    if (call !== null) {
+      if (turns.length === 0 || turns[turns.length - 1]!.call !== call) turns.push({ call });
+      if (d >= firstUnowned && !call.demoted) {
+        const at = pos - promptKept;
+        mask.fill(1, at, at + take);
+        trained += take;
+        if (call.hasLogprobs) logprobs.set(arenaLogprobs.subarray(node.start, node.start + take), at);
+        else missingLogprobs = true;
+      }
+    }
+    pos += take;
+  }
+
+  const finishReasons: FinishReason[] = [];
+  const finishRaw: string[] = [];
+  let wvMin: number | null = null;
+  let wvMax: number | null = null;
+  for (const { call } of turns) {
+    finishReasons.push(call.finish);
+    finishRaw.push(call.finishRaw);
+    if (call.finish === "abort") flags.add(RowFlags.ABORTED_TURN);
+    if (call.finish === "length") flags.add(RowFlags.LENGTH_TURN);
+    for (const f of call.flags) flags.add(f);
+    if (call.weightVersion !== null) {
+      wvMin = wvMin === null ? call.weightVersion : Math.min(wvMin, call.weightVersion);
+      wvMax = wvMax === null ? call.weightVersion : Math.max(wvMax, call.weightVersion);
+    }
+  }
+  if (missingLogprobs) {
+    flags.add(RowFlags.MISSING_LOGPROBS);
+    metrics.inc("rows_missing_logprobs");
+  }
+  metrics.inc("rows_emitted");
+  metrics.inc("tokens_emitted", "", length);
+  metrics.inc("tokens_trained", "", trained);
+
+  return {
+    key: rowKey(session.uid, session.sessionId, index),
+    uid: session.uid,
+    session_id: session.sessionId,
+    index,
+    sample_index: null,
+    group_size: null,
+    prompt_ids: prompt,
+    response_ids: response,
+    response_mask: mask,
+    // Never 0.0 at a trained position: a row with any trained span lacking logprobs has none at all.
+    rollout_log_probs: missingLogprobs ? null : logprobs,
+    reward: null,
+    episode_finished: null,
+    finish_reasons: finishReasons,
+    finish_reasons_raw: finishRaw,
+    weight_version_min: wvMin,
+    weight_version_max: wvMax,
+    num_turns: turns.length,
+    num_trained_tokens: trained,
+    status: "timeout",
+    flags: [...flags],
+    parent_index: firstUnowned > 0 ? owner[firstUnowned - 1]! : null,
+    shared_prefix_len: Math.min(sharedLen, length),
+  };
+}

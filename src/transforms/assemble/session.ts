@@ -1,0 +1,491 @@
+/**
+ * One session's state: events applied in `seq` order, calls inserted into the token trie, rewards, and
+ * the end. Every rejection leaves the session unchanged and becomes a dead letter.
+ */
+import type { Logger } from "../../core/logger.ts";
+import type { Metrics } from "../../core/metrics.ts";
+import { makeDeadLetter, type DeadLetterOutput } from "../../core/records.ts";
+import type { ErrorCode } from "../../core/errors.ts";
+import type {
+  ChatMessage,
+  RequestEvent,
+  ResponseEvent,
+  RewardEvent,
+  SessionStartEvent,
+} from "../../schemas/events.ts";
+import type { FinishReason, RowFlag, SessionStatus } from "../../schemas/trajectory.ts";
+import { RowFlags } from "../../schemas/trajectory.ts";
+import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
+import type { AssembleConfig } from "./config.ts";
+import { normaliseFinishReason } from "./finish-reason.ts";
+import { canonicalMessage, extendDigest, messagePrefixDigests } from "./messages.ts";
+import { TokenTrie, type TrieNode, type CallHandle, type Position } from "./trie.ts";
+
+export const COMPONENT = "assemble";
+
+export interface AssembleContext {
+  config: AssembleConfig;
+  deadLetters: DeadLetterOutput;
+  metrics: Metrics;
+  logger?: Logger;
+}
+
+/** A call with a response, as the trie and row builder see it. */
+export interface CallState extends CallHandle {
+  id: string;
+  /** Order of insertion within the session. */
+  ordinal: number;
+  seq: number;
+  finishRaw: string;
+  finish: FinishReason;
+  weightVersion: number | null;
+  hasLogprobs: boolean;
+  choiceIndex: number | undefined;
+  /** First node of the output; null for an empty output. */
+  outStart: TrieNode | null;
+  outputLength: number;
+  flags: Set<RowFlag>;
+  /** Realigned drift: this call's tokens are context (mask 0) in every row. */
+  demoted: boolean;
+  hasMessages: boolean;
+}
+
+export interface RewardRecord {
+  value: number;
+  target: string;
+  stage: string;
+  finished: boolean | undefined;
+  info: Record<string, unknown> | undefined;
+}
+
+interface DriftRecord {
+  /** The earlier call whose sampled turn the new prompt re-rendered differently. */
+  reference: CallState;
+  /** The call whose prompt drifted. */
+  call: CallState;
+}
+
+type PromptSource = Pick<RequestEvent, "prompt_ids" | "parent_call_id" | "prompt_delta_ids" | "messages"> & {
+  choice_index?: number | undefined;
+  weight_version?: number | undefined;
+};
+
+export class SessionState {
+  readonly uid: string;
+  readonly sessionId: string;
+  readonly trie = new TokenTrie();
+  readonly calls = new Map<string, CallState>();
+  /** Requests still waiting for their response. */
+  readonly requests = new Map<string, RequestEvent>();
+  readonly rewards: RewardRecord[] = [];
+  readonly flags = new Set<RowFlag>();
+  readonly drifts: DriftRecord[] = [];
+  start: SessionStartEvent | null = null;
+  end: { status: SessionStatus; ts: number } | null = null;
+  /** Greatest event time applied or buffered. */
+  lastTs = 0;
+  /** Tokens received in this session's calls (prompt as sent + output), for throughput figures. */
+  tokensIn = 0;
+
+  private nextSeq = 0;
+  /** Events waiting for an earlier seq. A rejected envelope only holds its seq (it is already dead-lettered). */
+  private readonly pending = new Map<number, DecodedEvent | RejectedEnvelope>();
+  private readonly digests: string[] = [];
+  private readonly rewardKeys = new Set<string>();
+  /** Message-history digests → the call they lead to (see messages.ts). */
+  private readonly byFullHistory = new Map<string, CallState>();
+  private readonly byPromptOnly = new Map<string, CallState>();
+  private readonly ctx: AssembleContext;
+
+  constructor(uid: string, sessionId: string, ctx: AssembleContext) {
+    this.uid = uid;
+    this.sessionId = sessionId;
+    this.ctx = ctx;
+  }
+
+  get hasPending(): boolean {
+    return this.pending.size > 0;
+  }
+
+  private reject(code: ErrorCode, message: string, d: DecodedEvent, details?: Record<string, unknown>): void {
+    this.ctx.deadLetters.write(
+      makeDeadLetter(code, message, COMPONENT, d.record, {
+        uid: this.uid,
+        session_id: this.sessionId,
+        seq: d.event.seq,
+        details,
+      }),
+    );
+  }
+
+  /**
+   * Accepts an event in any order; applies it and whatever it unblocks in `seq` order. A rejected envelope
+   * (an event the decoder dead-lettered) takes up its seq without changing the session.
+   */
+  offer(d: DecodedEvent | RejectedEnvelope): void {
+    const { seq, ts } = "event" in d ? d.event : d;
+    if (ts > this.lastTs) this.lastTs = ts;
+    const known = seq < this.nextSeq ? this.digests[seq] : this.pending.get(seq)?.digest;
+    if (known !== undefined) {
+      if (known === d.digest) {
+        this.ctx.metrics.inc("duplicate_events_ignored");
+      } else if (!("event" in d)) {
+        // Already dead-lettered by the decoder with its own code.
+      } else {
+        this.reject(
+          "DUPLICATE_CONFLICT",
+          `session ${this.sessionId} already has an event with seq ${seq} and different content; ` +
+            `seq numbers must be unique per session (an exact redelivery is ignored)`,
+          d,
+        );
+      }
+      return;
+    }
+    if (seq !== this.nextSeq) {
+      this.pending.set(seq, d);
+      return;
+    }
+    this.applyInOrder(d);
+    for (
+      let next = this.pending.get(this.nextSeq);
+      next !== undefined;
+      next = this.pending.get(this.nextSeq)
+    ) {
+      this.pending.delete(this.nextSeq);
+      this.applyInOrder(next);
+    }
+  }
+
+  private applyInOrder(d: DecodedEvent | RejectedEnvelope): void {
+    const seq = "event" in d ? d.event.seq : d.seq;
+    this.digests[seq] = d.digest;
+    this.nextSeq = seq + 1;
+    if ("event" in d) this.apply(d);
+  }
+
+  private apply(d: DecodedEvent): void {
+    const ev = d.event;
+    if (this.end !== null && ev.type !== "reward") {
+      this.reject(
+        "EVENT_AFTER_END",
+        `session ${this.sessionId} ended at ${this.end.status} before this ${ev.type} event (seq ${ev.seq}); ` +
+          `only rewards may follow session.end`,
+        d,
+      );
+      return;
+    }
+    switch (ev.type) {
+      case "session.start":
+        if (this.start !== null) {
+          this.reject(
+            "INVALID_EVENT",
+            `session ${this.sessionId} has a second session.start (seq ${ev.seq}); send one per session`,
+            d,
+          );
+          return;
+        }
+        this.start = ev;
+        return;
+      case "request":
+        if (this.calls.has(ev.call_id) || this.requests.has(ev.call_id)) {
+          this.reject(
+            "DUPLICATE_CALL",
+            `call ${ev.call_id} of session ${this.sessionId} already has a request; call ids must be unique`,
+            d,
+          );
+          return;
+        }
+        this.requests.set(ev.call_id, ev);
+        return;
+      case "response":
+        this.applyResponse(d, ev);
+        return;
+      case "reward":
+        this.applyReward(d, ev);
+        return;
+      case "session.end":
+        this.end = { status: ev.status, ts: ev.ts };
+        return;
+    }
+  }
+
+  private applyResponse(d: DecodedEvent, ev: ResponseEvent): void {
+    if (this.calls.has(ev.call_id)) {
+      this.reject(
+        "DUPLICATE_CALL",
+        `call ${ev.call_id} of session ${this.sessionId} already has a response; call ids must be unique`,
+        d,
+      );
+      return;
+    }
+    const request = this.requests.get(ev.call_id);
+    const hasInlinePrompt = ev.prompt_ids !== undefined || ev.parent_call_id !== undefined;
+    // A request event wins over prompt fields repeated on the response.
+    const prompt: PromptSource | undefined = request ?? (hasInlinePrompt ? ev : undefined);
+    if (prompt === undefined) {
+      this.reject(
+        "UNKNOWN_CALL",
+        `response of call ${ev.call_id} has no request in session ${this.sessionId} and carries no prompt; ` +
+          `send the request first (lower seq) or put prompt_ids on the response`,
+        d,
+      );
+      return;
+    }
+
+    let from: Position = { node: this.trie.root, off: 0 };
+    let walked: Int32Array;
+    let parent: CallState | undefined;
+    if (prompt.prompt_ids !== undefined) {
+      walked = prompt.prompt_ids;
+    } else {
+      parent = this.calls.get(prompt.parent_call_id!);
+      if (parent === undefined || parent.end === null) {
+        this.reject(
+          "UNKNOWN_PARENT",
+          `call ${ev.call_id} names parent_call_id ${prompt.parent_call_id}, which has no response in session ` +
+            `${this.sessionId}; send the parent's response first or send the full prompt_ids`,
+          d,
+        );
+        return;
+      }
+      from = { node: parent.end, off: parent.end.len };
+      walked = prompt.prompt_delta_ids!;
+    }
+
+    const walk = this.trie.walk(walked, from);
+    this.tokensIn += walked.length + ev.output_ids.length;
+
+    const call: CallState = {
+      id: ev.call_id,
+      ordinal: this.calls.size,
+      seq: ev.seq,
+      finishRaw: ev.finish_reason,
+      finish: normaliseFinishReason(ev.finish_reason),
+      weightVersion: ev.weight_version ?? prompt.weight_version ?? null,
+      hasLogprobs: ev.logprobs !== undefined,
+      choiceIndex: prompt.choice_index,
+      outStart: null,
+      outputLength: ev.output_ids.length,
+      flags: new Set(),
+      demoted: false,
+      hasMessages: prompt.messages !== undefined,
+      continued: false,
+      end: null,
+    };
+    if (parent !== undefined) parent.continued = true;
+
+    const history =
+      prompt.messages === undefined ? null : messagePrefixDigests(prompt.messages.map(canonicalMessage));
+    if (parent === undefined) this.classifyDivergence(call, walked, walk, prompt.messages, history);
+
+    // Only now mutate: everything that could reject this event has been checked.
+    const boundary = this.trie.boundary(walk);
+    let attach = boundary;
+    if (walk.matched < walked.length) {
+      attach = this.trie.addChild(boundary, walked.subarray(walk.matched), null, null);
+    }
+    if (ev.output_ids.length > 0) {
+      const out = this.trie.addChild(attach, ev.output_ids, ev.logprobs ?? null, call);
+      call.outStart = out;
+      this.trie.setEnd(call, out);
+    } else {
+      this.trie.setEnd(call, attach);
+      this.ctx.metrics.inc("empty_outputs");
+    }
+    this.requests.delete(ev.call_id);
+    this.calls.set(ev.call_id, call);
+    if (history !== null) this.rememberHistory(call, history, ev);
+  }
+
+  /**
+   * Decides whether a full prompt that left the trie re-rendered an earlier sampled turn (drift) or
+   * genuinely changed the history. Messages, when both calls have them, decide; tokens alone cannot tell,
+   * so a divergence inside (or right where there should be) a sampled turn counts as drift.
+   */
+  private classifyDivergence(
+    call: CallState,
+    walked: Int32Array,
+    walk: ReturnType<TokenTrie["walk"]>,
+    messages: ChatMessage[] | undefined,
+    history: string[] | null,
+  ): void {
+    const expected =
+      messages !== undefined && history !== null ? this.historyParent(messages, history) : null;
+    if (expected !== null && expected.end !== null) {
+      const end = expected.end;
+      const covered =
+        walk.node === end ? walk.off === end.len : TokenTrie.isOnPath(end, walk.node) && walk.node !== end;
+      if (!covered) this.recordDrift(expected, call);
+      return;
+    }
+    if (walk.matched === walked.length) return; // the prompt ends inside known tokens: a retry or a prefix
+    let suspect: CallState | null = null;
+    if (walk.off < walk.node.len) {
+      suspect = walk.node.call as CallState | null;
+    } else {
+      for (const child of walk.node.children) if (child.call !== null) suspect = child.call as CallState;
+    }
+    if (suspect === null) return; // diverged in context: a genuine branch (e.g. a different tool result)
+    if (call.hasMessages && suspect.hasMessages) {
+      call.flags.add(RowFlags.HISTORY_EDITED);
+      this.ctx.metrics.inc("history_edited");
+      return;
+    }
+    this.recordDrift(suspect, call);
+  }
+
+  private recordDrift(reference: CallState, call: CallState): void {
+    this.drifts.push({ reference, call });
+    this.ctx.metrics.inc("drift_detected", this.ctx.config.drift_policy);
+  }
+
+  /** The latest call whose messages plus assistant reply are a prefix of `messages`. */
+  private historyParent(messages: ChatMessage[], history: string[]): CallState | null {
+    for (let k = messages.length; k >= 1; k--) {
+      const full = this.byFullHistory.get(history[k]!);
+      if (full !== undefined) return full;
+      if (messages[k - 1]!.role === "assistant") {
+        const promptOnly = this.byPromptOnly.get(history[k - 1]!);
+        if (promptOnly !== undefined) return promptOnly;
+      }
+    }
+    return null;
+  }
+
+  private rememberHistory(call: CallState, history: string[], ev: ResponseEvent): void {
+    const promptDigest = history[history.length - 1]!;
+    if (ev.text !== undefined || ev.tool_calls !== undefined) {
+      const reply = canonicalMessage({
+        role: "assistant",
+        content: ev.text ?? "",
+        tool_calls: ev.tool_calls,
+      });
+      this.byFullHistory.set(extendDigest(promptDigest, reply), call);
+    } else {
+      this.byPromptOnly.set(promptDigest, call);
+    }
+  }
+
+  private applyReward(d: DecodedEvent, ev: RewardEvent): void {
+    if (ev.key !== undefined && this.rewardKeys.has(ev.key)) {
+      this.ctx.metrics.inc("duplicate_rewards_ignored");
+      return;
+    }
+    if (ev.target !== "session" && !this.calls.has(ev.target) && !this.requests.has(ev.target)) {
+      this.reject(
+        "UNKNOWN_REWARD_TARGET",
+        `reward targets call ${ev.target}, which session ${this.sessionId} does not have; ` +
+          `use "session" or the call_id of one of its calls`,
+        d,
+      );
+      return;
+    }
+    if (ev.key !== undefined) this.rewardKeys.add(ev.key);
+    this.rewards.push({
+      value: ev.value,
+      target: ev.target,
+      stage: ev.stage,
+      finished: ev.finished,
+      info: ev.info,
+    });
+  }
+
+  /**
+   * Closes the session: events stranded behind a seq gap are dead-lettered, retry orphans dropped, and
+   * realigned drift resolved. After this the trie is ready for row extraction.
+   */
+  close(status: SessionStatus | null): void {
+    if (this.end === null && status !== null) this.end = { status, ts: this.lastTs };
+    if (this.pending.size > 0) {
+      this.flags.add(RowFlags.SEQ_GAP);
+      const seqs = [...this.pending.keys()].sort((a, b) => a - b);
+      for (const seq of seqs) {
+        const stranded = this.pending.get(seq)!;
+        if (!("event" in stranded)) continue; // dead-lettered already, by the decoder
+        this.reject(
+          "SEQ_GAP",
+          `session ${this.sessionId} closed while event seq ${seq} waited for seq ${this.nextSeq}, which never ` +
+            `arrived; the gateway must send every seq from 0 without gaps`,
+          stranded,
+          { missing_seq: this.nextSeq },
+        );
+      }
+      this.pending.clear();
+    }
+    if (this.requests.size > 0) {
+      this.flags.add(RowFlags.UNANSWERED_REQUEST);
+      this.ctx.metrics.inc("requests_unanswered", "", this.requests.size);
+    }
+    this.dropRetryOrphans();
+    this.resolveDrift();
+  }
+
+  /**
+   * Calls with identical prompts hang under the same node. Among those that declare no choice_index, the
+   * ones nobody continued from are retry orphans: if any attempt was continued, the others are dropped;
+   * if none was, the latest attempt stands.
+   */
+  private dropRetryOrphans(): void {
+    const groups = new Map<TrieNode, CallState[]>();
+    for (const call of this.calls.values()) {
+      if (call.outStart === null || call.choiceIndex !== undefined) continue;
+      const at = call.outStart.parent!;
+      const group = groups.get(at);
+      if (group === undefined) groups.set(at, [call]);
+      else group.push(call);
+    }
+    for (const group of groups.values()) {
+      if (group.length < 2) continue;
+      const continued = group.filter((c) => c.continued);
+      const keep = continued.length > 0 ? continued : [group[group.length - 1]!];
+      for (const call of group) {
+        if (keep.includes(call)) continue;
+        this.trie.detach(call.outStart!);
+        this.calls.delete(call.id);
+        this.ctx.metrics.inc("orphans_dropped");
+      }
+      for (const call of keep) call.flags.add(RowFlags.ORPHAN_DROPPED);
+    }
+  }
+
+  /**
+   * `fork`: the drifting call's row is flagged; nothing else changes. `realign`: when the drifted turn's
+   * output is still a leaf (nothing continued from its exact tokens), its row is suppressed and the turn is
+   * demoted to context, so the continuation is the one row. Otherwise realigning would lose a trained row,
+   * so it stays a fork.
+   */
+  private resolveDrift(): void {
+    for (const { reference, call } of this.drifts) {
+      const end = reference.end;
+      const canRealign =
+        this.ctx.config.drift_policy === "realign" &&
+        reference.outStart !== null &&
+        end !== null &&
+        end.children.length === 0 &&
+        this.calls.has(reference.id);
+      if (canRealign) {
+        reference.demoted = true;
+        this.suppressed.add(end);
+        call.flags.add(RowFlags.DRIFT_REALIGNED);
+      } else {
+        call.flags.add(RowFlags.DRIFT);
+      }
+    }
+  }
+
+  /** Leaves that produce no row (realigned drift). */
+  readonly suppressed = new Set<TrieNode>();
+
+  /** Sum of session-level rewards, or null when there is none. */
+  sessionReward(): { reward: number | null; finished: boolean | null } {
+    let reward: number | null = null;
+    let finished: boolean | null = null;
+    for (const r of this.rewards) {
+      if (r.target !== "session") continue;
+      reward = (reward ?? 0) + r.value;
+      if (r.finished === false) finished = false;
+      else if (r.finished === true && finished === null) finished = true;
+    }
+    return { reward, finished };
+  }
+}

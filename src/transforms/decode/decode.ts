@@ -1,0 +1,176 @@
+/**
+ * Stateless map at the source edge: raw bytes → a typed gateway event, or a dead letter with a stable
+ * code. Transforms after this one trust their input.
+ */
+import { hash } from "node:crypto";
+import type { ZodError } from "zod";
+import type { ErrorCode } from "../../core/errors.ts";
+import { makeDeadLetter, type RawRecord } from "../../core/records.ts";
+import type { DeadLetter } from "../../schemas/dead-letter.ts";
+import {
+  EVENT_TYPES,
+  eventSchemas,
+  PROTOCOL_VERSION,
+  type CodedIssueParams,
+  type EventType,
+  type GatewayEvent,
+} from "../../schemas/events.ts";
+import { formatOrigin } from "../../schemas/origin.ts";
+import { firstNonFinite } from "../../schemas/tokens.ts";
+
+export const COMPONENT = "decode";
+
+/** A decoded event with its provenance. `digest` identifies the exact bytes (to tell true duplicates). */
+export interface DecodedEvent {
+  event: GatewayEvent;
+  record: RawRecord;
+  digest: string;
+}
+
+/**
+ * The envelope of an event that was rejected after its session and seq could be read. The session still
+ * counts that seq as used, so one bad event does not strand every later event of its session.
+ */
+export interface RejectedEnvelope {
+  uid: string;
+  session_id: string;
+  seq: number;
+  ts: number;
+  digest: string;
+}
+
+export type DecodeResult =
+  { ok: true; value: DecodedEvent } | { ok: false; deadLetter: DeadLetter; envelope?: RejectedEnvelope };
+
+const utf8 = new TextDecoder();
+
+function reject(
+  code: ErrorCode,
+  message: string,
+  record: RawRecord,
+  obj?: Record<string, unknown>,
+  details?: Record<string, unknown>,
+): DecodeResult {
+  const extras: Parameters<typeof makeDeadLetter>[4] = { details };
+  let envelope: RejectedEnvelope | undefined;
+  if (obj !== undefined) {
+    const { uid, session_id, seq, ts } = obj;
+    if (typeof uid === "string") extras.uid = uid;
+    if (typeof session_id === "string") extras.session_id = session_id;
+    if (typeof seq === "number") extras.seq = seq;
+    if (
+      typeof uid === "string" &&
+      uid.length > 0 &&
+      typeof session_id === "string" &&
+      session_id.length > 0 &&
+      Number.isInteger(seq) &&
+      (seq as number) >= 0 &&
+      typeof ts === "number" &&
+      Number.isFinite(ts)
+    ) {
+      envelope = { uid, session_id, seq: seq as number, ts, digest: digestOf(record) };
+    }
+  }
+  const deadLetter = makeDeadLetter(code, message, COMPONENT, record, extras);
+  return envelope === undefined ? { ok: false, deadLetter } : { ok: false, deadLetter, envelope };
+}
+
+function describeIssues(error: ZodError): { code: ErrorCode; message: string; issues: unknown[] } {
+  let code: ErrorCode = "INVALID_EVENT";
+  const issues = error.issues.map((issue) => {
+    const params = (issue as { params?: Partial<CodedIssueParams> }).params;
+    if (params?.trajflowCode !== undefined && code === "INVALID_EVENT") code = params.trajflowCode;
+    return { code: issue.code, path: issue.path.map(String), message: issue.message };
+  });
+  const message = issues
+    .map((i) => `${i.path.length > 0 ? i.path.join(".") : "(event)"}: ${i.message}`)
+    .join("; ");
+  return { code, message, issues };
+}
+
+/** Decodes one raw record. Never throws on bad input. */
+export function decodeEvent(record: RawRecord): DecodeResult {
+  const where = formatOrigin(record.origin);
+  const text = typeof record.raw === "string" ? record.raw : utf8.decode(record.raw);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    return reject("MALFORMED_JSON", `${where}: not valid JSON (${(err as Error).message})`, record);
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+    return reject("NOT_AN_OBJECT", `${where}: an event must be a JSON object`, record);
+  }
+  const obj = parsed as Record<string, unknown>;
+  if (obj.v !== PROTOCOL_VERSION) {
+    const message =
+      obj.v === undefined
+        ? `${where}: missing protocol version "v" (expected 1)`
+        : `${where}: protocol version ${JSON.stringify(obj.v)} is not supported (expected 1)`;
+    return reject(obj.v === undefined ? "INVALID_EVENT" : "UNSUPPORTED_VERSION", message, record, obj);
+  }
+  const type = obj.type;
+  if (typeof type !== "string" || !(EVENT_TYPES as string[]).includes(type)) {
+    return reject(
+      "UNKNOWN_EVENT_TYPE",
+      `${where}: event type ${JSON.stringify(type)} is not one of ${EVENT_TYPES.join(", ")}`,
+      record,
+      obj,
+    );
+  }
+  const result = eventSchemas[type as EventType].safeParse(obj);
+  if (!result.success) {
+    const { code, message, issues } = describeIssues(result.error);
+    return reject(code, `${where}: invalid ${type} event: ${message}`, record, obj, { issues });
+  }
+  const event = result.data as GatewayEvent;
+  if (event.type === "request" || event.type === "response") {
+    const problem = checkPromptForm(event);
+    if (problem !== null) return reject("INVALID_EVENT", `${where}: ${problem}`, record, obj);
+  }
+  if (event.type === "response" && event.logprobs !== undefined) {
+    if (event.logprobs.length !== event.output_ids.length) {
+      return reject(
+        "LOGPROBS_LENGTH_MISMATCH",
+        `${where}: response of call ${event.call_id} has ${event.logprobs.length} logprobs for ` +
+          `${event.output_ids.length} output ids; send exactly one logprob per output id, or none`,
+        record,
+        obj,
+        { logprobs: event.logprobs.length, output_ids: event.output_ids.length },
+      );
+    }
+    const bad = firstNonFinite(event.logprobs);
+    if (bad >= 0) {
+      return reject(
+        "LOGPROBS_NOT_FINITE",
+        `${where}: response of call ${event.call_id} has logprob ${event.logprobs[bad]} at position ${bad}; ` +
+          `logprobs must be finite`,
+        record,
+        obj,
+        { position: bad },
+      );
+    }
+  }
+  return { ok: true, value: { event, record, digest: hash("sha1", text) } };
+}
+
+function digestOf(record: RawRecord): string {
+  return hash("sha1", typeof record.raw === "string" ? record.raw : utf8.decode(record.raw));
+}
+
+/** The prompt is given either in full or as parent + delta, never both; a response may omit both. */
+function checkPromptForm(event: Extract<GatewayEvent, { type: "request" | "response" }>): string | null {
+  const full = event.prompt_ids !== undefined;
+  const hasParent = event.parent_call_id !== undefined;
+  const hasDelta = event.prompt_delta_ids !== undefined;
+  if (full && (hasParent || hasDelta)) {
+    return `call ${event.call_id} sends both prompt_ids and the delta form; send one of them`;
+  }
+  if (hasParent !== hasDelta) {
+    return `call ${event.call_id}: parent_call_id and prompt_delta_ids go together; one of them is missing`;
+  }
+  if (event.type === "request" && !full && !hasParent) {
+    return `request of call ${event.call_id} has no prompt: send prompt_ids, or parent_call_id with prompt_delta_ids`;
+  }
+  return null;
+}
