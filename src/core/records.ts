@@ -35,7 +35,6 @@ export function makeDeadLetter(
     message,
     component,
     origin: record.origin,
-    rejected_at: new Date().toISOString(),
     ...extras,
   };
   if (typeof record.raw === "string") {

@@ -14,27 +14,46 @@ export interface CodedIssueParams {
   trajflowCode: "INVALID_TOKENS" | "INVALID_LOGPROBS";
 }
 
+// Token and logprob fields are built per field (each with its description) and remembered here, so the
+// JSON Schema generator can describe their wire forms precisely.
+const tokenFields = new WeakSet<object>();
+const logprobFields = new WeakSet<object>();
+
 /** Token ids: a JSON array of int32 ids or `{ "b64": ... }`, decoded into an Int32Array. */
-export const tokenIds = z.unknown().transform((value, ctx) => {
-  const decoded = decodeTokenIds(value);
-  if (typeof decoded === "string") {
-    const params: CodedIssueParams = { trajflowCode: "INVALID_TOKENS" };
-    ctx.issues.push({ code: "custom", message: decoded, input: value, params });
-    return z.NEVER;
-  }
-  return decoded;
-});
+export function tokenIds(description: string) {
+  const schema = z
+    .unknown()
+    .transform((value, ctx) => {
+      const decoded = decodeTokenIds(value);
+      if (typeof decoded === "string") {
+        const params: CodedIssueParams = { trajflowCode: "INVALID_TOKENS" };
+        ctx.issues.push({ code: "custom", message: decoded, input: value, params });
+        return z.NEVER;
+      }
+      return decoded;
+    })
+    .describe(description);
+  tokenFields.add(schema);
+  return schema;
+}
 
 /** Logprobs: a JSON array of numbers or `{ "b64": ... }`, decoded into a Float32Array. */
-export const logprobValues = z.unknown().transform((value, ctx) => {
-  const decoded = decodeLogprobs(value);
-  if (typeof decoded === "string") {
-    const params: CodedIssueParams = { trajflowCode: "INVALID_LOGPROBS" };
-    ctx.issues.push({ code: "custom", message: decoded, input: value, params });
-    return z.NEVER;
-  }
-  return decoded;
-});
+export function logprobValues(description: string) {
+  const schema = z
+    .unknown()
+    .transform((value, ctx) => {
+      const decoded = decodeLogprobs(value);
+      if (typeof decoded === "string") {
+        const params: CodedIssueParams = { trajflowCode: "INVALID_LOGPROBS" };
+        ctx.issues.push({ code: "custom", message: decoded, input: value, params });
+        return z.NEVER;
+      }
+      return decoded;
+    })
+    .describe(description);
+  logprobFields.add(schema);
+  return schema;
+}
 
 const identifier = z.string().min(1);
 
@@ -55,11 +74,11 @@ const envelope = {
 
 /** Fields describing a call's prompt; on `request`, or inline on a `response` that had no request event. */
 const promptFields = {
-  prompt_ids: tokenIds.optional().describe("the full prompt's token ids"),
+  prompt_ids: tokenIds("the full prompt's token ids").optional(),
   parent_call_id: identifier
     .optional()
     .describe("delta form: the prompt is this call's prompt + its output + prompt_delta_ids"),
-  prompt_delta_ids: tokenIds.optional().describe("delta form: tokens appended after the parent's output"),
+  prompt_delta_ids: tokenIds("delta form: tokens appended after the parent's output").optional(),
   messages: z.array(chatMessage).optional().describe("the OpenAI chat messages the prompt was rendered from"),
   tools: z.array(z.unknown()).optional().describe("the tool definitions offered to the model"),
   choice_index: z
@@ -94,8 +113,8 @@ export const responseEvent = z.object({
   ...envelope,
   type: z.literal("response"),
   call_id: identifier.describe("the call this answers"),
-  output_ids: tokenIds.describe("the sampled token ids"),
-  logprobs: logprobValues.optional().describe("one logprob per output id, of the sampled token"),
+  output_ids: tokenIds("the sampled token ids"),
+  logprobs: logprobValues("one logprob per output id, of the sampled token").optional(),
   finish_reason: z.string().describe("the backend's raw finish reason: stop, length, tool_calls, abort, ..."),
   weight_version: z.int().nonnegative().optional().describe("the policy version that sampled"),
   text: z.string().optional().describe("the decoded output text"),
@@ -106,7 +125,7 @@ export const responseEvent = z.object({
 export const rewardEvent = z.object({
   ...envelope,
   type: z.literal("reward"),
-  value: z.number().refine(Number.isFinite, "must be a finite number").describe("the score"),
+  value: z.number().describe("the score, a finite number"),
   target: identifier.default("session").describe('"session" (the default) or a call_id'),
   stage: identifier.default("env").describe("who scored it"),
   key: identifier.optional().describe("idempotency key: a reward with a repeated key is applied once"),
@@ -177,8 +196,8 @@ export function eventJsonSchema(): Record<string, unknown> {
     io: "input",
     unrepresentable: "any",
     override: (ctx) => {
-      if (ctx.zodSchema === tokenIds) Object.assign(ctx.jsonSchema, tokenForm);
-      if (ctx.zodSchema === logprobValues) Object.assign(ctx.jsonSchema, logprobForm);
+      if (tokenFields.has(ctx.zodSchema)) Object.assign(ctx.jsonSchema, tokenForm);
+      if (logprobFields.has(ctx.zodSchema)) Object.assign(ctx.jsonSchema, logprobForm);
     },
   }) as Record<string, unknown>;
 }

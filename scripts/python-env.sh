@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Creates .cache/python, a virtual environment with the independent readers the tests use to check
+# trajflow's output (pyarrow, DuckDB), installed from PyPI. Idempotent: a complete environment is reused.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=.cache/python
+stamp="$venv/.trajflow-ready"
+requirements=scripts/python-requirements.txt
+if [ -f "$stamp" ] && cmp -s "$stamp" "$requirements"; then
+  exit 0
+fi
+python=${PYTHON:-python3}
+rm -rf "$venv"
+"$python" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+cp "$requirements" "$stamp"
+echo "python environment ready: $venv ($("$venv/bin/python" -c 'import pyarrow, duckdb; print("pyarrow", pyarrow.__version__, "duckdb", duckdb.__version__)'))"

@@ -1,0 +1,31 @@
+import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
+import { TrajflowError } from "../core/errors.ts";
+
+/** Exit codes of every command (docs/cli.md). */
+export const ExitCode = {
+  OK: 0,
+  /** The run failed: an input could not be read, an output could not be written. */
+  FAILURE: 1,
+  /** The command line or the configuration is wrong; nothing was done. */
+  USAGE: 2,
+} as const;
+
+export function usageError(message: string): TrajflowError {
+  return new TrajflowError("USAGE", message);
+}
+
+/** parseArgs with strict checking, turning its errors into usage errors. */
+export function parse<const O extends ParseArgsOptionsConfig>(argv: string[], options: O) {
+  try {
+    return parseArgs({ args: argv, options, allowPositionals: true, strict: true });
+  } catch (err) {
+    throw usageError((err as Error).message);
+  }
+}
+
+export function intOption(name: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n)) throw usageError(`--${name} must be an integer, got ${JSON.stringify(value)}`);
+  return n;
+}

@@ -1,0 +1,160 @@
+#!/usr/bin/env node
+/**
+ * The trajflow command line. Exit codes: 0 success, 1 the run failed, 2 usage or configuration error.
+ */
+import { isTrajflowError } from "../core/errors.ts";
+import { createLogger } from "../core/logger.ts";
+import { ExitCode, intOption, parse, usageError } from "./args.ts";
+import { inspect } from "./inspect.ts";
+import { formatSummary, replay } from "./replay.ts";
+
+const HELP = `trajflow: LLM agent gateway events → training-ready RL trajectories (Parquet)
+
+Usage:
+  trajflow replay <events.jsonl[.gz]...> --out <dir> [options]
+  trajflow inspect <file|dir> [--uid <uid>] [--session <id>] [--limit <n>] [--tokens]
+  trajflow <command> --help
+
+Exit codes: 0 success, 1 the run failed, 2 usage or configuration error.
+`;
+
+const REPLAY_HELP = `trajflow replay <events.jsonl[.gz]...> --out <dir> [options]
+
+Replays recorded gateway events (protocol v1, one JSON object per line; gzip is detected), assembles
+each session's trajectories and writes them as Parquet files under <dir>. Rejected events are written
+to <dir>/dead-letter/ with an error code (docs/errors.md). Prints a summary.
+
+Options:
+  --out <dir>               output directory (required)
+  --drift-policy <p>        fork (default) or realign: what to do when a prompt re-renders a sampled turn
+  --idle-timeout-ms <n>     finalize a session after this much event time without events (default 600000)
+  --reward-grace-ms <n>     accept rewards this long after session.end (default 30000)
+  --max-tokens <n>          truncate rows longer than n tokens (flagged "truncated")
+  --compression <c>         zstd (default), snappy, gzip, lz4 or none
+  --rows-per-file <n>       rows per Parquet file (default 50000)
+  --json                    print the summary as JSON instead of text
+  --log-level <level>       trace, debug, info (default), warn, error, silent
+  -h, --help                show this help
+`;
+
+const INSPECT_HELP = `trajflow inspect <file|dir> [options]
+
+Prints trajectory rows from a Parquet file, or every Parquet file under a directory: key, status,
+reward, finish reasons, flags, token counts and the runs of the loss mask.
+
+Options:
+  --uid <uid>          only rows of this uid
+  --session <id>       only rows of this session_id
+  --limit <n>          at most n rows
+  --tokens             also print the token ids and the mask
+  -h, --help           show this help
+`;
+
+async function runReplay(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    out: { type: "string" },
+    "drift-policy": { type: "string" },
+    "idle-timeout-ms": { type: "string" },
+    "reward-grace-ms": { type: "string" },
+    "max-tokens": { type: "string" },
+    compression: { type: "string" },
+    "rows-per-file": { type: "string" },
+    json: { type: "boolean" },
+    "log-level": { type: "string" },
+    help: { type: "boolean", short: "h" },
+  });
+  if (values.help === true) {
+    process.stdout.write(REPLAY_HELP);
+    return ExitCode.OK;
+  }
+  if (positionals.length === 0) throw usageError("replay needs at least one events file");
+  if (values.out === undefined) throw usageError("replay needs --out <dir>");
+  const logger = createLogger({ level: values["log-level"] });
+  const result = await replay({
+    inputs: positionals,
+    out: values.out,
+    logger,
+    assemble: {
+      drift_policy: values["drift-policy"] as "fork" | "realign" | undefined,
+      idle_timeout_ms: intOption("idle-timeout-ms", values["idle-timeout-ms"]),
+      reward_grace_ms: intOption("reward-grace-ms", values["reward-grace-ms"]),
+      max_tokens: intOption("max-tokens", values["max-tokens"]),
+    },
+    parquet: {
+      compression: values.compression as "zstd" | undefined,
+      max_rows_per_file: intOption("rows-per-file", values["rows-per-file"]),
+    },
+  });
+  if (values.json === true) {
+    process.stdout.write(
+      `${JSON.stringify({ events: result.events, seconds: result.seconds, files: result.files, dead_letter_files: result.deadLetterFiles, metrics: result.metrics.snapshot() }, null, 2)}\n`,
+    );
+  } else {
+    process.stdout.write(`${formatSummary(result, values.out)}\n`);
+  }
+  return ExitCode.OK;
+}
+
+async function runInspect(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    uid: { type: "string" },
+    session: { type: "string" },
+    limit: { type: "string" },
+    tokens: { type: "boolean" },
+    help: { type: "boolean", short: "h" },
+  });
+  if (values.help === true) {
+    process.stdout.write(INSPECT_HELP);
+    return ExitCode.OK;
+  }
+  if (positionals.length !== 1) throw usageError("inspect needs exactly one file or directory");
+  const shown = await inspect(
+    positionals[0]!,
+    {
+      uid: values.uid,
+      session: values.session,
+      limit: intOption("limit", values.limit),
+      tokens: values.tokens,
+    },
+    (line) => process.stdout.write(`${line}\n`),
+  );
+  process.stderr.write(`${shown} row(s)\n`);
+  return ExitCode.OK;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  try {
+    switch (command) {
+      case "replay":
+        return await runReplay(rest);
+      case "inspect":
+        return await runInspect(rest);
+      case undefined:
+      case "help":
+      case "--help":
+      case "-h":
+        process.stdout.write(HELP);
+        return command === undefined ? ExitCode.USAGE : ExitCode.OK;
+      default:
+        throw usageError(`unknown command ${JSON.stringify(command)}`);
+    }
+  } catch (err) {
+    if (isTrajflowError(err) && (err.code === "USAGE" || err.code === "CONFIG_INVALID")) {
+      process.stderr.write(
+        `trajflow: ${err.message}\n${err.code === "USAGE" ? "Run `trajflow --help` for usage.\n" : ""}`,
+      );
+      return ExitCode.USAGE;
+    }
+    if (isTrajflowError(err)) {
+      process.stderr.write(`trajflow: [${err.code}] ${err.message}\n`);
+      return ExitCode.FAILURE;
+    }
+    process.stderr.write(`trajflow: unexpected error: ${(err as Error).stack ?? String(err)}\n`);
+    return ExitCode.FAILURE;
+  }
+}
+
+if (import.meta.main) {
+  process.exitCode = await main(process.argv.slice(2));
+}

@@ -1,0 +1,193 @@
+/**
+ * Trajectory rows → one Arrow record batch, built column by column from flat typed arrays plus offsets
+ * (`makeData`), never value by value: token columns are copied once into one buffer each.
+ */
+import {
+  makeData,
+  RecordBatch,
+  Struct,
+  Table,
+  type Data,
+  type DataType,
+  type Field,
+  type List,
+} from "apache-arrow";
+import { trajectoryArrowSchema, type TrajectoryRow } from "./trajectory.ts";
+
+const encoder = new TextEncoder();
+
+/** Validity bitmap for a nullable column; null when every value is present (Arrow's convention). */
+function validity(
+  n: number,
+  present: (i: number) => boolean,
+): { bitmap: Uint8Array | undefined; nulls: number } {
+  const bitmap = new Uint8Array((n + 7) >> 3);
+  let nulls = 0;
+  for (let i = 0; i < n; i++) {
+    if (present(i)) bitmap[i >> 3]! |= 1 << (i & 7);
+    else nulls++;
+  }
+  return { bitmap: nulls === 0 ? undefined : bitmap, nulls };
+}
+
+function field(name: string): Field {
+  const f = trajectoryArrowSchema.fields.find((x) => x.name === name);
+  if (f === undefined) throw new Error(`no column ${name} in the trajectory schema`);
+  return f;
+}
+
+function utf8Data(values: string[]): Data {
+  const parts = values.map((v) => encoder.encode(v));
+  const offsets = new Int32Array(values.length + 1);
+  let total = 0;
+  parts.forEach((p, i) => {
+    total += p.length;
+    offsets[i + 1] = total;
+  });
+  const data = new Uint8Array(total);
+  parts.forEach((p, i) => data.set(p, offsets[i]!));
+  return makeData({ type: field("key").type, length: values.length, valueOffsets: offsets, data });
+}
+
+type NumericArray = Int32Array | Int8Array | Float32Array;
+
+/** A list column of numbers from per-row typed arrays (`null` entries allowed when the column is nullable). */
+function numericListData(
+  name: string,
+  rows: Array<NumericArray | null>,
+  Ctor: new (n: number) => NumericArray,
+): Data {
+  const type = field(name).type as List;
+  const n = rows.length;
+  const offsets = new Int32Array(n + 1);
+  let total = 0;
+  for (let i = 0; i < n; i++) {
+    total += rows[i]?.length ?? 0;
+    offsets[i + 1] = total;
+  }
+  const flat = new Ctor(total);
+  for (let i = 0; i < n; i++) {
+    const r = rows[i];
+    if (r != null) (flat as Int32Array).set(r as Int32Array, offsets[i]!);
+  }
+  const child = makeData({ type: type.children[0]!.type as DataType, length: total, data: flat } as never);
+  const { bitmap, nulls } = validity(n, (i) => rows[i] !== null);
+  return makeData({ type, length: n, valueOffsets: offsets, child, nullBitmap: bitmap, nullCount: nulls });
+}
+
+function stringListData(name: string, rows: string[][]): Data {
+  const type = field(name).type as List;
+  const offsets = new Int32Array(rows.length + 1);
+  const flat: string[] = [];
+  rows.forEach((r, i) => {
+    flat.push(...r);
+    offsets[i + 1] = flat.length;
+  });
+  return makeData({ type, length: rows.length, valueOffsets: offsets, child: utf8Data(flat) });
+}
+
+function int32Data(name: string, values: Array<number | null>): Data {
+  const data = new Int32Array(values.length);
+  values.forEach((v, i) => (data[i] = v ?? 0));
+  const { bitmap, nulls } = validity(values.length, (i) => values[i] !== null);
+  return makeData({
+    type: field(name).type as never,
+    length: values.length,
+    data,
+    nullBitmap: bitmap,
+    nullCount: nulls,
+  });
+}
+
+function float64Data(name: string, values: Array<number | null>): Data {
+  const data = new Float64Array(values.length);
+  values.forEach((v, i) => (data[i] = v ?? 0));
+  const { bitmap, nulls } = validity(values.length, (i) => values[i] !== null);
+  return makeData({
+    type: field(name).type as never,
+    length: values.length,
+    data,
+    nullBitmap: bitmap,
+    nullCount: nulls,
+  });
+}
+
+function boolData(name: string, values: Array<boolean | null>): Data {
+  const data = new Uint8Array((values.length + 7) >> 3);
+  values.forEach((v, i) => {
+    if (v === true) data[i >> 3]! |= 1 << (i & 7);
+  });
+  const { bitmap, nulls } = validity(values.length, (i) => values[i] !== null);
+  return makeData({
+    type: field(name).type as never,
+    length: values.length,
+    data,
+    nullBitmap: bitmap,
+    nullCount: nulls,
+  });
+}
+
+/** Builds one record batch of trajectory rows. */
+export function rowsToRecordBatch(rows: TrajectoryRow[]): RecordBatch {
+  const col = <K extends keyof TrajectoryRow>(k: K): Array<TrajectoryRow[K]> => rows.map((r) => r[k]);
+  const children: Record<string, Data> = {
+    key: utf8Data(col("key")),
+    uid: utf8Data(col("uid")),
+    session_id: utf8Data(col("session_id")),
+    index: int32Data("index", col("index")),
+    sample_index: int32Data("sample_index", col("sample_index")),
+    group_size: int32Data("group_size", col("group_size")),
+    prompt_ids: numericListData("prompt_ids", col("prompt_ids"), Int32Array),
+    response_ids: numericListData("response_ids", col("response_ids"), Int32Array),
+    response_mask: numericListData("response_mask", col("response_mask"), Int8Array),
+    rollout_log_probs: numericListData("rollout_log_probs", col("rollout_log_probs"), Float32Array),
+    reward: float64Data("reward", col("reward")),
+    episode_finished: boolData("episode_finished", col("episode_finished")),
+    finish_reasons: stringListData("finish_reasons", col("finish_reasons")),
+    finish_reasons_raw: stringListData("finish_reasons_raw", col("finish_reasons_raw")),
+    weight_version_min: int32Data("weight_version_min", col("weight_version_min")),
+    weight_version_max: int32Data("weight_version_max", col("weight_version_max")),
+    num_turns: int32Data("num_turns", col("num_turns")),
+    num_trained_tokens: int32Data("num_trained_tokens", col("num_trained_tokens")),
+    status: utf8Data(col("status")),
+    flags: stringListData("flags", col("flags")),
+    parent_index: int32Data("parent_index", col("parent_index")),
+    shared_prefix_len: int32Data("shared_prefix_len", col("shared_prefix_len")),
+  };
+  const ordered = trajectoryArrowSchema.fields.map((f) => {
+    const data = children[f.name];
+    if (data === undefined) throw new Error(`column ${f.name} is not built`);
+    return data;
+  });
+  const struct = makeData({
+    type: new Struct(trajectoryArrowSchema.fields),
+    length: rows.length,
+    children: ordered,
+  });
+  return new RecordBatch(trajectoryArrowSchema, struct);
+}
+
+export function rowsToTable(rows: TrajectoryRow[]): Table {
+  return new Table(trajectoryArrowSchema, [rowsToRecordBatch(rows)]);
+}
+
+/** Reads rows back from an Arrow table (inspect, tests). */
+export function tableToRows(table: Table): TrajectoryRow[] {
+  const out: TrajectoryRow[] = [];
+  for (const r of table) {
+    const o = r!.toJSON() as Record<string, unknown>;
+    const list = <T>(v: unknown): T[] => (v == null ? [] : ([...(v as Iterable<T>)] as T[]));
+    out.push({
+      ...(o as unknown as TrajectoryRow),
+      prompt_ids: Int32Array.from(list<number>(o.prompt_ids)),
+      response_ids: Int32Array.from(list<number>(o.response_ids)),
+      response_mask: Int8Array.from(list<number>(o.response_mask)),
+      rollout_log_probs:
+        o.rollout_log_probs == null ? null : Float32Array.from(list<number>(o.rollout_log_probs)),
+      finish_reasons: list(o.finish_reasons),
+      finish_reasons_raw: list(o.finish_reasons_raw),
+      flags: list(o.flags),
+    });
+  }
+  return out;
+}

@@ -1,0 +1,84 @@
+/**
+ * The file commit protocol (Kafka Connect's HDFS sink, Flink's FileSink): write under a name readers
+ * ignore (leading `.`), fsync, then link it into place without overwriting, fsync the directory, and
+ * remove the temporary name. A reader listing the directory never sees a partial file.
+ *
+ * Names are deterministic, so replaying the same input produces the same names: an existing file with
+ * identical bytes means the work was already committed; different bytes means a second writer of the same
+ * range, which fails rather than overwrite.
+ */
+import { randomBytes } from "node:crypto";
+import { promises as fs } from "node:fs";
+import { basename, dirname, join } from "node:path";
+import { TrajflowError } from "../../core/errors.ts";
+
+export type CommitOutcome = "written" | "already-committed";
+
+/** Prefix of in-progress files: readers (pyarrow, DuckDB, Spark) skip names starting with `.` or `_`. */
+export const TEMP_PREFIX = ".trajflow-tmp-";
+
+async function fsyncDir(dir: string): Promise<void> {
+  const handle = await fs.open(dir, "r");
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+async function sameBytes(path: string, bytes: Uint8Array): Promise<boolean> {
+  const existing = await fs.readFile(path);
+  return Buffer.compare(existing, bytes) === 0;
+}
+
+/** Atomically creates `path` with `bytes`. */
+export async function commitFile(path: string, bytes: Uint8Array): Promise<CommitOutcome> {
+  const dir = dirname(path);
+  await fs.mkdir(dir, { recursive: true });
+  const temp = join(dir, `${TEMP_PREFIX}${randomBytes(6).toString("hex")}-${basename(path)}`);
+  const handle = await fs.open(temp, "wx");
+  try {
+    await handle.writeFile(bytes);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  try {
+    await fs.link(temp, path);
+  } catch (err) {
+    await fs.unlink(temp);
+    if ((err as NodeJS.ErrnoException).code !== "EEXIST") {
+      throw new TrajflowError("SINK_WRITE_FAILED", `could not commit ${path}: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+    if (await sameBytes(path, bytes)) return "already-committed";
+    throw new TrajflowError(
+      "FILE_CONFLICT",
+      `${path} already exists with different content; another writer produced the same range, or the ` +
+        `output directory holds a different run: use a fresh --out directory or remove the old files`,
+      { details: { path } },
+    );
+  }
+  await fs.unlink(temp);
+  await fsyncDir(dir);
+  return "written";
+}
+
+/** Removes temporary files a crashed writer left behind. Returns how many were removed. */
+export async function removeStaleTemps(dir: string): Promise<number> {
+  let names: string[];
+  try {
+    names = await fs.readdir(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return 0;
+    throw err;
+  }
+  let removed = 0;
+  for (const name of names) {
+    if (!name.startsWith(TEMP_PREFIX)) continue;
+    await fs.unlink(join(dir, name));
+    removed++;
+  }
+  return removed;
+}

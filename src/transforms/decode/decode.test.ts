@@ -1,0 +1,187 @@
+import { strict as assert } from "node:assert";
+import { describe, it } from "node:test";
+import { packLogprobs, packTokenIds } from "../../schemas/tokens.ts";
+import { decodeEvent } from "./decode.ts";
+
+const origin = { kind: "file", file: "events.jsonl", line: 7 } as const;
+const base = { v: 1, session_id: "s1", uid: "u1", seq: 0, ts: 1 };
+const response = {
+  ...base,
+  type: "response",
+  call_id: "c1",
+  output_ids: [5, 6],
+  logprobs: [-0.5, -1],
+  finish_reason: "stop",
+};
+
+function reject(raw: string): { code: string; message: string; details: unknown; envelope: unknown } {
+  const result = decodeEvent({ raw, origin });
+  assert.equal(result.ok, false, `expected ${raw} to be rejected`);
+  if (result.ok) throw new Error("unreachable");
+  assert.deepEqual(result.deadLetter.origin, origin);
+  assert.equal(result.deadLetter.raw, raw, "the raw bytes travel with the dead letter");
+  assert.equal(result.deadLetter.component, "decode");
+  return { ...result.deadLetter, details: result.deadLetter.details, envelope: result.envelope };
+}
+
+describe("decode", () => {
+  it("decodes JSON and packed token arrays to the same typed arrays", () => {
+    const plain = decodeEvent({ raw: JSON.stringify(response), origin });
+    const packed = decodeEvent({
+      raw: JSON.stringify({
+        ...response,
+        output_ids: packTokenIds([5, 6]),
+        logprobs: packLogprobs([-0.5, -1]),
+      }),
+      origin,
+    });
+    assert.ok(plain.ok && packed.ok);
+    assert.deepEqual(packed.value.event, plain.value.event);
+    if (plain.value.event.type !== "response") throw new Error("unreachable");
+    assert.ok(plain.value.event.output_ids instanceof Int32Array);
+    assert.deepEqual([...plain.value.event.output_ids], [5, 6]);
+    assert.deepEqual([...plain.value.event.logprobs!], [-0.5, -1]);
+  });
+
+  it("keeps unknown extra fields out of the way instead of rejecting them", () => {
+    const result = decodeEvent({ raw: JSON.stringify({ ...response, gateway_latency_ms: 12 }), origin });
+    assert.ok(result.ok);
+    assert.equal("gateway_latency_ms" in result.value.event, false);
+  });
+
+  it("applies defaults to rewards", () => {
+    const result = decodeEvent({ raw: JSON.stringify({ ...base, type: "reward", value: 1 }), origin });
+    assert.ok(result.ok);
+    assert.deepEqual(result.value.event, {
+      ...base,
+      type: "reward",
+      value: 1,
+      target: "session",
+      stage: "env",
+    });
+  });
+
+  const cases: Array<[string, string, string, RegExp]> = [
+    ["malformed JSON", '{"v":1,', "MALFORMED_JSON", /not valid JSON/],
+    ["an array", "[1,2]", "NOT_AN_OBJECT", /must be a JSON object/],
+    ["version 2", JSON.stringify({ ...response, v: 2 }), "UNSUPPORTED_VERSION", /version 2 is not supported/],
+    [
+      "no version",
+      JSON.stringify({ ...response, v: undefined }),
+      "INVALID_EVENT",
+      /missing protocol version/,
+    ],
+    [
+      "an unknown type",
+      JSON.stringify({ ...base, type: "thought" }),
+      "UNKNOWN_EVENT_TYPE",
+      /"thought" is not one of/,
+    ],
+    ["a missing field", JSON.stringify({ ...response, call_id: undefined }), "INVALID_EVENT", /call_id/],
+    ["a wrong type", JSON.stringify({ ...response, seq: "3" }), "INVALID_EVENT", /seq/],
+    ["a negative seq", JSON.stringify({ ...response, seq: -1 }), "INVALID_EVENT", /seq/],
+    [
+      "a float token",
+      JSON.stringify({ ...response, output_ids: [5, 6.5] }),
+      "INVALID_TOKENS",
+      /element 1 is 6.5/,
+    ],
+    ["a negative token", JSON.stringify({ ...response, output_ids: [-5, 6] }), "INVALID_TOKENS", /element 0/],
+    [
+      "a bad packing",
+      JSON.stringify({ ...response, output_ids: { b64: "AAAAAAA=" } }),
+      "INVALID_TOKENS",
+      /not a multiple of 4/,
+    ],
+    [
+      "string logprobs",
+      JSON.stringify({ ...response, logprobs: ["x", -1] }),
+      "INVALID_LOGPROBS",
+      /not a number/,
+    ],
+    [
+      "a length mismatch",
+      JSON.stringify({ ...response, logprobs: [-1] }),
+      "LOGPROBS_LENGTH_MISMATCH",
+      /1 logprobs for 2 output ids/,
+    ],
+    [
+      "NaN logprobs",
+      JSON.stringify({ ...response, logprobs: packLogprobs([Number.NaN, -1]) }),
+      "LOGPROBS_NOT_FINITE",
+      /position 0/,
+    ],
+    [
+      "an infinite reward",
+      JSON.stringify({ ...base, type: "reward", value: 1 }).replace('"value":1', '"value":1e999'),
+      "INVALID_EVENT",
+      /received Infinity/,
+    ],
+    [
+      "both prompt forms",
+      JSON.stringify({
+        ...base,
+        type: "request",
+        call_id: "c",
+        prompt_ids: [1],
+        parent_call_id: "p",
+        prompt_delta_ids: [2],
+      }),
+      "INVALID_EVENT",
+      /both prompt_ids and the delta form/,
+    ],
+    [
+      "a request without prompt",
+      JSON.stringify({ ...base, type: "request", call_id: "c" }),
+      "INVALID_EVENT",
+      /has no prompt/,
+    ],
+    [
+      "a half delta form",
+      JSON.stringify({ ...base, type: "request", call_id: "c", parent_call_id: "p" }),
+      "INVALID_EVENT",
+      /go together/,
+    ],
+    [
+      "an unknown end status",
+      JSON.stringify({ ...base, type: "session.end", status: "done" }),
+      "INVALID_EVENT",
+      /status/,
+    ],
+  ];
+  for (const [what, raw, code, message] of cases) {
+    it(`dead-letters ${what} as ${code}`, () => {
+      const letter = reject(raw);
+      assert.equal(letter.code, code);
+      assert.match(letter.message, message);
+      assert.match(letter.message, /^events\.jsonl:7: /, "the message says where the event came from");
+    });
+  }
+
+  it("reports zod issue paths in the details", () => {
+    const letter = reject(JSON.stringify({ ...response, finish_reason: 3 }));
+    assert.deepEqual(letter.details, {
+      issues: [
+        {
+          code: "invalid_type",
+          path: ["finish_reason"],
+          message: "Invalid input: expected string, received number",
+        },
+      ],
+    });
+  });
+
+  it("returns the envelope of a rejected event so its seq is not waited for", () => {
+    const letter = reject(JSON.stringify({ ...response, logprobs: [-1] }));
+    assert.deepEqual(Object.keys(letter.envelope as object), ["uid", "session_id", "seq", "ts", "digest"]);
+    assert.equal(reject('{"v":1,').envelope, undefined);
+  });
+
+  it("keeps invalid UTF-8 as base64", () => {
+    const raw = new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]);
+    const result = decodeEvent({ raw, origin });
+    assert.ok(!result.ok);
+    assert.equal(result.deadLetter.raw, undefined);
+    assert.equal(result.deadLetter.raw_b64, Buffer.from(raw).toString("base64"));
+  });
+});

@@ -1,0 +1,218 @@
+/**
+ * End to end: recorded events → `trajflow replay` → Parquet files read back by pyarrow and DuckDB, and
+ * dead letters for bad input.
+ */
+import { strict as assert } from "node:assert";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { gzipSync } from "node:zlib";
+import { after, describe, it } from "node:test";
+import { assemble, plain, SessionScript } from "./helpers/sessions.ts";
+import { runCli } from "./helpers/cli.ts";
+import { pythonReady, readWithPython } from "./helpers/python.ts";
+import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
+import { parquetMetadata } from "../src/sinks/parquet/encode.ts";
+import { readRows } from "../src/cli/inspect.ts";
+
+const EXAMPLES = new URL("../examples/sessions.jsonl", import.meta.url).pathname;
+const scratch = mkdtempSync(join(tmpdir(), "trajflow-replay-"));
+after(() => rmSync(scratch, { recursive: true, force: true }));
+let n = 0;
+const freshDir = () => join(scratch, `run-${n++}`);
+
+interface PythonView {
+  files: string[];
+  schema: Record<string, string>;
+  nullable: Record<string, boolean>;
+  rows: Array<Record<string, unknown>>;
+  duckdb: { types: Record<string, string>; rows: Array<[string, number, number]> };
+  keys: string[][];
+}
+
+function expectedRows(lines: string[]): TrajectoryRow[] {
+  return assemble(lines).rows;
+}
+
+describe("replay", () => {
+  it("writes Parquet that pyarrow and DuckDB read with the documented schema and the exact rows", async () => {
+    assert.ok(pythonReady(), "the test setup installs pyarrow and DuckDB (scripts/python-env.sh)");
+    const out = freshDir();
+    const result = await runCli(["replay", EXAMPLES, "--out", out, "--rows-per-file", "4"]);
+    assert.equal(result.code, 0, result.stderr);
+    assert.match(result.stdout, /6 finalized \(ok 6\)/);
+    assert.match(result.stdout, /9 in 3 Parquet file\(s\)/);
+
+    const view = await readWithPython<PythonView>("read_output.py", out);
+    assert.deepEqual(
+      view.files.map((f) => f.slice(out.length + 1)),
+      ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"],
+    );
+    assert.deepEqual(view.schema, {
+      key: "string",
+      uid: "string",
+      session_id: "string",
+      index: "int32",
+      sample_index: "int32",
+      group_size: "int32",
+      prompt_ids: "list<element: int32 not null>",
+      response_ids: "list<element: int32 not null>",
+      response_mask: "list<element: int8 not null>",
+      rollout_log_probs: "list<element: float not null>",
+      reward: "double",
+      episode_finished: "bool",
+      finish_reasons: "list<element: string not null>",
+      finish_reasons_raw: "list<element: string not null>",
+      weight_version_min: "int32",
+      weight_version_max: "int32",
+      num_turns: "int32",
+      num_trained_tokens: "int32",
+      status: "string",
+      flags: "list<element: string not null>",
+      parent_index: "int32",
+      shared_prefix_len: "int32",
+    });
+    assert.equal(view.nullable.rollout_log_probs, true);
+    assert.equal(view.nullable.prompt_ids, false);
+    assert.equal(view.duckdb.types.prompt_ids, "INTEGER[]");
+
+    // Every value pyarrow reads equals what the assembler produced in process.
+    const expected = expectedRows(readFileSync(EXAMPLES, "utf8").trimEnd().split("\n"))
+      .map(plain)
+      .sort((a, b) => ((a.key as string) < (b.key as string) ? -1 : 1));
+    assert.equal(view.rows.length, 9);
+    assert.deepEqual(view.rows, expected);
+    assert.deepEqual(
+      view.duckdb.rows,
+      expected.map((r) => [
+        r.key,
+        (r.prompt_ids as number[]).length + (r.response_ids as number[]).length,
+        (r.response_mask as number[]).reduce((a, b) => a + b, 0),
+      ]),
+    );
+    // Keys split back into uid, session_id and index with rsplit("_", 2).
+    assert.deepEqual(
+      view.keys,
+      expected.map((r) => [r.uid, r.session_id, String(r.index)]),
+    );
+    const meta = parquetMetadata(readFileSync(join(out, "part-00001.parquet")));
+    assert.equal(meta["trajflow.schema_version"], "1");
+    assert.equal(meta["trajflow.first_row"], "4");
+  });
+
+  it("dead-letters bad lines with code, origin and raw bytes, and keeps the good sessions", async () => {
+    const out = freshDir();
+    const good = new SessionScript("u9", "ok").call("c1", [1, 2], [3, 4]).end().lines();
+    const input = join(scratch, "mixed.jsonl");
+    const lines = [
+      good[0]!,
+      "{not json",
+      '{"v":1,"type":"noise","uid":"u","session_id":"s","seq":0,"ts":1}',
+      "",
+      good[1]!,
+      good[2]!,
+    ];
+    writeFileSync(input, `${lines.join("\n")}\n`);
+    const result = await runCli(["replay", input, "--out", out, "--json"]);
+    assert.equal(result.code, 0, result.stderr);
+    const summary = JSON.parse(result.stdout) as { metrics: Record<string, unknown> };
+    assert.deepEqual(summary.metrics.dead_letters, { MALFORMED_JSON: 1, UNKNOWN_EVENT_TYPE: 1 });
+    const letters = readFileSync(join(out, "dead-letter", "dead-letters-00000.jsonl"), "utf8")
+      .trimEnd()
+      .split("\n")
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    assert.deepEqual(
+      letters.map((l) => [l.code, l.origin, l.raw]),
+      [
+        ["MALFORMED_JSON", { kind: "file", file: input, line: 2 }, "{not json"],
+        ["UNKNOWN_EVENT_TYPE", { kind: "file", file: input, line: 3 }, lines[2]],
+      ],
+    );
+    const rows = await readRows(join(out, "part-00000.parquet"));
+    assert.deepEqual(rows.map(plain), assemble(good).rows.map(plain));
+  });
+
+  it("reads gzip input and reproduces the same files on a second run (idempotent)", async () => {
+    const out = freshDir();
+    const gz = join(scratch, "sessions.jsonl.gz");
+    writeFileSync(gz, gzipSync(readFileSync(EXAMPLES)));
+    const first = await runCli(["replay", gz, "--out", out, "--json"]);
+    assert.equal(first.code, 0, first.stderr);
+    const bytes = readFileSync(join(out, "part-00000.parquet"));
+    const second = await runCli(["replay", gz, "--out", out, "--json"]);
+    assert.equal(second.code, 0, second.stderr);
+    const metrics = (JSON.parse(second.stdout) as { metrics: Record<string, unknown> }).metrics;
+    assert.deepEqual(metrics.files_committed, { "already-committed": 1 });
+    assert.deepEqual(readFileSync(join(out, "part-00000.parquet")), bytes);
+    assert.deepEqual(readdirSync(out).sort(), ["part-00000.parquet"]);
+    const plainOut = freshDir();
+    assert.equal((await runCli(["replay", EXAMPLES, "--out", plainOut])).code, 0);
+    assert.deepEqual(
+      (await readRows(join(plainOut, "part-00000.parquet"))).map(plain),
+      (await readRows(join(out, "part-00000.parquet"))).map(plain),
+      "gzip and plain input give the same rows",
+    );
+  });
+
+  it("refuses to overwrite a file from a different run", async () => {
+    const out = freshDir();
+    assert.equal((await runCli(["replay", EXAMPLES, "--out", out])).code, 0);
+    const other = join(scratch, "other.jsonl");
+    writeFileSync(other, `${new SessionScript().call("c1", [1], [2]).end().lines().join("\n")}\n`);
+    const result = await runCli(["replay", other, "--out", out]);
+    assert.equal(result.code, 1);
+    assert.match(result.stderr, /\[FILE_CONFLICT\]/);
+  });
+
+  it("exits 2 on usage and configuration errors, listing every problem", async () => {
+    const noOut = await runCli(["replay", EXAMPLES]);
+    assert.equal(noOut.code, 2);
+    assert.match(noOut.stderr, /--out/);
+    const unknown = await runCli(["replay", EXAMPLES, "--out", freshDir(), "--frobnicate"]);
+    assert.equal(unknown.code, 2);
+    assert.match(unknown.stderr, /frobnicate/);
+    const bad = await runCli([
+      "replay",
+      EXAMPLES,
+      "--out",
+      freshDir(),
+      "--drift-policy",
+      "merge",
+      "--compression",
+      "brotli",
+    ]);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /assemble\.drift_policy/);
+    assert.match(bad.stderr, /parquet\.compression/);
+    const missing = await runCli(["replay", join(scratch, "nope.jsonl"), "--out", freshDir()]);
+    assert.equal(missing.code, 1);
+    assert.match(missing.stderr, /SOURCE_READ_FAILED/);
+  });
+
+  it("inspect prints rows a person can read, filtered by uid", async () => {
+    const out = freshDir();
+    assert.equal((await runCli(["replay", EXAMPLES, "--out", out])).code, 0);
+    const result = await runCli(["inspect", out, "--uid", "gsm8k-0099"]);
+    assert.equal(result.code, 0, result.stderr);
+    assert.match(
+      result.stdout,
+      /^gsm8k-0099_s0_0 {2}status=ok {2}reward=1 {2}turns=2 \[stop, stop\] {2}policy=13 {2}flags=orphan_dropped$/m,
+    );
+    assert.match(result.stdout, /mask: {3}prompt 22 · gen 11 · ctx 27 · gen 11/);
+    assert.equal(result.stdout.split("\n").filter((l) => /^\S/.test(l)).length, 1);
+  });
+});
+
+describe("examples", () => {
+  it("examples/sessions.jsonl is what examples/generate.ts writes", async () => {
+    const { spawnSync } = await import("node:child_process");
+    const res = spawnSync(
+      process.execPath,
+      [new URL("../examples/generate.ts", import.meta.url).pathname, "--check"],
+      {
+        encoding: "utf8",
+      },
+    );
+    assert.equal(res.status, 0, res.stderr);
+  });
+});
