@@ -576,6 +576,41 @@ describe("assemble: logprobs and truncation", () => {
   });
 });
 
+describe("assemble: long sessions", () => {
+  it("keeps rows exact when spans cross arena chunks", () => {
+    const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+    const prompt = range(100, 3000);
+    const out1 = range(5000, 2500);
+    const obs = range(9000, 700);
+    const out2 = range(12000, 1800);
+    const s = new SessionScript()
+      .call("c1", prompt, out1)
+      .call("c2", [...prompt, ...out1, ...obs], out2)
+      .call("c3", [...prompt, ...out1, ...obs.slice(0, 300), 1], [2])
+      .end();
+    const { rows } = assemble(s.lines());
+    const mask = (n: number, v: number) => Array<number>(n).fill(v);
+    const two = { num_turns: 2, finish_reasons: ["stop", "stop"], finish_reasons_raw: ["stop", "stop"] };
+    assert.deepEqual(rows.map(plain), [
+      row({
+        prompt_ids: prompt,
+        response_ids: [...out1, ...obs, ...out2],
+        response_mask: [...mask(2500, 1), ...mask(700, 0), ...mask(1800, 1)],
+        ...two,
+      }),
+      row({
+        index: 1,
+        prompt_ids: prompt,
+        response_ids: [...out1, ...obs.slice(0, 300), 1, 2],
+        response_mask: [...mask(2801, 0), 1],
+        parent_index: 0,
+        shared_prefix_len: 5800,
+        ...two,
+      }),
+    ]);
+  });
+});
+
 describe("assemble: bad references", () => {
   it("dead-letters unknown calls, parents, targets and duplicate call ids", () => {
     const s = new SessionScript()

@@ -118,7 +118,6 @@ function buildRow(
   config: AssembleConfig,
   metrics: Metrics,
 ): TrajectoryRow {
-  const { tokens: arena, logprobs: arenaLogprobs } = session.trie;
   let total = 0;
   let promptLen = -1;
   let sharedLen = 0;
@@ -151,7 +150,7 @@ function buildRow(
   for (let d = 0; d < path.length && pos < length; d++) {
     const node = path[d]!;
     const take = Math.min(node.len, length - pos);
-    const src = arena.subarray(node.start, node.start + take);
+    const src = node.tokens.subarray(node.start, node.start + take);
     // Copy the span, which may straddle the prompt/response boundary only at a node boundary.
     if (pos < promptKept) prompt.set(src, pos);
     else response.set(src, pos - promptKept);
@@ -162,7 +161,7 @@ function buildRow(
         const at = pos - promptKept;
         mask.fill(1, at, at + take);
         trained += take;
-        if (call.hasLogprobs) logprobs.set(arenaLogprobs.subarray(node.start, node.start + take), at);
+        if (call.hasLogprobs) logprobs.set(node.logprobs.subarray(node.start, node.start + take), at);
         else missingLogprobs = true;
       }
     }

@@ -282,12 +282,12 @@ export class SessionState {
     const boundary = this.trie.boundary(walk);
     let attach = boundary;
     if (walk.matched < walked.length) {
-      attach = this.trie.addChild(boundary, walked.subarray(walk.matched), null, null);
+      attach = this.trie.addChild(boundary, walked.subarray(walk.matched), null, null).last;
     }
     if (ev.output_ids.length > 0) {
       const out = this.trie.addChild(attach, ev.output_ids, ev.logprobs ?? null, call);
-      call.outStart = out;
-      this.trie.setEnd(call, out);
+      call.outStart = out.first;
+      this.trie.setEnd(call, out.last);
     } else {
       this.trie.setEnd(call, attach);
       this.ctx.metrics.inc("empty_outputs");

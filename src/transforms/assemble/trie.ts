@@ -1,9 +1,11 @@
 /**
- * A per-session token prefix trie, stored as a radix tree over one growable token arena.
+ * A per-session token prefix trie, stored as a radix tree over an arena of typed-array chunks.
  *
- * Tokens live in flat typed arrays (the arena); a node references a range of it. No per-token objects:
- * a node is one span, and splitting a span is O(1) in tokens. Sampled spans (a call's output) and context
- * spans (prompt tokens) are separate nodes, so a call's output always starts at a node boundary.
+ * Tokens live in flat typed arrays; a node references a range of one chunk. No per-token objects: a node
+ * is one span, and splitting a span is O(1) in tokens. Chunks are never reallocated (a full chunk is
+ * followed by a bigger one), so no turn pays for copying the whole session: per-turn cost stays flat in
+ * session length. Sampled spans (a call's output) and context spans (prompt tokens) are separate nodes,
+ * so a call's output always starts at a node boundary.
  */
 
 /** What the trie needs to know about a call that owns sampled nodes or ends at a node. */
@@ -15,7 +17,10 @@ export interface CallHandle {
 }
 
 export class TrieNode {
-  /** First arena index of this node's span. */
+  /** The chunk holding this node's tokens, and the matching logprobs (0 at context positions). */
+  readonly tokens: Int32Array;
+  readonly logprobs: Float32Array;
+  /** First index of this node's span in its chunk. */
   start: number;
   len: number;
   /** The call whose output this span is; null for context (prompt) spans. */
@@ -28,7 +33,16 @@ export class TrieNode {
   /** Scratch for row extraction: the node lies on some emitted row. */
   live = false;
 
-  constructor(start: number, len: number, call: CallHandle | null, parent: TrieNode | null) {
+  constructor(
+    tokens: Int32Array,
+    logprobs: Float32Array,
+    start: number,
+    len: number,
+    call: CallHandle | null,
+    parent: TrieNode | null,
+  ) {
+    this.tokens = tokens;
+    this.logprobs = logprobs;
     this.start = start;
     this.len = len;
     this.call = call;
@@ -52,46 +66,65 @@ export interface WalkResult extends Position {
   matched: number;
 }
 
-const INITIAL_CAPACITY = 1024;
+const FIRST_CHUNK = 1024;
+const MAX_CHUNK = 1 << 20;
 
 export class TokenTrie {
-  tokens: Int32Array = new Int32Array(INITIAL_CAPACITY);
-  logprobs: Float32Array = new Float32Array(INITIAL_CAPACITY);
+  private chunkTokens = new Int32Array(FIRST_CHUNK);
+  private chunkLogprobs = new Float32Array(FIRST_CHUNK);
+  private used = 0;
+  /** Tokens stored, and token slots allocated across chunks. */
   length = 0;
-  readonly root = new TrieNode(0, 0, null, null);
+  allocated = FIRST_CHUNK;
+  readonly root: TrieNode = new TrieNode(this.chunkTokens, this.chunkLogprobs, 0, 0, null, null);
   nodeCount = 1;
 
-  /** Bytes held by the arena (capacity, not length): what a session costs in memory. */
+  /** Bytes held by the arena's chunks: what a session's tokens cost in memory. */
   get arenaBytes(): number {
-    return this.tokens.byteLength + this.logprobs.byteLength;
+    return this.allocated * 8;
   }
 
-  private reserve(extra: number): void {
-    const need = this.length + extra;
-    if (need <= this.tokens.length) return;
-    let cap = this.tokens.length * 2;
-    while (cap < need) cap *= 2;
-    const tokens = new Int32Array(cap);
-    tokens.set(this.tokens.subarray(0, this.length));
-    const logprobs = new Float32Array(cap);
-    logprobs.set(this.logprobs.subarray(0, this.length));
-    this.tokens = tokens;
-    this.logprobs = logprobs;
-  }
-
-  private append(ids: Int32Array, logprobs: Float32Array | null): number {
-    this.reserve(ids.length);
-    const start = this.length;
-    this.tokens.set(ids, start);
-    if (logprobs !== null) this.logprobs.set(logprobs, start);
-    // Context positions keep logprob 0 from the zero-filled arena; they are never read as trained.
+  /**
+   * Copies `ids` (and logprobs) into the arena as a chain of nodes under `parent`, one node per chunk the
+   * span lands in; returns the first and last node of the chain.
+   */
+  private appendChain(
+    parent: TrieNode,
+    ids: Int32Array,
+    logprobs: Float32Array | null,
+    call: CallHandle | null,
+  ): { first: TrieNode; last: TrieNode } {
+    if (ids.length === 0) throw new Error("a trie span needs at least one token");
+    let first: TrieNode | null = null;
+    let at = parent;
+    let i = 0;
+    do {
+      if (this.used === this.chunkTokens.length) {
+        const size = Math.min(MAX_CHUNK, this.chunkTokens.length * 2);
+        this.chunkTokens = new Int32Array(size);
+        this.chunkLogprobs = new Float32Array(size);
+        this.used = 0;
+        this.allocated += size;
+      }
+      const take = Math.min(ids.length - i, this.chunkTokens.length - this.used);
+      this.chunkTokens.set(ids.subarray(i, i + take), this.used);
+      // Context positions keep logprob 0 from the zero-filled chunk; they are never read as trained.
+      if (logprobs !== null) this.chunkLogprobs.set(logprobs.subarray(i, i + take), this.used);
+      const node = new TrieNode(this.chunkTokens, this.chunkLogprobs, this.used, take, call, at);
+      at.children.push(node);
+      this.nodeCount++;
+      this.used += take;
+      i += take;
+      first ??= node;
+      at = node;
+    } while (i < ids.length);
     this.length += ids.length;
-    return start;
+    return { first, last: at };
   }
 
   /** Length of the common prefix of `node`'s span from `off` and `seq` from `i`. */
   private matchLength(node: TrieNode, off: number, seq: Int32Array, i: number): number {
-    const arena = this.tokens;
+    const arena = node.tokens;
     const base = node.start + off;
     const max = Math.min(node.len - off, seq.length - i);
     let k = 0;
@@ -109,7 +142,7 @@ export class TokenTrie {
     let bestLen = 0;
     let candidates = 0;
     for (const child of node.children) {
-      if (this.tokens[child.start] !== first) continue;
+      if (child.tokens[child.start] !== first) continue;
       candidates++;
       if (candidates === 1) {
         best = child;
@@ -156,7 +189,7 @@ export class TokenTrie {
    * children and the call ends. Returns the head, whose end is now the boundary at `off`.
    */
   split(node: TrieNode, off: number): TrieNode {
-    const tail = new TrieNode(node.start + off, node.len - off, node.call, node);
+    const tail = new TrieNode(node.tokens, node.logprobs, node.start + off, node.len - off, node.call, node);
     tail.children = node.children;
     for (const child of tail.children) child.parent = tail;
     tail.endOf = node.endOf;
@@ -175,18 +208,17 @@ export class TokenTrie {
     return this.split(pos.node, pos.off);
   }
 
-  /** Adds a new child span under `parent`. */
+  /**
+   * Adds a new span under `parent` (a chain of nodes when it crosses chunks). Returns its first node (the
+   * new child of `parent`) and its last node (where a continuation attaches).
+   */
   addChild(
     parent: TrieNode,
     ids: Int32Array,
     logprobs: Float32Array | null,
     call: CallHandle | null,
-  ): TrieNode {
-    const start = this.append(ids, logprobs);
-    const node = new TrieNode(start, ids.length, call, parent);
-    parent.children.push(node);
-    this.nodeCount++;
-    return node;
+  ): { first: TrieNode; last: TrieNode } {
+    return this.appendChain(parent, ids, logprobs, call);
   }
 
   /** Records that `call` ends at the end of `node`. */

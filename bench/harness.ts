@@ -1,0 +1,44 @@
+/** Small helpers shared by the benchmarks: timing with warm-up, and result records. */
+import { decodeEvent, type DecodedEvent } from "../src/transforms/decode/decode.ts";
+
+export interface Result {
+  bench: string;
+  case: string;
+  value: number;
+  unit: string;
+  note?: string;
+}
+
+export const results: Result[] = [];
+
+export function record(r: Result): void {
+  results.push(r);
+  const v = r.value >= 100 ? Math.round(r.value).toLocaleString("en-US") : r.value.toFixed(2);
+  console.log(
+    `${r.bench.padEnd(10)} ${r.case.padEnd(52)} ${v.padStart(14)} ${r.unit}${r.note ? `  (${r.note})` : ""}`,
+  );
+}
+
+/** Best of `runs` timed runs after one warm-up; returns seconds. Best-of filters scheduler noise. */
+export function bestOf(runs: number, fn: () => void): number {
+  fn();
+  let best = Infinity;
+  for (let i = 0; i < runs; i++) {
+    const t = performance.now();
+    fn();
+    best = Math.min(best, (performance.now() - t) / 1000);
+  }
+  return best;
+}
+
+export function decodeAll(events: Array<Record<string, unknown>>): DecodedEvent[] {
+  return events.map((e, i) => {
+    const r = decodeEvent({ raw: JSON.stringify(e), origin: { kind: "file", file: "bench", line: i + 1 } });
+    if (!r.ok) throw new Error(`bench workload is invalid: ${r.deadLetter.message}`);
+    return r.value;
+  });
+}
+
+export function gc(): void {
+  (globalThis as { gc?: () => void }).gc?.();
+}

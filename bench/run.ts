@@ -1,0 +1,20 @@
+/**
+ * `npm run bench`: runs every benchmark and prints one line per figure. With --json <file>, also writes
+ * the results as JSON. Record the figures in BENCHMARKS.md with the command and the machine.
+ */
+import { writeFileSync } from "node:fs";
+import { cpus, totalmem } from "node:os";
+import { run as assemble } from "./assemble.ts";
+import { run as decode } from "./decode.ts";
+import { results } from "./harness.ts";
+import { run as sink } from "./sink.ts";
+
+const machine = `${cpus().length} x ${cpus()[0]?.model ?? "unknown CPU"}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`;
+console.log(`trajflow benchmarks on ${machine}\n`);
+decode();
+assemble();
+await sink();
+const at = process.argv.indexOf("--json");
+if (at >= 0 && process.argv[at + 1] !== undefined) {
+  writeFileSync(process.argv[at + 1]!, `${JSON.stringify({ machine, results }, null, 2)}\n`);
+}

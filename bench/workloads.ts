@@ -1,0 +1,94 @@
+/**
+ * Deterministic synthetic agent sessions for benchmarks. Token ids are pseudo-random (seeded), so prompts
+ * of different sessions share nothing but what the scenario says they share.
+ */
+import { packLogprobs, packTokenIds } from "../src/schemas/tokens.ts";
+
+export interface SessionShape {
+  /** Tokens of the first prompt (system + task). */
+  initialPrompt: number;
+  /** Model calls in the session. */
+  turns: number;
+  /** Sampled tokens per call. */
+  outputTokens: number;
+  /** Tool/user/template tokens appended between calls. */
+  observationTokens: number;
+}
+
+export type PromptForm = "full" | "delta";
+
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function ids(random: () => number, n: number): number[] {
+  const out = new Array<number>(n);
+  for (let i = 0; i < n; i++) out[i] = Math.floor(random() * 150_000);
+  return out;
+}
+
+/**
+ * Wire events (objects) of one linear agent session: each prompt extends the previous prompt + output +
+ * an observation. `packed` sends token arrays as base64.
+ */
+export function linearSession(
+  shape: SessionShape,
+  form: PromptForm,
+  opts: { uid: string; sessionId: string; seed: number; packed?: boolean; t0?: number },
+): Array<Record<string, unknown>> {
+  const random = rng(opts.seed);
+  const pack = (a: number[]) => (opts.packed === true ? packTokenIds(a) : a);
+  const packLp = (a: number[]) => (opts.packed === true ? packLogprobs(a) : a);
+  const events: Array<Record<string, unknown>> = [];
+  let seq = 0;
+  let ts = opts.t0 ?? 1_767_225_600_000;
+  const base = () => ({ v: 1, uid: opts.uid, session_id: opts.sessionId, seq: seq++, ts: (ts += 100) });
+  events.push({ ...base(), type: "session.start", sample_index: 0, group_size: 1 });
+  let prompt = ids(random, shape.initialPrompt);
+  let previousObservation: number[] = [];
+  for (let turn = 0; turn < shape.turns; turn++) {
+    const callId = `c${turn}`;
+    const output = ids(random, shape.outputTokens);
+    const observation = ids(random, shape.observationTokens);
+    if (form === "full" || turn === 0) {
+      events.push({
+        ...base(),
+        type: "request",
+        call_id: callId,
+        prompt_ids: pack(prompt),
+        weight_version: 1,
+      });
+    } else {
+      events.push({
+        ...base(),
+        type: "request",
+        call_id: callId,
+        parent_call_id: `c${turn - 1}`,
+        prompt_delta_ids: pack(previousObservation),
+        weight_version: 1,
+      });
+    }
+    const logprobs = output.map(() => Math.fround(-random()));
+    events.push({
+      ...base(),
+      type: "response",
+      call_id: callId,
+      output_ids: pack(output),
+      logprobs: packLp(logprobs),
+      finish_reason: "tool_calls",
+      weight_version: 1,
+    });
+    prompt = [...prompt, ...output, ...observation];
+    previousObservation = observation;
+  }
+  events.push({ ...base(), type: "reward", value: 1 });
+  events.push({ ...base(), type: "session.end", status: "ok" });
+  return events;
+}

@@ -1,0 +1,26 @@
+import { strict as assert } from "node:assert";
+import { readFileSync } from "node:fs";
+import { it } from "node:test";
+import { ErrorCodes } from "../src/core/errors.ts";
+import { RowFlags } from "../src/schemas/trajectory.ts";
+import { trajectoryArrowSchema } from "../src/schemas/trajectory.ts";
+
+const doc = (name: string) => readFileSync(new URL(`../docs/${name}`, import.meta.url), "utf8");
+/** A table row whose first cell is `name` in backticks (Prettier pads table cells). */
+const tableRow = (text: string, name: string) => new RegExp(`^\\|\\s*\`${name}\`\\s*\\|`, "m").test(text);
+
+it("docs/errors.md documents every error code", () => {
+  const errors = doc("errors.md");
+  const missing = Object.keys(ErrorCodes).filter((code) => !tableRow(errors, code));
+  assert.deepEqual(missing, []);
+});
+
+it("docs/output.md documents every column and every flag", () => {
+  const output = doc("output.md");
+  const columns = trajectoryArrowSchema.fields
+    .map((f) => f.name)
+    .filter((name) => !output.includes(`\`${name}\``));
+  assert.deepEqual(columns, []);
+  const flags = Object.values(RowFlags).filter((flag) => !tableRow(output, flag));
+  assert.deepEqual(flags, []);
+});
