@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import { after, describe, it } from "node:test";
-import { assemble, plain, SessionScript } from "./helpers/sessions.ts";
+import { assemble, plain, plainWithTimes, SessionScript } from "./helpers/sessions.ts";
 import { runCli } from "./helpers/cli.ts";
 import { pythonReady, readWithPython } from "./helpers/python.ts";
 import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
@@ -71,6 +71,8 @@ describe("replay", () => {
       flags: "list<element: string not null>",
       parent_index: "int32",
       shared_prefix_len: "int32",
+      sample_mask: "int8",
+      ended_at_ms: "double",
     });
     assert.equal(view.nullable.rollout_log_probs, true);
     assert.equal(view.nullable.prompt_ids, false);
@@ -78,7 +80,7 @@ describe("replay", () => {
 
     // Every value pyarrow reads equals what the assembler produced in process.
     const expected = expectedRows(readFileSync(EXAMPLES, "utf8").trimEnd().split("\n"))
-      .map(plain)
+      .map(plainWithTimes)
       .sort((a, b) => ((a.key as string) < (b.key as string) ? -1 : 1));
     assert.equal(view.rows.length, 9);
     assert.deepEqual(view.rows, expected);

@@ -99,6 +99,10 @@ function int32Data(name: string, values: Array<number | null>): Data {
   });
 }
 
+function int8Data(name: string, values: number[]): Data {
+  return makeData({ type: field(name).type as never, length: values.length, data: Int8Array.from(values) });
+}
+
 function float64Data(name: string, values: Array<number | null>): Data {
   const data = new Float64Array(values.length);
   values.forEach((v, i) => (data[i] = v ?? 0));
@@ -153,6 +157,8 @@ export function rowsToRecordBatch(rows: TrajectoryRow[]): RecordBatch {
     flags: stringListData("flags", col("flags")),
     parent_index: int32Data("parent_index", col("parent_index")),
     shared_prefix_len: int32Data("shared_prefix_len", col("shared_prefix_len")),
+    sample_mask: int8Data("sample_mask", col("sample_mask")),
+    ended_at_ms: float64Data("ended_at_ms", col("ended_at_ms")),
   };
   const ordered = trajectoryArrowSchema.fields.map((f) => {
     const data = children[f.name];

@@ -30,14 +30,21 @@ export const RowFlags = {
   UNFINISHED: "unfinished",
   /** A request never got a response. */
   UNANSWERED_REQUEST: "unanswered_request",
+  /** Group mode: a stand-in for a missing or failed session (sample_mask 0). */
+  PLACEHOLDER: "placeholder",
+  /** The row's policy was older than the staleness limit. */
+  STALE: "stale",
 } as const;
 export type RowFlag = (typeof RowFlags)[keyof typeof RowFlags];
 
 /** Normalised finish reasons. */
 export type FinishReason = "stop" | "length" | "tool_calls" | "abort" | "unknown";
 
-/** How the session ended: from `session.end`, or `timeout` when it went idle or the input ended first. */
-export type SessionStatus = "ok" | "aborted" | "failed" | "timeout";
+/**
+ * How the session ended: from `session.end`, or `timeout` when it went idle or the input ended first;
+ * `missing` for a group-mode placeholder of a session that never arrived.
+ */
+export type SessionStatus = "ok" | "aborted" | "failed" | "timeout" | "missing";
 
 export interface TrajectoryRow {
   key: string;
@@ -62,6 +69,10 @@ export interface TrajectoryRow {
   flags: RowFlag[];
   parent_index: number | null;
   shared_prefix_len: number;
+  /** 1 for a real row, 0 for a group-mode placeholder the trainer must ignore. */
+  sample_mask: number;
+  /** Event time (ms since the epoch) of the session's end, or of its last event when it timed out. */
+  ended_at_ms: number;
 }
 
 const list = (name: string, type: Int32 | Int8 | Float32 | Utf8, nullable = false) =>
@@ -91,6 +102,8 @@ export const trajectoryArrowSchema = new Schema([
   list("flags", new Utf8()),
   new Field("parent_index", new Int32(), true),
   new Field("shared_prefix_len", new Int32(), false),
+  new Field("sample_mask", new Int8(), false),
+  new Field("ended_at_ms", new Float64(), false),
 ]);
 
 /**

@@ -126,8 +126,16 @@ export function assemble(lines: string[], config: AssembleConfigInput = {}): Ass
   return { rows: sessions.flatMap((s) => s.rows), deadLetters: memory.letters, metrics, sessions };
 }
 
+/** Stands for `ended_at_ms` in expectations: event times are incidental to most tests. */
+const IGNORED = "(ignored)";
+
 /** A row with typed arrays turned into plain arrays, for deepEqual against a written-out expectation. */
 export function plain(row: TrajectoryRow): Record<string, unknown> {
+  return { ...plainWithTimes(row), ended_at_ms: IGNORED };
+}
+
+/** Like `plain`, keeping `ended_at_ms`. */
+export function plainWithTimes(row: TrajectoryRow): Record<string, unknown> {
   return {
     ...row,
     prompt_ids: [...row.prompt_ids],
@@ -172,6 +180,8 @@ export function row(fields: Partial<Record<keyof TrajectoryRow, unknown>>): Reco
     flags: [],
     parent_index: null,
     shared_prefix_len: 0,
+    sample_mask: 1,
+    ended_at_ms: IGNORED,
     ...fields,
   };
 }

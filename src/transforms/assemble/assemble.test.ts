@@ -419,6 +419,19 @@ describe("assemble: ordering and duplicates", () => {
 });
 
 describe("assemble: session lifecycle", () => {
+  it("records when the session ended, in event time", () => {
+    const ended = new SessionScript("u1", "a", 5_000).call("c1", P, O1).end();
+    const open = new SessionScript("u1", "b", 9_000).call("c1", P, O1);
+    const { rows } = assemble([...ended.lines(), ...open.lines()]);
+    assert.deepEqual(
+      rows.map((r) => [r.session_id, r.status, r.ended_at_ms]),
+      [
+        ["a", "ok", 5_020],
+        ["b", "timeout", 9_010],
+      ],
+    );
+  });
+
   it("closes an idle session by event time, before the end of input", () => {
     const idle = new SessionScript("u1", "idle", 0).call("c1", P, O1);
     const busy = new SessionScript("u1", "busy", 0).call("c1", P, O1);

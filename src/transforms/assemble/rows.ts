@@ -56,6 +56,7 @@ export function extractRows(
   const { reward, finished } = session.sessionReward();
   const sampleIndex = session.start?.sample_index ?? null;
   const groupSize = session.start?.group_size ?? null;
+  const endedAt = session.end?.ts ?? session.lastTs;
 
   // Iterative DFS over live nodes. `path[d]` is the node at depth d (the root excluded); `owner[d]` the
   // row that trains it. Nodes at depth >= firstUnowned have not been claimed by an earlier row.
@@ -92,6 +93,7 @@ export function extractRows(
       row.episode_finished = finished;
       row.sample_index = sampleIndex;
       row.group_size = groupSize;
+      row.ended_at_ms = endedAt;
       if (finished === false) row.flags.push(RowFlags.UNFINISHED);
       rows.push(row);
       for (let d = firstUnowned; d < path.length; d++) owner[d] = index;
@@ -215,5 +217,7 @@ function buildRow(
     flags: [...flags],
     parent_index: firstUnowned > 0 ? owner[firstUnowned - 1]! : null,
     shared_prefix_len: Math.min(sharedLen, length),
+    sample_mask: 1,
+    ended_at_ms: 0,
   };
 }
