@@ -1,43 +1,10 @@
 /**
- * `trajflow inspect`: reads trajectory files (Parquet; a file or a directory of them) and prints rows in
+ * `trajflow inspect`: reads trajectory files (Parquet from either engine, or Arrow IPC; a file or a
+ * directory of them, partitions included) and prints rows in
  * a form a person can read: key, lengths, mask runs, reward, flags.
  */
-import { promises as fs } from "node:fs";
-import { join } from "node:path";
-import { tableFromIPC } from "apache-arrow";
-import { TrajflowError } from "../core/errors.ts";
-import { tableToRows } from "../schemas/trajectory-arrow.ts";
 import type { TrajectoryRow } from "../schemas/trajectory.ts";
-import { parquetToIPC } from "../sinks/parquet/encode.ts";
-
-/** Data files under `path` in name order, skipping hidden and temporary names as dataset readers do. */
-export async function listDataFiles(path: string): Promise<string[]> {
-  let stat;
-  try {
-    stat = await fs.stat(path);
-  } catch (err) {
-    throw new TrajflowError("SOURCE_READ_FAILED", `cannot read ${path}: ${(err as Error).message}`, {
-      cause: err,
-    });
-  }
-  if (stat.isFile()) return [path];
-  const out: string[] = [];
-  const entries = (await fs.readdir(path, { withFileTypes: true })).sort((a, b) =>
-    a.name < b.name ? -1 : 1,
-  );
-  for (const entry of entries) {
-    if (entry.name.startsWith(".") || entry.name.startsWith("_")) continue;
-    const full = join(path, entry.name);
-    if (entry.isDirectory()) out.push(...(await listDataFiles(full)));
-    else if (entry.name.endsWith(".parquet")) out.push(full);
-  }
-  return out;
-}
-
-export async function readRows(file: string): Promise<TrajectoryRow[]> {
-  const bytes = await fs.readFile(file);
-  return tableToRows(tableFromIPC(parquetToIPC(bytes)));
-}
+import { listDataFiles, readRows } from "../sinks/files/read.ts";
 
 /** Runs of equal mask values over the whole sequence: prompt first, then gen (mask 1) / ctx (mask 0). */
 export function maskRuns(row: TrajectoryRow): string {

@@ -21,17 +21,30 @@ Exit codes: 0 success, 1 the run failed, 2 usage or configuration error.
 const REPLAY_HELP = `trajflow replay <events.jsonl[.gz]...> --out <dir> [options]
 
 Replays recorded gateway events (protocol v1, one JSON object per line; gzip is detected), assembles
-each session's trajectories and writes them as Parquet files under <dir>. Rejected events are written
-to <dir>/dead-letter/ with an error code (docs/errors.md). Prints a summary.
+each session's trajectories and writes them as Parquet (or Arrow IPC) files under <dir>. Rejected
+events are written to <dir>/dead-letter/ with an error code (docs/errors.md). Prints a summary.
 
-Options:
+Assembly:
   --out <dir>               output directory (required)
   --drift-policy <p>        fork (default) or realign: what to do when a prompt re-renders a sampled turn
   --idle-timeout-ms <n>     finalize a session after this much event time without events (default 600000)
   --reward-grace-ms <n>     accept rewards this long after session.end (default 30000)
   --max-tokens <n>          truncate rows longer than n tokens (flagged "truncated")
-  --compression <c>         zstd (default), snappy, gzip, lz4 or none
-  --rows-per-file <n>       rows per Parquet file (default 50000)
+Files:
+  --format <f>              parquet (default) or arrow (Arrow IPC files)
+  --engine <e>              parquet-wasm (default) or parquetjs-lite
+  --compression <c>         zstd (default for parquet-wasm), snappy (default for parquetjs-lite), gzip, lz4, none
+  --rows-per-file <n>       cut a file after n rows (default 10000)
+  --tokens-per-file <n>     cut a file once it holds n tokens (default 16000000)
+  --partition-by <p>        none (default), date (date=YYYY-MM-DD) or policy (policy=<version>)
+  --encode-workers <n>      worker threads encoding files (default 1)
+Trainer-shaped batches:
+  --group                   GRPO group mode: write a uid's n sessions together, padded with placeholders
+  --group-size <n>          n for sessions whose session.start has no group_size (implies --group)
+  --group-timeout-ms <n>    event time a group waits before it is padded (default 600000; implies --group)
+  --max-policy-lag <n>      rows older than current policy - n are stale: dropped, or placeholders in groups
+  --current-policy <v>      the current policy version (default: the newest seen in the stream)
+Output:
   --json                    print the summary as JSON instead of text
   --log-level <level>       trace, debug, info (default), warn, error, silent
   -h, --help                show this help
@@ -57,8 +70,18 @@ async function runReplay(argv: string[]): Promise<number> {
     "idle-timeout-ms": { type: "string" },
     "reward-grace-ms": { type: "string" },
     "max-tokens": { type: "string" },
+    format: { type: "string" },
+    engine: { type: "string" },
     compression: { type: "string" },
     "rows-per-file": { type: "string" },
+    "tokens-per-file": { type: "string" },
+    "partition-by": { type: "string" },
+    "encode-workers": { type: "string" },
+    group: { type: "boolean" },
+    "group-size": { type: "string" },
+    "group-timeout-ms": { type: "string" },
+    "max-policy-lag": { type: "string" },
+    "current-policy": { type: "string" },
     json: { type: "boolean" },
     "log-level": { type: "string" },
     help: { type: "boolean", short: "h" },
@@ -69,6 +92,9 @@ async function runReplay(argv: string[]): Promise<number> {
   }
   if (positionals.length === 0) throw usageError("replay needs at least one events file");
   if (values.out === undefined) throw usageError("replay needs --out <dir>");
+  if (values["current-policy"] !== undefined && values["max-policy-lag"] === undefined) {
+    throw usageError("--current-policy needs --max-policy-lag");
+  }
   const logger = createLogger({ level: values["log-level"] });
   const result = await replay({
     inputs: positionals,
@@ -80,10 +106,29 @@ async function runReplay(argv: string[]): Promise<number> {
       reward_grace_ms: intOption("reward-grace-ms", values["reward-grace-ms"]),
       max_tokens: intOption("max-tokens", values["max-tokens"]),
     },
-    parquet: {
+    sink: {
+      format: values.format as "parquet" | undefined,
+      engine: values.engine as "parquet-wasm" | undefined,
       compression: values.compression as "zstd" | undefined,
       max_rows_per_file: intOption("rows-per-file", values["rows-per-file"]),
+      max_tokens_per_file: intOption("tokens-per-file", values["tokens-per-file"]),
+      partition_by: values["partition-by"] as "none" | undefined,
+      encode_workers: intOption("encode-workers", values["encode-workers"]),
     },
+    group:
+      values.group === true || values["group-size"] !== undefined || values["group-timeout-ms"] !== undefined
+        ? {
+            group_size: intOption("group-size", values["group-size"]),
+            timeout_ms: intOption("group-timeout-ms", values["group-timeout-ms"]),
+          }
+        : undefined,
+    staleness:
+      values["max-policy-lag"] !== undefined
+        ? {
+            max_lag: intOption("max-policy-lag", values["max-policy-lag"])!,
+            current_version: intOption("current-policy", values["current-policy"]),
+          }
+        : undefined,
   });
   if (values.json === true) {
     process.stdout.write(

@@ -1,25 +1,35 @@
 /**
- * `trajflow replay`: recorded events → assembled trajectories in Parquet, rejected events in
- * `<out>/dead-letter/`. The embedded pipeline: jsonl source → decode → assemble → parquet sink.
+ * `trajflow replay`: recorded events → assembled trajectories in Parquet (or Arrow IPC), rejected events in
+ * `<out>/dead-letter/`. The embedded pipeline: jsonl source → decode → assemble → [group] → file sink.
  */
 import { join, resolve } from "node:path";
 import { CountingDeadLetters } from "../core/dead-letters.ts";
 import { TrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
+import { formatOrigin, type Origin } from "../schemas/origin.ts";
+import type { TrajectoryRow } from "../schemas/trajectory.ts";
 import { DeadLetterFileSink } from "../sinks/dead-letter/jsonl.ts";
-import { parquetSinkConfigSchema, type ParquetSinkConfigInput } from "../sinks/parquet/config.ts";
-import { ParquetSink } from "../sinks/parquet/sink.ts";
+import { fileSinkConfigSchema, type FileSinkConfigInput } from "../sinks/files/config.ts";
+import { FileSink } from "../sinks/files/sink.ts";
 import { readJsonl, type JsonlProgress } from "../sources/jsonl/jsonl.ts";
 import { Assembler, type SessionOutput } from "../transforms/assemble/assembler.ts";
 import { assembleConfigSchema, type AssembleConfigInput } from "../transforms/assemble/config.ts";
 import { decodeEvent } from "../transforms/decode/decode.ts";
+import { groupConfigSchema, type GroupConfigInput } from "../transforms/group/config.ts";
+import { GroupBatcher } from "../transforms/group/group.ts";
+import { stalenessConfigSchema, StalenessFilter, type StalenessConfigInput } from "../transforms/staleness/staleness.ts";
 
 export interface ReplayOptions {
   inputs: string[];
   out: string;
   assemble?: AssembleConfigInput;
-  parquet?: Omit<ParquetSinkConfigInput, "path">;
+  /** The file sink (format, engine, codec, rotation, partitioning); `path` is `out`. */
+  sink?: Omit<FileSinkConfigInput, "path">;
+  /** GRPO group mode: write each uid's sessions together, padded to the group size. Off when absent. */
+  group?: GroupConfigInput;
+  /** Drop (or, in group mode, replace with placeholders) rows of stale policies. Off when absent. */
+  staleness?: StalenessConfigInput;
   logger: Logger;
   /** Called every few thousand events with the source's progress. */
   onProgress?: (progress: JsonlProgress, metrics: Metrics) => void;
@@ -36,24 +46,23 @@ export interface ReplayResult {
 /** Validates every option first and lists all problems at once. */
 function validate(options: ReplayOptions) {
   const problems: string[] = [];
-  const assemble = assembleConfigSchema.safeParse(options.assemble ?? {});
-  const parquet = parquetSinkConfigSchema.safeParse({ ...options.parquet, path: join(options.out) });
-  for (const [name, result] of [
-    ["assemble", assemble],
-    ["parquet", parquet],
-  ] as const) {
-    if (!result.success) {
-      for (const issue of result.error.issues)
-        problems.push(`${name}.${issue.path.join(".")}: ${issue.message}`);
-    }
-  }
+  const check = <T>(name: string, result: { success: true; data: T } | { success: false; error: { issues: Array<{ path: PropertyKey[]; message: string }> } }): T | undefined => {
+    if (result.success) return result.data;
+    for (const issue of result.error.issues) problems.push(`${name}.${issue.path.map(String).join(".")}: ${issue.message}`);
+    return undefined;
+  };
+  const assemble = check("assemble", assembleConfigSchema.safeParse(options.assemble ?? {}));
+  const sink = check("sink", fileSinkConfigSchema.safeParse({ ...options.sink, path: options.out }));
+  const group = options.group === undefined ? null : check("group", groupConfigSchema.safeParse(options.group));
+  const staleness =
+    options.staleness === undefined ? null : check("staleness", stalenessConfigSchema.safeParse(options.staleness));
   if (options.inputs.length === 0) problems.push("no input files: give at least one events .jsonl file");
-  if (problems.length > 0 || !assemble.success || !parquet.success) {
+  if (problems.length > 0 || assemble === undefined || sink === undefined || group === undefined || staleness === undefined) {
     throw new TrajflowError("CONFIG_INVALID", `invalid configuration:\n  ${problems.join("\n  ")}`, {
       details: { problems },
     });
   }
-  return { assemble: assemble.data, parquet: parquet.data };
+  return { assemble, sink, group, staleness };
 }
 
 export async function replay(options: ReplayOptions): Promise<ReplayResult> {
@@ -61,41 +70,71 @@ export async function replay(options: ReplayOptions): Promise<ReplayResult> {
   const started = performance.now();
   const metrics = new Metrics();
   const out = resolve(options.out);
-  const sink = new ParquetSink(config.parquet, {
+  let position: Origin | null = null;
+  const sink = new FileSink(config.sink, {
     metrics,
-    logger: options.logger.child({ component: "parquet" }),
-    metadata: { "trajflow.source": "replay", "trajflow.inputs": JSON.stringify(options.inputs) },
+    logger: options.logger.child({ component: "sink" }),
+    describeInput: () => ({
+      "trajflow.source": "replay",
+      "trajflow.inputs": JSON.stringify(options.inputs),
+      "trajflow.position": position === null ? "" : formatOrigin(position),
+    }),
   });
   const deadLetterSink = new DeadLetterFileSink({ dir: join(out, "dead-letter") }, metrics);
   const deadLetters = new CountingDeadLetters(metrics, deadLetterSink);
-  await sink.open();
-  await deadLetterSink.open();
   const assembler = new Assembler({
     config: config.assemble,
     deadLetters,
     metrics,
     logger: options.logger.child({ component: "assemble" }),
   });
+  const staleness = config.staleness === null ? undefined : new StalenessFilter(config.staleness);
+  const grouper = config.group === null ? null : new GroupBatcher(config.group, { metrics, staleness });
 
-  const emit = async (outputs: SessionOutput[]) => {
-    for (const o of outputs) if (o.rows.length > 0) await sink.write(o.rows);
+  const writeBatches = async (batches: TrajectoryRow[][]) => {
+    for (const batch of batches) if (batch.length > 0) await sink.write(batch);
   };
+  const emit = async (outputs: SessionOutput[]) => {
+    for (const o of outputs) {
+      if (grouper !== null) {
+        await writeBatches(grouper.push(o, assembler.eventTime));
+        continue;
+      }
+      let rows = o.rows;
+      if (staleness !== undefined) {
+        staleness.observe(rows);
+        const fresh = rows.filter((r) => !staleness.isStale(r));
+        metrics.inc("rows_stale_dropped", "", rows.length - fresh.length);
+        rows = fresh;
+      }
+      if (rows.length > 0) await sink.write(rows);
+    }
+  };
+
   const progress: JsonlProgress = { bytesRead: 0 };
   let events = 0;
-  for await (const record of readJsonl({ paths: options.inputs }, progress)) {
-    events++;
-    const decoded = decodeEvent(record);
-    if (decoded.ok) {
-      await emit(assembler.push(decoded.value));
-    } else {
-      deadLetters.write(decoded.deadLetter);
-      if (decoded.envelope !== undefined) await emit(assembler.pushRejected(decoded.envelope));
+  try {
+    await sink.open();
+    await deadLetterSink.open();
+    for await (const record of readJsonl({ paths: options.inputs }, progress)) {
+      events++;
+      position = record.origin;
+      const decoded = decodeEvent(record);
+      if (decoded.ok) {
+        await emit(assembler.push(decoded.value));
+      } else {
+        deadLetters.write(decoded.deadLetter);
+        if (decoded.envelope !== undefined) await emit(assembler.pushRejected(decoded.envelope));
+      }
+      if (grouper !== null && events % 1024 === 0) await writeBatches(grouper.tick(assembler.eventTime));
+      if (options.onProgress !== undefined && events % 4096 === 0) options.onProgress(progress, metrics);
     }
-    if (options.onProgress !== undefined && events % 4096 === 0) options.onProgress(progress, metrics);
+    await emit(assembler.flush());
+    if (grouper !== null) await writeBatches(grouper.flush(assembler.eventTime));
+  } finally {
+    await sink.close();
+    await deadLetterSink.close();
   }
-  await emit(assembler.flush());
-  await sink.close();
-  await deadLetterSink.close();
   metrics.inc("events_read", "", events);
   return {
     metrics,
@@ -124,13 +163,20 @@ export function formatSummary(result: ReplayResult, out: string): string {
       `(${fmt(Math.round(tokensIn / Math.max(result.seconds, 1e-9)))} tokens/s)`,
     `  sessions      ${fmt(sessions)} finalized${sessions > 0 ? ` (${byLabel("sessions_finalized")})` : ""}` +
       `, ${fmt(m.total("sessions_without_rows"))} without rows`,
-    `  rows          ${fmt(m.total("rows_written"))} in ${fmt(result.files.length)} Parquet file(s) under ${out}`,
+    `  rows          ${fmt(m.total("rows_written"))} in ${fmt(result.files.length)} file(s) under ${out}`,
     `  tokens        ${fmt(tokensIn)} received, ${fmt(m.total("tokens_emitted"))} in rows, ` +
       `${fmt(m.total("tokens_trained"))} trained (mask 1)`,
     `  assembly      drift ${fmt(m.total("drift_detected"))}, history edited ${fmt(m.total("history_edited"))}, ` +
       `retry orphans dropped ${fmt(m.total("orphans_dropped"))}, duplicates ignored ` +
       `${fmt(m.total("duplicate_events_ignored"))}, truncated ${fmt(m.total("rows_truncated"))}, ` +
       `missing logprobs ${fmt(m.total("rows_missing_logprobs"))}`,
+    ...(m.total("groups_emitted") > 0
+      ? [
+          `  groups        ${fmt(m.total("groups_emitted"))} written, ${fmt(m.total("groups_timed_out") + m.total("groups_incomplete_at_end"))} ` +
+            `padded${m.total("placeholders") > 0 ? ` (placeholders: ${byLabel("placeholders")})` : ""}`,
+        ]
+      : []),
+    ...(m.total("rows_stale_dropped") > 0 ? [`  staleness     ${fmt(m.total("rows_stale_dropped"))} stale rows dropped`] : []),
     `  dead letters  ${fmt(deadLetters)}${deadLetters > 0 ? ` (${byLabel("dead_letters")}) in ${join(out, "dead-letter")}` : ""}`,
   ];
   return lines.join("\n");

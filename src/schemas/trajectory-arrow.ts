@@ -5,6 +5,7 @@
 import {
   makeData,
   RecordBatch,
+  Schema,
   Struct,
   Table,
   type Data,
@@ -131,8 +132,12 @@ function boolData(name: string, values: Array<boolean | null>): Data {
   });
 }
 
-/** Builds one record batch of trajectory rows. */
-export function rowsToRecordBatch(rows: TrajectoryRow[]): RecordBatch {
+/** Builds one record batch of trajectory rows, with optional schema metadata. */
+export function rowsToRecordBatch(rows: TrajectoryRow[], metadata?: Record<string, string>): RecordBatch {
+  const schema =
+    metadata === undefined
+      ? trajectoryArrowSchema
+      : new Schema(trajectoryArrowSchema.fields, new Map(Object.entries(metadata)));
   const col = <K extends keyof TrajectoryRow>(k: K): Array<TrajectoryRow[K]> => rows.map((r) => r[k]);
   const children: Record<string, Data> = {
     key: utf8Data(col("key")),
@@ -170,11 +175,12 @@ export function rowsToRecordBatch(rows: TrajectoryRow[]): RecordBatch {
     length: rows.length,
     children: ordered,
   });
-  return new RecordBatch(trajectoryArrowSchema, struct);
+  return new RecordBatch(schema, struct);
 }
 
-export function rowsToTable(rows: TrajectoryRow[]): Table {
-  return new Table(trajectoryArrowSchema, [rowsToRecordBatch(rows)]);
+export function rowsToTable(rows: TrajectoryRow[], metadata?: Record<string, string>): Table {
+  const batch = rowsToRecordBatch(rows, metadata);
+  return new Table(batch.schema, [batch]);
 }
 
 /** Reads rows back from an Arrow table (inspect, tests). */

@@ -65,20 +65,25 @@ export async function commitFile(path: string, bytes: Uint8Array): Promise<Commi
   return "written";
 }
 
-/** Removes temporary files a crashed writer left behind. Returns how many were removed. */
+/**
+ * Removes temporary files a crashed writer left behind, in `dir` and its subdirectories (partitions).
+ * Returns how many were removed.
+ */
 export async function removeStaleTemps(dir: string): Promise<number> {
-  let names: string[];
+  let entries;
   try {
-    names = await fs.readdir(dir);
+    entries = await fs.readdir(dir, { withFileTypes: true });
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return 0;
     throw err;
   }
   let removed = 0;
-  for (const name of names) {
-    if (!name.startsWith(TEMP_PREFIX)) continue;
-    await fs.unlink(join(dir, name));
-    removed++;
+  for (const entry of entries) {
+    if (entry.isDirectory()) removed += await removeStaleTemps(join(dir, entry.name));
+    else if (entry.name.startsWith(TEMP_PREFIX)) {
+      await fs.unlink(join(dir, entry.name));
+      removed++;
+    }
   }
   return removed;
 }

@@ -6,7 +6,7 @@
  * points as the live run did, and output is deterministic for the same input.
  */
 import { makeDeadLetter } from "../../core/records.ts";
-import type { TrajectoryRow } from "../../schemas/trajectory.ts";
+import type { SessionStatus, TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
 import { extractRows } from "./rows.ts";
 import { COMPONENT, SessionState, type AssembleContext } from "./session.ts";
@@ -14,11 +14,16 @@ import { COMPONENT, SessionState, type AssembleContext } from "./session.ts";
 /** How far the watermark must move (event time) before idle sessions are looked for again. */
 const SWEEP_EVERY_MS = 1_000;
 
-/** A finalized session's rows. */
+/** A finalized session's rows, with what later stages (grouping) need to know about the session. */
 export interface SessionOutput {
   uid: string;
   sessionId: string;
   rows: TrajectoryRow[];
+  status: SessionStatus;
+  sampleIndex: number | null;
+  groupSize: number | null;
+  /** Event time of the session's end (or last event). */
+  endedAt: number;
 }
 
 export class Assembler {
@@ -35,6 +40,11 @@ export class Assembler {
 
   get openSessions(): number {
     return this.sessions.size;
+  }
+
+  /** The greatest event time seen: the clock that closes sessions (and times out groups downstream). */
+  get eventTime(): number {
+    return this.watermark;
   }
 
   /**
@@ -132,6 +142,14 @@ export class Assembler {
     metrics.inc("sessions_finalized", session.end?.status ?? "timeout");
     metrics.inc("tokens_received", "", session.tokensIn);
     if (rows.length === 0) metrics.inc("sessions_without_rows");
-    return { uid: session.uid, sessionId: session.sessionId, rows };
+    return {
+      uid: session.uid,
+      sessionId: session.sessionId,
+      rows,
+      status: session.end?.status ?? "timeout",
+      sampleIndex: session.start?.sample_index ?? null,
+      groupSize: session.start?.group_size ?? null,
+      endedAt: session.end?.ts ?? session.lastTs,
+    };
   }
 }

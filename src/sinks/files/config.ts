@@ -1,0 +1,66 @@
+import { z } from "zod";
+import { ENGINE_CODECS } from "./encoders/types.ts";
+
+/**
+ * Configuration of the file sinks (`parquet` and `arrow`). Unknown keys are rejected so a typo fails
+ * loudly; engine and codec are checked together.
+ */
+export const fileSinkConfigSchema = z
+  .strictObject({
+    path: z.string().min(1).describe("Output directory."),
+    format: z
+      .enum(["parquet", "arrow"])
+      .default("parquet")
+      .describe("parquet, or arrow (Arrow IPC file format, for trainers that memory-map batches)."),
+    engine: z
+      .enum(["parquet-wasm", "parquetjs-lite"])
+      .default("parquet-wasm")
+      .describe("Parquet engine: parquet-wasm (default, fast) or parquetjs-lite (pure JavaScript, slow)."),
+    compression: z
+      .enum(["zstd", "snappy", "gzip", "lz4", "none"])
+      .optional()
+      .describe("Parquet codec; default zstd (parquet-wasm) or snappy (parquetjs-lite). Ignored for arrow."),
+    max_rows_per_file: z.int().positive().default(10_000).describe("A file is cut after this many rows."),
+    max_tokens_per_file: z
+      .int()
+      .positive()
+      .default(16_000_000)
+      .describe("A file is cut once its rows hold this many tokens; bounds the memory of buffered rows."),
+    max_file_age_ms: z
+      .int()
+      .positive()
+      .optional()
+      .describe("Wall-clock age after which buffered rows are written even if the file is small (off by default, so replays stay deterministic)."),
+    row_group_size: z.int().positive().default(4_096).describe("Rows per Parquet row group."),
+    partition_by: z
+      .enum(["none", "date", "policy"])
+      .default("none")
+      .describe("Hive-style subdirectories: date=YYYY-MM-DD (UTC, from ended_at_ms) or policy=<weight_version_max>."),
+    encode_workers: z
+      .int()
+      .min(1)
+      .max(16)
+      .default(1)
+      .describe("Worker threads encoding files, so ingest never waits on compression."),
+    max_in_flight: z
+      .int()
+      .positive()
+      .default(2)
+      .describe("Files being encoded or written at once; a writer waits beyond this (backpressure)."),
+  })
+  .superRefine((c, ctx) => {
+    if (c.format === "parquet" && c.compression !== undefined && !ENGINE_CODECS[c.engine].includes(c.compression)) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["compression"],
+        message: `${c.engine} cannot write ${c.compression}; choose one of ${ENGINE_CODECS[c.engine].join(", ")}`,
+      });
+    }
+  })
+  .transform((c) => ({
+    ...c,
+    compression: c.compression ?? (c.engine === "parquetjs-lite" ? ("snappy" as const) : ("zstd" as const)),
+  }));
+
+export type FileSinkConfig = z.output<typeof fileSinkConfigSchema>;
+export type FileSinkConfigInput = z.input<typeof fileSinkConfigSchema>;

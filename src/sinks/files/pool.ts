@@ -1,0 +1,107 @@
+/**
+ * A small pool of encoder worker threads. Rows are transferred, not copied: the typed arrays' buffers
+ * move to the worker, so handing over a 200 MB batch costs the ingest thread next to nothing.
+ */
+import { Worker } from "node:worker_threads";
+import { TrajflowError } from "../../core/errors.ts";
+import type { TrajectoryRow } from "../../schemas/trajectory.ts";
+import type { EncodeOptions } from "./encoders/types.ts";
+import type { EncodeJob, EncodeReply } from "./worker.ts";
+
+type Done = Extract<EncodeReply, { ok: true }>;
+
+interface Slot {
+  worker: Worker;
+  busy: boolean;
+}
+
+interface Pending {
+  resolve: (r: Done) => void;
+  reject: (e: Error) => void;
+}
+
+/** Buffers of a row's typed arrays: transferable, each owned by exactly one array. */
+function transferables(rows: TrajectoryRow[]): ArrayBuffer[] {
+  const out: ArrayBuffer[] = [];
+  const seen = new Set<ArrayBuffer>();
+  const add = (a: { buffer: ArrayBufferLike; byteLength: number } | null) => {
+    if (a === null) return;
+    const b = a.buffer as ArrayBuffer;
+    // Only whole, unshared buffers can move; a view into a larger buffer is copied instead.
+    if (b.byteLength !== a.byteLength || seen.has(b)) return;
+    seen.add(b);
+    out.push(b);
+  };
+  for (const r of rows) {
+    add(r.prompt_ids);
+    add(r.response_ids);
+    add(r.response_mask);
+    add(r.rollout_log_probs);
+  }
+  return out;
+}
+
+export class EncoderPool {
+  private readonly slots: Slot[] = [];
+  private readonly queue: Array<{ job: EncodeJob; pending: Pending }> = [];
+  private readonly inFlight = new Map<number, Pending>();
+  private nextId = 0;
+  private closed = false;
+
+  constructor(size: number) {
+    for (let i = 0; i < size; i++) {
+      const worker = new Worker(new URL("./worker.ts", import.meta.url));
+      const slot: Slot = { worker, busy: false };
+      worker.on("message", (reply: EncodeReply) => this.settle(slot, reply));
+      worker.on("error", (err) => this.fail(err));
+      this.slots.push(slot);
+    }
+  }
+
+  /** Encodes and commits one file. The rows are handed over: do not use them afterwards. */
+  run(path: string, rows: TrajectoryRow[], options: EncodeOptions): Promise<Done> {
+    if (this.closed) return Promise.reject(new Error("the encoder pool is closed"));
+    return new Promise((resolve, reject) => {
+      this.queue.push({ job: { id: this.nextId++, path, rows, options }, pending: { resolve, reject } });
+      this.dispatch();
+    });
+  }
+
+  private dispatch(): void {
+    for (const slot of this.slots) {
+      if (slot.busy) continue;
+      const next = this.queue.shift();
+      if (next === undefined) return;
+      slot.busy = true;
+      this.inFlight.set(next.job.id, next.pending);
+      slot.worker.postMessage(next.job, transferables(next.job.rows));
+    }
+  }
+
+  private settle(slot: Slot, reply: EncodeReply): void {
+    slot.busy = false;
+    const pending = this.inFlight.get(reply.id);
+    this.inFlight.delete(reply.id);
+    if (pending !== undefined) {
+      if (reply.ok) pending.resolve(reply);
+      else {
+        // A file conflict keeps its own code; anything else (ENOSPC, EACCES, ...) is a failed write.
+        const code = reply.error.code === "FILE_CONFLICT" ? "FILE_CONFLICT" : "SINK_WRITE_FAILED";
+        pending.reject(new TrajflowError(code, reply.error.message, { details: { cause_code: reply.error.code } }));
+      }
+    }
+    this.dispatch();
+  }
+
+  private fail(err: Error): void {
+    const error = new TrajflowError("SINK_WRITE_FAILED", `an encoder worker crashed: ${err.message}`, { cause: err });
+    for (const p of this.inFlight.values()) p.reject(error);
+    this.inFlight.clear();
+    for (const q of this.queue.splice(0)) q.pending.reject(error);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all(this.slots.map((s) => s.worker.terminate()));
+  }
+}

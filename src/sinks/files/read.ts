@@ -1,0 +1,43 @@
+/** Reading trajectory files back (inspect, tests): Parquet from either engine, and Arrow IPC files. */
+import { promises as fs } from "node:fs";
+import { join } from "node:path";
+import { tableFromIPC } from "apache-arrow";
+import { TrajflowError } from "../../core/errors.ts";
+import { tableToRows } from "../../schemas/trajectory-arrow.ts";
+import type { TrajectoryRow } from "../../schemas/trajectory.ts";
+import { parquetMetadata, parquetToIPC } from "./encoders/parquet-wasm.ts";
+
+const DATA_FILE = /\.(parquet|arrow)$/;
+
+/** Data files under `path` in name order, skipping hidden and temporary names as dataset readers do. */
+export async function listDataFiles(path: string): Promise<string[]> {
+  let stat;
+  try {
+    stat = await fs.stat(path);
+  } catch (err) {
+    throw new TrajflowError("SOURCE_READ_FAILED", `cannot read ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  if (stat.isFile()) return [path];
+  const out: string[] = [];
+  const entries = (await fs.readdir(path, { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : 1));
+  for (const entry of entries) {
+    if (entry.name.startsWith(".") || entry.name.startsWith("_")) continue;
+    const full = join(path, entry.name);
+    if (entry.isDirectory()) out.push(...(await listDataFiles(full)));
+    else if (DATA_FILE.test(entry.name)) out.push(full);
+  }
+  return out;
+}
+
+export async function readRows(file: string): Promise<TrajectoryRow[]> {
+  const bytes = await fs.readFile(file);
+  const table = file.endsWith(".arrow") ? tableFromIPC(bytes) : tableFromIPC(parquetToIPC(bytes));
+  return tableToRows(table);
+}
+
+/** Key-value metadata of a trajectory file (Parquet key-value metadata or Arrow schema metadata). */
+export async function readFileMetadata(file: string): Promise<Record<string, string>> {
+  const bytes = await fs.readFile(file);
+  if (file.endsWith(".arrow")) return Object.fromEntries(tableFromIPC(bytes).schema.metadata);
+  return parquetMetadata(bytes);
+}

@@ -1,0 +1,191 @@
+/**
+ * The file sinks (`parquet`, `arrow`): trajectory rows → files committed exactly once.
+ *
+ * Rows are buffered and cut into a file by row count, token count or (optionally) age. A batch passed to
+ * one `write` call (e.g. a whole GRPO group) always lands in one file. Encoding and the atomic commit run
+ * on worker threads; `write` waits only when `max_in_flight` files are already being written
+ * (backpressure). Each write's `onDurable` callback runs once its file is renamed into place: that is when
+ * a source may acknowledge the input.
+ *
+ * File names follow the order of rows (part-00000, part-00001, ...), so the same input gives the same
+ * files; with partitioning each cut writes one file per partition directory.
+ */
+import { join } from "node:path";
+import type { Logger } from "../../core/logger.ts";
+import type { Metrics } from "../../core/metrics.ts";
+import { OUTPUT_SCHEMA_VERSION, type TrajectoryRow } from "../../schemas/trajectory.ts";
+import { removeStaleTemps } from "../shared/atomic-file.ts";
+import type { FileSinkConfig } from "./config.ts";
+import { fileExtension } from "./encoders/index.ts";
+import type { EncodeOptions } from "./encoders/types.ts";
+import { EncoderPool } from "./pool.ts";
+
+export interface FileSinkContext {
+  metrics: Metrics;
+  logger: Logger;
+  /** Metadata describing the input a file covers, asked for when a file is cut (e.g. source position). */
+  describeInput?: () => Record<string, string>;
+}
+
+interface Buffered {
+  rows: TrajectoryRow[];
+  onDurable: (() => void) | undefined;
+}
+
+function partitionOf(row: TrajectoryRow, by: FileSinkConfig["partition_by"]): string {
+  if (by === "date") return `date=${new Date(row.ended_at_ms).toISOString().slice(0, 10)}`;
+  if (by === "policy") return `policy=${row.weight_version_max ?? "none"}`;
+  return "";
+}
+
+export class FileSink {
+  private readonly config: FileSinkConfig;
+  private readonly ctx: FileSinkContext;
+  private readonly pool: EncoderPool;
+  private buffer: Buffered[] = [];
+  private bufferedRows = 0;
+  private bufferedTokens = 0;
+  private oldestBuffered = 0;
+  private cutIndex = 0;
+  private rowsCut = 0;
+  private readonly inFlight = new Set<Promise<void>>();
+  private failure: Error | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  /** Committed file paths, in the order they were cut. */
+  readonly files: string[] = [];
+
+  constructor(config: FileSinkConfig, ctx: FileSinkContext) {
+    this.config = config;
+    this.ctx = ctx;
+    this.pool = new EncoderPool(config.encode_workers);
+  }
+
+  /** Removes what a crashed writer left behind and starts the age timer. Call once before writing. */
+  async open(): Promise<void> {
+    const removed = await removeStaleTemps(this.config.path);
+    if (removed > 0) {
+      this.ctx.logger.warn({ removed, path: this.config.path }, "Removed temporary files left by an earlier crash.");
+      this.ctx.metrics.inc("stale_temp_files_removed", "", removed);
+    }
+    const age = this.config.max_file_age_ms;
+    if (age !== undefined) {
+      this.timer = setInterval(() => {
+        if (this.bufferedRows > 0 && Date.now() - this.oldestBuffered >= age) {
+          this.cut().catch((err: Error) => (this.failure ??= err));
+        }
+      }, Math.max(50, Math.floor(age / 4)));
+      this.timer.unref();
+    }
+  }
+
+  private throwIfFailed(): void {
+    if (this.failure !== null) throw this.failure;
+  }
+
+  /**
+   * Adds rows (kept together in one file). The rows are handed over to the sink. Resolves when they are
+   * buffered, or dispatched for writing if they completed a file.
+   */
+  async write(rows: TrajectoryRow[], onDurable?: () => void): Promise<void> {
+    this.throwIfFailed();
+    if (rows.length === 0) {
+      if (onDurable !== undefined) this.buffer.push({ rows, onDurable });
+      return;
+    }
+    if (this.bufferedRows === 0) this.oldestBuffered = Date.now();
+    this.buffer.push({ rows, onDurable });
+    this.bufferedRows += rows.length;
+    for (const r of rows) this.bufferedTokens += r.prompt_ids.length + r.response_ids.length;
+    if (this.bufferedRows >= this.config.max_rows_per_file || this.bufferedTokens >= this.config.max_tokens_per_file) {
+      await this.cut();
+    }
+  }
+
+  /** Cuts the buffered rows into file(s) now and dispatches them; waits while too many are in flight. */
+  async cut(): Promise<void> {
+    this.throwIfFailed();
+    if (this.buffer.length === 0) return;
+    const batches = this.buffer;
+    this.buffer = [];
+    const rows = batches.flatMap((b) => b.rows);
+    const callbacks = batches.map((b) => b.onDurable).filter((f) => f !== undefined);
+    const tokens = this.bufferedTokens;
+    this.bufferedRows = 0;
+    this.bufferedTokens = 0;
+
+    const name = `part-${String(this.cutIndex++).padStart(5, "0")}${fileExtension(this.config)}`;
+    const firstRow = this.rowsCut;
+    this.rowsCut += rows.length;
+    const byPartition = new Map<string, TrajectoryRow[]>();
+    for (const row of rows) {
+      const p = partitionOf(row, this.config.partition_by);
+      const list = byPartition.get(p);
+      if (list === undefined) byPartition.set(p, [row]);
+      else list.push(row);
+    }
+    const inputMeta = this.ctx.describeInput?.() ?? {};
+    const writes: Array<Promise<void>> = [];
+    for (const [partition, partRows] of byPartition) {
+      const path = join(this.config.path, partition, name);
+      const options: EncodeOptions = {
+        format: this.config.format,
+        engine: this.config.engine,
+        compression: this.config.compression,
+        rowGroupSize: this.config.row_group_size,
+        metadata: {
+          "trajflow.schema_version": OUTPUT_SCHEMA_VERSION,
+          "trajflow.engine": this.config.format === "arrow" ? "apache-arrow" : this.config.engine,
+          "trajflow.cut": String(this.cutIndex - 1),
+          "trajflow.first_row": String(firstRow),
+          "trajflow.rows": String(partRows.length),
+          ...inputMeta,
+        },
+      };
+      writes.push(this.commit(path, partRows, options));
+    }
+    const all = Promise.all(writes).then(() => {
+      for (const f of callbacks) f();
+    });
+    const tracked: Promise<void> = all
+      .catch((err: Error) => {
+        this.failure ??= err;
+      })
+      .finally(() => this.inFlight.delete(tracked));
+    this.inFlight.add(tracked);
+    this.ctx.logger.debug({ file: name, rows: rows.length, tokens }, "Cut a file.");
+    while (this.inFlight.size >= this.config.max_in_flight) await Promise.race(this.inFlight);
+    this.throwIfFailed();
+  }
+
+  private async commit(path: string, rows: TrajectoryRow[], options: EncodeOptions): Promise<void> {
+    const count = rows.length;
+    const done = await this.pool.run(path, rows, options);
+    const { metrics } = this.ctx;
+    metrics.inc("files_committed", done.outcome);
+    metrics.inc("rows_written", "", count);
+    metrics.inc("bytes_written", "", done.outcome === "written" ? done.bytes : 0);
+    metrics.inc("encode_ms", "", done.encodeMs);
+    this.files.push(path);
+    this.ctx.logger.debug(
+      { file: path, rows: count, bytes: done.bytes, outcome: done.outcome, encodeMs: Math.round(done.encodeMs) },
+      "Committed a file.",
+    );
+  }
+
+  /** Waits until every dispatched file is committed. */
+  async drain(): Promise<void> {
+    while (this.inFlight.size > 0) await Promise.race(this.inFlight);
+    this.throwIfFailed();
+  }
+
+  /** Writes what is buffered, waits for every file, and stops the workers. */
+  async close(): Promise<void> {
+    if (this.timer !== null) clearInterval(this.timer);
+    try {
+      await this.cut();
+      await this.drain();
+    } finally {
+      await this.pool.close();
+    }
+  }
+}

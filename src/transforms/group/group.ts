@@ -1,0 +1,173 @@
+/**
+ * The `group` transform: GRPO computes advantages over the n rollouts of one uid, so a trainer needs
+ * whole groups. Finished sessions wait here until their uid has n of them, then the group's rows leave as
+ * one batch (one file). A group still incomplete after `timeout_ms` of event time is padded with
+ * placeholder rows (sample_mask 0, all masks 0) so every group has exactly n sessions.
+ *
+ * Sessions that ended `failed`, or whose policy is stale, become placeholders too. A session whose reward
+ * says `finished: false` keeps its reward (the baseline stays honest) but trains nothing: its masks and
+ * logprobs are zeroed.
+ */
+import type { Metrics } from "../../core/metrics.ts";
+import { RowFlags, rowKey, type SessionStatus, type TrajectoryRow } from "../../schemas/trajectory.ts";
+import type { SessionOutput } from "../assemble/assembler.ts";
+import type { StalenessFilter } from "../staleness/staleness.ts";
+import type { GroupConfig } from "./config.ts";
+
+interface OpenGroup {
+  uid: string;
+  size: number;
+  sessions: SessionOutput[];
+  /** Event time when the first session of the group was finalized. */
+  openedAt: number;
+}
+
+export interface GroupContext {
+  metrics: Metrics;
+  staleness?: StalenessFilter;
+}
+
+function placeholder(
+  uid: string,
+  sessionId: string,
+  sampleIndex: number | null,
+  size: number,
+  status: SessionStatus,
+  endedAt: number,
+  extraFlags: string[] = [],
+): TrajectoryRow {
+  return {
+    key: rowKey(uid, sessionId, 0),
+    uid,
+    session_id: sessionId,
+    index: 0,
+    sample_index: sampleIndex,
+    group_size: size,
+    prompt_ids: new Int32Array(0),
+    response_ids: new Int32Array(0),
+    response_mask: new Int8Array(0),
+    rollout_log_probs: new Float32Array(0),
+    reward: null,
+    episode_finished: null,
+    finish_reasons: [],
+    finish_reasons_raw: [],
+    weight_version_min: null,
+    weight_version_max: null,
+    num_turns: 0,
+    num_trained_tokens: 0,
+    status,
+    flags: [RowFlags.PLACEHOLDER, ...extraFlags].sort() as TrajectoryRow["flags"],
+    parent_index: null,
+    shared_prefix_len: 0,
+    sample_mask: 0,
+    ended_at_ms: endedAt,
+  };
+}
+
+/** Keeps the reward, trains nothing. */
+function zeroTraining(row: TrajectoryRow): TrajectoryRow {
+  return {
+    ...row,
+    response_mask: new Int8Array(row.response_mask.length),
+    rollout_log_probs: row.rollout_log_probs === null ? null : new Float32Array(row.rollout_log_probs.length),
+    num_trained_tokens: 0,
+  };
+}
+
+export class GroupBatcher {
+  private readonly config: GroupConfig;
+  private readonly ctx: GroupContext;
+  private readonly open = new Map<string, OpenGroup>();
+
+  constructor(config: GroupConfig, ctx: GroupContext) {
+    this.config = config;
+    this.ctx = ctx;
+  }
+
+  get openGroups(): number {
+    return this.open.size;
+  }
+
+  /** Adds a finished session; returns the groups that are now complete or timed out, one batch each. */
+  push(session: SessionOutput, eventTime: number): TrajectoryRow[][] {
+    const size = session.groupSize ?? this.config.group_size;
+    const out: TrajectoryRow[][] = [];
+    if (size === undefined) {
+      // Nobody said how big the group is: nothing to wait for.
+      this.ctx.metrics.inc("groups_size_unknown");
+      out.push(this.build({ uid: session.uid, size: 1, sessions: [session], openedAt: eventTime }, eventTime));
+      return [...out, ...this.tick(eventTime)];
+    }
+    let group = this.open.get(session.uid);
+    if (group === undefined) {
+      group = { uid: session.uid, size, sessions: [], openedAt: eventTime };
+      this.open.set(session.uid, group);
+    }
+    group.sessions.push(session);
+    if (group.sessions.length >= group.size) {
+      this.open.delete(session.uid);
+      out.push(this.build(group, eventTime));
+    }
+    return [...out, ...this.tick(eventTime)];
+  }
+
+  /** Groups whose wait is over, padded with placeholders. */
+  tick(eventTime: number): TrajectoryRow[][] {
+    const out: TrajectoryRow[][] = [];
+    for (const [uid, group] of this.open) {
+      if (eventTime - group.openedAt < this.config.timeout_ms) continue;
+      this.open.delete(uid);
+      this.ctx.metrics.inc("groups_timed_out");
+      out.push(this.build(group, eventTime));
+    }
+    return out;
+  }
+
+  /** End of input: every open group, padded. */
+  flush(eventTime: number): TrajectoryRow[][] {
+    const out: TrajectoryRow[][] = [];
+    for (const group of this.open.values()) {
+      this.ctx.metrics.inc("groups_incomplete_at_end");
+      out.push(this.build(group, eventTime));
+    }
+    this.open.clear();
+    return out;
+  }
+
+  private build(group: OpenGroup, eventTime: number): TrajectoryRow[] {
+    const { metrics, staleness } = this.ctx;
+    const sessions = [...group.sessions].sort(
+      (a, b) =>
+        (a.sampleIndex ?? Number.MAX_SAFE_INTEGER) - (b.sampleIndex ?? Number.MAX_SAFE_INTEGER) ||
+        (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0),
+    );
+    const rows: TrajectoryRow[] = [];
+    for (const s of sessions) {
+      staleness?.observe(s.rows);
+      const stale = staleness !== undefined && s.rows.some((r) => staleness.isStale(r));
+      if (s.status === "failed" || stale || s.rows.length === 0) {
+        if (stale) metrics.inc("sessions_stale");
+        metrics.inc("placeholders", stale ? "stale" : s.status === "failed" ? "failed" : "empty");
+        rows.push(placeholder(group.uid, s.sessionId, s.sampleIndex, group.size, s.status, s.endedAt, stale ? [RowFlags.STALE] : []));
+        continue;
+      }
+      for (const row of s.rows) {
+        const r = { ...row, group_size: group.size };
+        rows.push(row.episode_finished === false ? zeroTraining(r) : r);
+      }
+    }
+    const missing = group.size - sessions.length;
+    if (missing > 0) {
+      const taken = new Set(sessions.map((s) => s.sampleIndex));
+      const free: number[] = [];
+      for (let i = 0; free.length < missing && i < group.size + sessions.length; i++) if (!taken.has(i)) free.push(i);
+      for (let k = 0; k < missing; k++) {
+        const idx = free[k] ?? null;
+        rows.push(placeholder(group.uid, `missing-${idx ?? k}`, idx, group.size, "missing", eventTime));
+      }
+      metrics.inc("placeholders", "missing", missing);
+    }
+    metrics.inc("groups_emitted");
+    return rows;
+  }
+}

@@ -1,0 +1,46 @@
+/**
+ * Staleness: rows sampled by a policy older than the current one minus a lag are not trained (off-policy
+ * beyond what the trainer corrects for). The current version comes from configuration, or is the newest
+ * `weight_version_max` observed in the stream so far.
+ */
+import { z } from "zod";
+import type { TrajectoryRow } from "../../schemas/trajectory.ts";
+
+export const stalenessConfigSchema = z.strictObject({
+  max_lag: z
+    .int()
+    .nonnegative()
+    .describe("Rows whose weight_version_min is older than current - max_lag are stale."),
+  current_version: z
+    .union([z.int().nonnegative(), z.literal("observed")])
+    .default("observed")
+    .describe('The current policy version, or "observed": the newest weight_version_max seen so far.'),
+});
+export type StalenessConfig = z.output<typeof stalenessConfigSchema>;
+export type StalenessConfigInput = z.input<typeof stalenessConfigSchema>;
+
+export class StalenessFilter {
+  private readonly config: StalenessConfig;
+  private observed = -1;
+
+  constructor(config: StalenessConfig) {
+    this.config = config;
+  }
+
+  /** The version rows are compared against, or null while nothing was observed. */
+  get current(): number | null {
+    const c = this.config.current_version;
+    if (c !== "observed") return c;
+    return this.observed < 0 ? null : this.observed;
+  }
+
+  /** Takes note of the rows' versions (for "observed"); call before `isStale` on a session's rows. */
+  observe(rows: TrajectoryRow[]): void {
+    for (const r of rows) if (r.weight_version_max !== null && r.weight_version_max > this.observed) this.observed = r.weight_version_max;
+  }
+
+  isStale(row: TrajectoryRow): boolean {
+    const current = this.current;
+    return current !== null && row.weight_version_min !== null && row.weight_version_min < current - this.config.max_lag;
+  }
+}
