@@ -1,0 +1,138 @@
+/**
+ * Crash safety of the replay path: a replay killed with SIGKILL at random points and restarted ends with
+ * exactly the files of an uninterrupted run, byte for byte: every row exactly once, no partial file ever
+ * visible to a reader, no temporary file left.
+ */
+import { strict as assert } from "node:assert";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, relative } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { linearSession } from "../bench/workloads.ts";
+import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
+import { runCli } from "./helpers/cli.ts";
+
+const BIN = new URL("../bin/trajflow.js", import.meta.url).pathname;
+const RUNS = 20;
+const scratch = mkdtempSync(join(tmpdir(), "trajflow-crash-"));
+after(() => rmSync(scratch, { recursive: true, force: true }));
+const input = join(scratch, "events.jsonl");
+// Small files so that many commits happen during a run: kills land before, between and inside them.
+const ARGS = ["--rows-per-file", "8", "--compression", "snappy"];
+
+/** Every file under `dir` (hidden ones too), relative path → bytes. */
+function snapshot(dir: string): Map<string, Buffer> {
+  const out = new Map<string, Buffer>();
+  const walk = (d: string) => {
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      const p = join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else out.set(relative(dir, p), readFileSync(p));
+    }
+  };
+  walk(dir);
+  return out;
+}
+
+// mulberry32: reproducible kill points (the seed is in the test name's output on failure).
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(a ^ (a >>> 15), a | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function visibleFiles(out: string): number {
+  try {
+    return readdirSync(out).filter((n) => !n.startsWith(".") && n.endsWith(".parquet")).length;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * Starts a replay and kills it with SIGKILL once `files` files are visible plus `extraMs` (so kills land
+ * before, between and inside commits), or after `extraMs` when `files` is 0.
+ */
+function runAndKill(out: string, files: number, extraMs: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, "replay", input, "--out", out, ...ARGS], {
+      env: { ...process.env, TRAJFLOW_LOG_LEVEL: "silent" },
+      stdio: "ignore",
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const poll = setInterval(() => {
+      if (timer === undefined && visibleFiles(out) >= files) {
+        timer = setTimeout(() => child.kill("SIGKILL"), extraMs);
+      }
+    }, 2);
+    child.on("error", reject);
+    child.on("exit", () => {
+      clearInterval(poll);
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
+describe("crash and restart", () => {
+  let reference: Map<string, Buffer>;
+  let referenceKeys: string[];
+
+  before(async () => {
+    const lines: string[] = [];
+    const shape = { initialPrompt: 1024, turns: 6, outputTokens: 256, observationTokens: 128 };
+    for (let s = 0; s < 240; s++) {
+      for (const e of linearSession(shape, "delta", { uid: `task-${s % 60}`, sessionId: `r${s}`, seed: s + 1, packed: true })) {
+        lines.push(JSON.stringify(e));
+      }
+    }
+    lines.splice(100, 0, "{ this line is broken"); // a dead letter too
+    writeFileSync(input, `${lines.join("\n")}\n`);
+    const out = join(scratch, "reference");
+    const result = await runCli(["replay", input, "--out", out, ...ARGS]);
+    assert.equal(result.code, 0, result.stderr);
+    reference = snapshot(out);
+    referenceKeys = [];
+    for (const f of await listDataFiles(out)) referenceKeys.push(...(await readRows(f)).map((r) => r.key));
+    assert.equal(referenceKeys.length, 240);
+    assert.ok(reference.size > 20, `the reference run wrote ${reference.size} files`);
+  });
+
+  it(`ends with the files of an uninterrupted run after ${RUNS} SIGKILLs at random points`, async () => {
+    const random = rng(20261121);
+    let interrupted = 0;
+    for (let run = 0; run < RUNS; run++) {
+      const out = join(scratch, `run-${run}`);
+      const wait = Math.floor(random() * (reference.size - 1));
+      const extra = Math.floor(random() * 40);
+      const killAt = `after ${wait} files + ${extra} ms`;
+      await runAndKill(out, wait, extra);
+      // Whatever a reader lists right after the crash is complete and readable.
+      let files: string[] = [];
+      try {
+        files = await listDataFiles(out);
+      } catch {
+        // killed before the output directory existed
+      }
+      for (const f of files) await readRows(f);
+      const visible = files.length;
+      if (visible > 0 && visible < reference.size - 1) interrupted++;
+      const restarted = await runCli(["replay", input, "--out", out, ...ARGS]);
+      assert.equal(restarted.code, 0, `run ${run} (killed ${killAt}): ${restarted.stderr}`);
+      const after = snapshot(out);
+      assert.deepEqual([...after.keys()].sort(), [...reference.keys()].sort(), `run ${run}: killed ${killAt}`);
+      for (const [name, bytes] of reference) assert.ok(after.get(name)!.equals(bytes), `run ${run}: ${name} differs`);
+      const keys: string[] = [];
+      for (const f of await listDataFiles(out)) keys.push(...(await readRows(f)).map((r) => r.key));
+      assert.deepEqual(keys, referenceKeys, `run ${run}: every row exactly once`);
+      rmSync(out, { recursive: true, force: true });
+    }
+    // The kills must really land mid-run, with some files committed and others not.
+    assert.ok(interrupted >= RUNS / 4, `only ${interrupted} of ${RUNS} runs were killed mid-write`);
+  });
+});
