@@ -28,7 +28,11 @@ const SHAPE: SessionShape = { initialPrompt: 4096, turns: 8, outputTokens: 1024,
 const silent = pino({ level: "silent" });
 
 function assembledRows(sessions: number): TrajectoryRow[] {
-  const a = new Assembler({ config: assembleConfigSchema.parse({}), deadLetters: { write: () => {} }, metrics: new Metrics() });
+  const a = new Assembler({
+    config: assembleConfigSchema.parse({}),
+    deadLetters: { write: () => {} },
+    metrics: new Metrics(),
+  });
   const rows: TrajectoryRow[] = [];
   for (let s = 0; s < sessions; s++) {
     for (const e of decodeAll(linearSession(SHAPE, "delta", { uid: `u${s}`, sessionId: "s", seed: s + 1 }))) {
@@ -49,12 +53,20 @@ async function engines(dir: string, rows: TrajectoryRow[]): Promise<void> {
   const values = valuesOf(rows);
   const cases: Array<[string, Omit<EncodeOptions, "metadata" | "rowGroupSize">, number]> = [
     ["parquet-wasm, zstd", { format: "parquet", engine: "parquet-wasm", compression: "zstd" }, rows.length],
-    ["parquet-wasm, snappy", { format: "parquet", engine: "parquet-wasm", compression: "snappy" }, rows.length],
+    [
+      "parquet-wasm, snappy",
+      { format: "parquet", engine: "parquet-wasm", compression: "snappy" },
+      rows.length,
+    ],
     ["parquet-wasm, none", { format: "parquet", engine: "parquet-wasm", compression: "none" }, rows.length],
     // parquetjs-lite builds one object per token: measured on fewer rows, reported per value.
     ["parquetjs-lite, snappy", { format: "parquet", engine: "parquetjs-lite", compression: "snappy" }, 16],
     ["parquetjs-lite, none", { format: "parquet", engine: "parquetjs-lite", compression: "none" }, 16],
-    ["Arrow IPC file (no compression)", { format: "arrow", engine: "parquet-wasm", compression: "none" }, rows.length],
+    [
+      "Arrow IPC file (no compression)",
+      { format: "arrow", engine: "parquet-wasm", compression: "none" },
+      rows.length,
+    ],
   ];
   for (const [name, opts, n] of cases) {
     const subset = rows.slice(0, n);
@@ -120,7 +132,13 @@ async function replayEndToEnd(dir: string): Promise<void> {
   const input = join(dir, "events.jsonl");
   const lines: string[] = [];
   for (let s = 0; s < 128; s++) {
-    for (const e of linearSession(SHAPE, "delta", { uid: `u${s}`, sessionId: "s", seed: s + 1, packed: true })) lines.push(JSON.stringify(e));
+    for (const e of linearSession(SHAPE, "delta", {
+      uid: `u${s}`,
+      sessionId: "s",
+      seed: s + 1,
+      packed: true,
+    }))
+      lines.push(JSON.stringify(e));
   }
   let tokens = 0;
   for (const d of decodeAll(lines.map((l) => JSON.parse(l) as Record<string, unknown>))) {
@@ -133,7 +151,12 @@ async function replayEndToEnd(dir: string): Promise<void> {
   let rowsOut = 0;
   let values = 0;
   for (let i = 0; i < 3; i++) {
-    const result = await replay({ inputs: [input], out: join(dir, `replay-${i}`), logger: silent, sink: { max_rows_per_file: 32 } });
+    const result = await replay({
+      inputs: [input],
+      out: join(dir, `replay-${i}`),
+      logger: silent,
+      sink: { max_rows_per_file: 32 },
+    });
     best = Math.min(best, result.seconds);
     rowsOut = result.metrics.total("rows_written");
     values = result.metrics.total("tokens_emitted") + 2 * (result.metrics.total("tokens_emitted") - 0);

@@ -87,7 +87,12 @@ describe("crash and restart", () => {
     const lines: string[] = [];
     const shape = { initialPrompt: 1024, turns: 6, outputTokens: 256, observationTokens: 128 };
     for (let s = 0; s < 240; s++) {
-      for (const e of linearSession(shape, "delta", { uid: `task-${s % 60}`, sessionId: `r${s}`, seed: s + 1, packed: true })) {
+      for (const e of linearSession(shape, "delta", {
+        uid: `task-${s % 60}`,
+        sessionId: `r${s}`,
+        seed: s + 1,
+        packed: true,
+      })) {
         lines.push(JSON.stringify(e));
       }
     }
@@ -125,8 +130,13 @@ describe("crash and restart", () => {
       const restarted = await runCli(["replay", input, "--out", out, ...ARGS]);
       assert.equal(restarted.code, 0, `run ${run} (killed ${killAt}): ${restarted.stderr}`);
       const after = snapshot(out);
-      assert.deepEqual([...after.keys()].sort(), [...reference.keys()].sort(), `run ${run}: killed ${killAt}`);
-      for (const [name, bytes] of reference) assert.ok(after.get(name)!.equals(bytes), `run ${run}: ${name} differs`);
+      assert.deepEqual(
+        [...after.keys()].sort(),
+        [...reference.keys()].sort(),
+        `run ${run}: killed ${killAt}`,
+      );
+      for (const [name, bytes] of reference)
+        assert.ok(after.get(name)!.equals(bytes), `run ${run}: ${name} differs`);
       const keys: string[] = [];
       for (const f of await listDataFiles(out)) keys.push(...(await readRows(f)).map((r) => r.key));
       assert.deepEqual(keys, referenceKeys, `run ${run}: every row exactly once`);

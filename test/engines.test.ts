@@ -41,7 +41,12 @@ describe("engines and formats", () => {
       "read_output.py",
       await replayTo("parquetjs", "--engine", "parquetjs-lite", "--rows-per-file", "3"),
     );
-    const arrow = await readWithPython<View>("read_output.py", await replayTo("arrow", "--format", "arrow"), "--format", "ipc");
+    const arrow = await readWithPython<View>(
+      "read_output.py",
+      await replayTo("arrow", "--format", "arrow"),
+      "--format",
+      "ipc",
+    );
     assert.deepEqual(pjs.schema, wasm.schema);
     assert.deepEqual(arrow.schema, wasm.schema);
     assert.equal(wasm.schema.prompt_ids, "list<element: int32 not null>");
@@ -67,7 +72,16 @@ describe("engines and formats", () => {
 
   it("rejects a codec the engine cannot write, before writing anything", async () => {
     const out = join(scratch, "bad-codec");
-    const result = await runCli(["replay", EXAMPLES, "--out", out, "--engine", "parquetjs-lite", "--compression", "zstd"]);
+    const result = await runCli([
+      "replay",
+      EXAMPLES,
+      "--out",
+      out,
+      "--engine",
+      "parquetjs-lite",
+      "--compression",
+      "zstd",
+    ]);
     assert.equal(result.code, 2);
     assert.match(result.stderr, /sink\.compression: parquetjs-lite cannot write zstd/);
     assert.throws(() => readdirSync(out));
@@ -93,7 +107,11 @@ describe("partitions and groups", () => {
     const byFile = new Map<string, string[]>();
     for (const file of view.files) byFile.set(file, []);
     const { readRows } = await import("../src/sinks/files/read.ts");
-    for (const file of view.files) byFile.set(file, (await readRows(file)).map((r) => r.key));
+    for (const file of view.files)
+      byFile.set(
+        file,
+        (await readRows(file)).map((r) => r.key),
+      );
     const gsm = [...byFile.values()].find((keys) => keys.includes("gsm8k-0042_rollout-0_0"));
     assert.deepEqual(gsm, ["gsm8k-0042_rollout-0_0", "gsm8k-0042_rollout-1_0"]);
     assert.equal(view.rows.length, 9);
@@ -101,7 +119,10 @@ describe("partitions and groups", () => {
     // A group of 3 with one failed rollout and one that never arrived.
     const input = join(scratch, "group.jsonl");
     const rollout = (i: number, status: string) =>
-      new SessionScript("task", `r${i}`, i * 100).start({ sample_index: i, group_size: 3 }).call("c1", [1, 2], [3 + i]).end(status);
+      new SessionScript("task", `r${i}`, i * 100)
+        .start({ sample_index: i, group_size: 3 })
+        .call("c1", [1, 2], [3 + i])
+        .end(status);
     writeFileSync(input, `${[...rollout(0, "ok").lines(), ...rollout(2, "failed").lines()].join("\n")}\n`);
     const padded = join(scratch, "padded");
     const result = await runCli(["replay", input, "--out", padded, "--group"]);

@@ -18,7 +18,11 @@ import { assembleConfigSchema, type AssembleConfigInput } from "../transforms/as
 import { decodeEvent } from "../transforms/decode/decode.ts";
 import { groupConfigSchema, type GroupConfigInput } from "../transforms/group/config.ts";
 import { GroupBatcher } from "../transforms/group/group.ts";
-import { stalenessConfigSchema, StalenessFilter, type StalenessConfigInput } from "../transforms/staleness/staleness.ts";
+import {
+  stalenessConfigSchema,
+  StalenessFilter,
+  type StalenessConfigInput,
+} from "../transforms/staleness/staleness.ts";
 
 export interface ReplayOptions {
   inputs: string[];
@@ -46,18 +50,33 @@ export interface ReplayResult {
 /** Validates every option first and lists all problems at once. */
 function validate(options: ReplayOptions) {
   const problems: string[] = [];
-  const check = <T>(name: string, result: { success: true; data: T } | { success: false; error: { issues: Array<{ path: PropertyKey[]; message: string }> } }): T | undefined => {
+  const check = <T>(
+    name: string,
+    result:
+      | { success: true; data: T }
+      | { success: false; error: { issues: Array<{ path: PropertyKey[]; message: string }> } },
+  ): T | undefined => {
     if (result.success) return result.data;
-    for (const issue of result.error.issues) problems.push(`${name}.${issue.path.map(String).join(".")}: ${issue.message}`);
+    for (const issue of result.error.issues)
+      problems.push(`${name}.${issue.path.map(String).join(".")}: ${issue.message}`);
     return undefined;
   };
   const assemble = check("assemble", assembleConfigSchema.safeParse(options.assemble ?? {}));
   const sink = check("sink", fileSinkConfigSchema.safeParse({ ...options.sink, path: options.out }));
-  const group = options.group === undefined ? null : check("group", groupConfigSchema.safeParse(options.group));
+  const group =
+    options.group === undefined ? null : check("group", groupConfigSchema.safeParse(options.group));
   const staleness =
-    options.staleness === undefined ? null : check("staleness", stalenessConfigSchema.safeParse(options.staleness));
+    options.staleness === undefined
+      ? null
+      : check("staleness", stalenessConfigSchema.safeParse(options.staleness));
   if (options.inputs.length === 0) problems.push("no input files: give at least one events .jsonl file");
-  if (problems.length > 0 || assemble === undefined || sink === undefined || group === undefined || staleness === undefined) {
+  if (
+    problems.length > 0 ||
+    assemble === undefined ||
+    sink === undefined ||
+    group === undefined ||
+    staleness === undefined
+  ) {
     throw new TrajflowError("CONFIG_INVALID", `invalid configuration:\n  ${problems.join("\n  ")}`, {
       details: { problems },
     });
@@ -176,7 +195,9 @@ export function formatSummary(result: ReplayResult, out: string): string {
             `padded${m.total("placeholders") > 0 ? ` (placeholders: ${byLabel("placeholders")})` : ""}`,
         ]
       : []),
-    ...(m.total("rows_stale_dropped") > 0 ? [`  staleness     ${fmt(m.total("rows_stale_dropped"))} stale rows dropped`] : []),
+    ...(m.total("rows_stale_dropped") > 0
+      ? [`  staleness     ${fmt(m.total("rows_stale_dropped"))} stale rows dropped`]
+      : []),
     `  dead letters  ${fmt(deadLetters)}${deadLetters > 0 ? ` (${byLabel("dead_letters")}) in ${join(out, "dead-letter")}` : ""}`,
   ];
   return lines.join("\n");

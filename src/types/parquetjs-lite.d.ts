@@ -2,11 +2,15 @@
 declare module "parquetjs-lite" {
   import type { Writable } from "node:stream";
 
-  class ParquetSchema {
+  export class ParquetSchema {
     constructor(fields: Record<string, unknown>);
   }
-  class ParquetWriter {
-    static openStream(schema: unknown, stream: Writable, opts?: { rowGroupSize?: number }): Promise<ParquetWriter>;
+  export class ParquetWriter {
+    static openStream(
+      schema: unknown,
+      stream: Writable,
+      opts?: { rowGroupSize?: number },
+    ): Promise<ParquetWriter>;
     setMetadata(key: string, value: string): void;
     appendRow(row: Record<string, unknown>): Promise<void>;
     close(): Promise<void>;

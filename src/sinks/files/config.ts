@@ -30,12 +30,16 @@ export const fileSinkConfigSchema = z
       .int()
       .positive()
       .optional()
-      .describe("Wall-clock age after which buffered rows are written even if the file is small (off by default, so replays stay deterministic)."),
+      .describe(
+        "Wall-clock age after which buffered rows are written even if the file is small (off by default, so replays stay deterministic).",
+      ),
     row_group_size: z.int().positive().default(4_096).describe("Rows per Parquet row group."),
     partition_by: z
       .enum(["none", "date", "policy"])
       .default("none")
-      .describe("Hive-style subdirectories: date=YYYY-MM-DD (UTC, from ended_at_ms) or policy=<weight_version_max>."),
+      .describe(
+        "Hive-style subdirectories: date=YYYY-MM-DD (UTC, from ended_at_ms) or policy=<weight_version_max>.",
+      ),
     encode_workers: z
       .int()
       .min(1)
@@ -49,7 +53,11 @@ export const fileSinkConfigSchema = z
       .describe("Files being encoded or written at once; a writer waits beyond this (backpressure)."),
   })
   .superRefine((c, ctx) => {
-    if (c.format === "parquet" && c.compression !== undefined && !ENGINE_CODECS[c.engine].includes(c.compression)) {
+    if (
+      c.format === "parquet" &&
+      c.compression !== undefined &&
+      !ENGINE_CODECS[c.engine].includes(c.compression)
+    ) {
       ctx.addIssue({
         code: "custom",
         path: ["compression"],

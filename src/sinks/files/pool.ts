@@ -87,14 +87,18 @@ export class EncoderPool {
       else {
         // A file conflict keeps its own code; anything else (ENOSPC, EACCES, ...) is a failed write.
         const code = reply.error.code === "FILE_CONFLICT" ? "FILE_CONFLICT" : "SINK_WRITE_FAILED";
-        pending.reject(new TrajflowError(code, reply.error.message, { details: { cause_code: reply.error.code } }));
+        pending.reject(
+          new TrajflowError(code, reply.error.message, { details: { cause_code: reply.error.code } }),
+        );
       }
     }
     this.dispatch();
   }
 
   private fail(err: Error): void {
-    const error = new TrajflowError("SINK_WRITE_FAILED", `an encoder worker crashed: ${err.message}`, { cause: err });
+    const error = new TrajflowError("SINK_WRITE_FAILED", `an encoder worker crashed: ${err.message}`, {
+      cause: err,
+    });
     for (const p of this.inFlight.values()) p.reject(error);
     this.inFlight.clear();
     for (const q of this.queue.splice(0)) q.pending.reject(error);

@@ -15,11 +15,15 @@ export async function listDataFiles(path: string): Promise<string[]> {
   try {
     stat = await fs.stat(path);
   } catch (err) {
-    throw new TrajflowError("SOURCE_READ_FAILED", `cannot read ${path}: ${(err as Error).message}`, { cause: err });
+    throw new TrajflowError("SOURCE_READ_FAILED", `cannot read ${path}: ${(err as Error).message}`, {
+      cause: err,
+    });
   }
   if (stat.isFile()) return [path];
   const out: string[] = [];
-  const entries = (await fs.readdir(path, { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : 1));
+  const entries = (await fs.readdir(path, { withFileTypes: true })).sort((a, b) =>
+    a.name < b.name ? -1 : 1,
+  );
   for (const entry of entries) {
     if (entry.name.startsWith(".") || entry.name.startsWith("_")) continue;
     const full = join(path, entry.name);

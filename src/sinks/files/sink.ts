@@ -64,16 +64,22 @@ export class FileSink {
   async open(): Promise<void> {
     const removed = await removeStaleTemps(this.config.path);
     if (removed > 0) {
-      this.ctx.logger.warn({ removed, path: this.config.path }, "Removed temporary files left by an earlier crash.");
+      this.ctx.logger.warn(
+        { removed, path: this.config.path },
+        "Removed temporary files left by an earlier crash.",
+      );
       this.ctx.metrics.inc("stale_temp_files_removed", "", removed);
     }
     const age = this.config.max_file_age_ms;
     if (age !== undefined) {
-      this.timer = setInterval(() => {
-        if (this.bufferedRows > 0 && Date.now() - this.oldestBuffered >= age) {
-          this.cut().catch((err: Error) => (this.failure ??= err));
-        }
-      }, Math.max(50, Math.floor(age / 4)));
+      this.timer = setInterval(
+        () => {
+          if (this.bufferedRows > 0 && Date.now() - this.oldestBuffered >= age) {
+            this.cut().catch((err: Error) => (this.failure ??= err));
+          }
+        },
+        Math.max(50, Math.floor(age / 4)),
+      );
       this.timer.unref();
     }
   }
@@ -96,7 +102,10 @@ export class FileSink {
     this.buffer.push({ rows, onDurable });
     this.bufferedRows += rows.length;
     for (const r of rows) this.bufferedTokens += r.prompt_ids.length + r.response_ids.length;
-    if (this.bufferedRows >= this.config.max_rows_per_file || this.bufferedTokens >= this.config.max_tokens_per_file) {
+    if (
+      this.bufferedRows >= this.config.max_rows_per_file ||
+      this.bufferedTokens >= this.config.max_tokens_per_file
+    ) {
       await this.cut();
     }
   }
@@ -167,7 +176,13 @@ export class FileSink {
     metrics.inc("encode_ms", "", done.encodeMs);
     this.files.push(path);
     this.ctx.logger.debug(
-      { file: path, rows: count, bytes: done.bytes, outcome: done.outcome, encodeMs: Math.round(done.encodeMs) },
+      {
+        file: path,
+        rows: count,
+        bytes: done.bytes,
+        outcome: done.outcome,
+        encodeMs: Math.round(done.encodeMs),
+      },
       "Committed a file.",
     );
   }

@@ -36,7 +36,11 @@ parentPort!.on("message", async (job: EncodeJob) => {
     parentPort!.postMessage(reply);
   } catch (err) {
     const e = err as Error & { code?: string };
-    const reply: EncodeReply = { id: job.id, ok: false, error: { message: e.message, code: e.code, stack: e.stack } };
+    const reply: EncodeReply = {
+      id: job.id,
+      ok: false,
+      error: { message: e.message, code: e.code, stack: e.stack },
+    };
     parentPort!.postMessage(reply);
   }
 });

@@ -11,7 +11,9 @@ export const groupConfigSchema = z.strictObject({
     .int()
     .positive()
     .default(600_000)
-    .describe("Event time a group may wait, after its first session finished, before it is padded with placeholders."),
+    .describe(
+      "Event time a group may wait, after its first session finished, before it is padded with placeholders.",
+    ),
 });
 export type GroupConfig = z.output<typeof groupConfigSchema>;
 export type GroupConfigInput = z.input<typeof groupConfigSchema>;

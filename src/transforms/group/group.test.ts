@@ -24,14 +24,22 @@ function sessions(...scripts: SessionScript[]): SessionOutput[] {
   });
 }
 
-const rollout = (i: number, opts: { status?: string; reward?: number; finished?: boolean; version?: number } = {}) =>
+const rollout = (
+  i: number,
+  opts: { status?: string; reward?: number; finished?: boolean; version?: number } = {},
+) =>
   new SessionScript("u1", `r${i}`, 1_000 * i)
     .start({ sample_index: i, group_size: 3 })
     .call("c1", [1, 2], [10 + i], { weight_version: opts.version ?? 5 })
     .reward(opts.reward ?? i, opts.finished === undefined ? {} : { finished: opts.finished })
     .end(opts.status ?? "ok");
 
-const placeholder = (sessionId: string, sampleIndex: number | null, status: string, flags = ["placeholder"]) =>
+const placeholder = (
+  sessionId: string,
+  sampleIndex: number | null,
+  status: string,
+  flags = ["placeholder"],
+) =>
   row({
     session_id: sessionId,
     sample_index: sampleIndex,
@@ -71,7 +79,10 @@ describe("group", () => {
   it("pads a timed-out group, turns failed sessions into placeholders, and zeroes unfinished ones", () => {
     const metrics = new Metrics();
     const g = new GroupBatcher(groupConfigSchema.parse({ timeout_ms: 10_000 }), { metrics });
-    const [failed, unfinished] = sessions(rollout(0, { status: "failed" }), rollout(2, { finished: false, reward: 0.25 }));
+    const [failed, unfinished] = sessions(
+      rollout(0, { status: "failed" }),
+      rollout(2, { finished: false, reward: 0.25 }),
+    );
     assert.deepEqual(g.push(failed!, 1_000), []);
     assert.deepEqual(g.push(unfinished!, 2_000), []);
     assert.deepEqual(g.tick(10_999), []);

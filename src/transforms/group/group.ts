@@ -95,7 +95,9 @@ export class GroupBatcher {
     if (size === undefined) {
       // Nobody said how big the group is: nothing to wait for.
       this.ctx.metrics.inc("groups_size_unknown");
-      out.push(this.build({ uid: session.uid, size: 1, sessions: [session], openedAt: eventTime }, eventTime));
+      out.push(
+        this.build({ uid: session.uid, size: 1, sessions: [session], openedAt: eventTime }, eventTime),
+      );
       return [...out, ...this.tick(eventTime)];
     }
     let group = this.open.get(session.uid);
@@ -148,7 +150,17 @@ export class GroupBatcher {
       if (s.status === "failed" || stale || s.rows.length === 0) {
         if (stale) metrics.inc("sessions_stale");
         metrics.inc("placeholders", stale ? "stale" : s.status === "failed" ? "failed" : "empty");
-        rows.push(placeholder(group.uid, s.sessionId, s.sampleIndex, group.size, s.status, s.endedAt, stale ? [RowFlags.STALE] : []));
+        rows.push(
+          placeholder(
+            group.uid,
+            s.sessionId,
+            s.sampleIndex,
+            group.size,
+            s.status,
+            s.endedAt,
+            stale ? [RowFlags.STALE] : [],
+          ),
+        );
         continue;
       }
       for (const row of s.rows) {
@@ -160,7 +172,8 @@ export class GroupBatcher {
     if (missing > 0) {
       const taken = new Set(sessions.map((s) => s.sampleIndex));
       const free: number[] = [];
-      for (let i = 0; free.length < missing && i < group.size + sessions.length; i++) if (!taken.has(i)) free.push(i);
+      for (let i = 0; free.length < missing && i < group.size + sessions.length; i++)
+        if (!taken.has(i)) free.push(i);
       for (let k = 0; k < missing; k++) {
         const idx = free[k] ?? null;
         rows.push(placeholder(group.uid, `missing-${idx ?? k}`, idx, group.size, "missing", eventTime));

@@ -36,11 +36,17 @@ export class StalenessFilter {
 
   /** Takes note of the rows' versions (for "observed"); call before `isStale` on a session's rows. */
   observe(rows: TrajectoryRow[]): void {
-    for (const r of rows) if (r.weight_version_max !== null && r.weight_version_max > this.observed) this.observed = r.weight_version_max;
+    for (const r of rows)
+      if (r.weight_version_max !== null && r.weight_version_max > this.observed)
+        this.observed = r.weight_version_max;
   }
 
   isStale(row: TrajectoryRow): boolean {
     const current = this.current;
-    return current !== null && row.weight_version_min !== null && row.weight_version_min < current - this.config.max_lag;
+    return (
+      current !== null &&
+      row.weight_version_min !== null &&
+      row.weight_version_min < current - this.config.max_lag
+    );
   }
 }

@@ -15,7 +15,11 @@ const CODECS: Partial<Record<Compression, string>> = { snappy: "SNAPPY", gzip: "
 type FieldSpec = Record<string, unknown>;
 
 function schemaFor(compression: string): unknown {
-  const leaf = (type: string, optional = false): FieldSpec => ({ type, compression, ...(optional ? { optional } : {}) });
+  const leaf = (type: string, optional = false): FieldSpec => ({
+    type,
+    compression,
+    ...(optional ? { optional } : {}),
+  });
   const list = (type: string, optional = false): FieldSpec => ({
     type: "LIST",
     ...(optional ? { optional } : {}),
