@@ -17,7 +17,7 @@ function lines(packed: boolean): { lines: string[]; tokens: number; bytes: numbe
   }
   for (const raw of out) {
     const r = decodeEvent({ raw, origin: { kind: "file", file: "bench", line: 0 } });
-    if (!r.ok) throw new Error(r.deadLetter.message);
+    if (r.kind !== "event") throw new Error(`unexpected ${r.kind} event in the workload`);
     const e = r.value.event;
     if (e.type === "request") tokens += e.prompt_ids!.length;
     if (e.type === "response") tokens += e.output_ids.length + (e.logprobs?.length ?? 0);
@@ -31,7 +31,7 @@ export function run(): void {
     const seconds = bestOf(5, () => {
       for (let i = 0; i < w.lines.length; i++) {
         const r = decodeEvent({ raw: w.lines[i]!, origin: { kind: "file", file: "bench", line: i } });
-        if (!r.ok) throw new Error(r.deadLetter.message);
+        if (r.kind === "rejected") throw new Error(r.deadLetter.message);
       }
     });
     const form = packed ? "packed base64 arrays" : "JSON number arrays";

@@ -34,7 +34,7 @@ export function bestOf(runs: number, fn: () => void): number {
 export function decodeAll(events: Array<Record<string, unknown>>): DecodedEvent[] {
   return events.map((e, i) => {
     const r = decodeEvent({ raw: JSON.stringify(e), origin: { kind: "file", file: "bench", line: i + 1 } });
-    if (!r.ok) throw new Error(`bench workload is invalid: ${r.deadLetter.message}`);
+    if (r.kind !== "event") throw new Error(`bench workload has a ${r.kind} event`);
     return r.value;
   });
 }

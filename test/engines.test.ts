@@ -88,6 +88,44 @@ describe("engines and formats", () => {
   });
 });
 
+describe("staleness", () => {
+  it("drops rows older than the policy a policy.update announced, minus the lag", async () => {
+    const input = join(scratch, "staleness.jsonl");
+    const session = (id: string, version: number, ts: number) =>
+      new SessionScript("task", id, ts).call("c1", [1], [2], { weight_version: version }).end().lines();
+    const update = JSON.stringify({ v: 1, type: "policy.update", weight_version: 10, ts: 500 });
+    // Before the update the newest observed version (5) rules; after it, version 10 does.
+    const lines = [
+      ...session("a", 4, 0),
+      ...session("b", 5, 100),
+      update,
+      ...session("c", 8, 1_000),
+      ...session("d", 9, 2_000),
+    ];
+    writeFileSync(input, `${lines.join("\n")}\n`);
+    const out = join(scratch, "stale");
+    const result = await runCli([
+      "replay",
+      input,
+      "--out",
+      out,
+      "--max-policy-lag",
+      "1",
+      "--reward-grace-ms",
+      "0",
+      "--json",
+    ]);
+    assert.equal(result.code, 0, result.stderr);
+    const metrics = (JSON.parse(result.stdout) as { metrics: Record<string, unknown> }).metrics;
+    assert.equal(metrics.rows_stale_dropped, 1);
+    assert.deepEqual(metrics.control_events, { "policy.update": 1 });
+    const { listDataFiles, readRows } = await import("../src/sinks/files/read.ts");
+    const keys: string[] = [];
+    for (const f of await listDataFiles(out)) keys.push(...(await readRows(f)).map((r) => r.key));
+    assert.deepEqual(keys, ["task_a_0", "task_b_0", "task_d_0"]);
+  });
+});
+
 describe("partitions and groups", () => {
   it("partitions by policy into hive directories that pyarrow reads as one dataset", async () => {
     const out = await replayTo("by-policy", "--partition-by", "policy");

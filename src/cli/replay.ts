@@ -139,7 +139,10 @@ export async function replay(options: ReplayOptions): Promise<ReplayResult> {
       events++;
       position = record.origin;
       const decoded = decodeEvent(record);
-      if (decoded.ok) {
+      if (decoded.kind === "control") {
+        metrics.inc("control_events", decoded.control.type);
+        staleness?.announce(decoded.control.weight_version);
+      } else if (decoded.kind === "event") {
         await emit(assembler.push(decoded.value));
       } else {
         deadLetters.write(decoded.deadLetter);

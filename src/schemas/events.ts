@@ -139,6 +139,19 @@ export const sessionEndEvent = z.object({
   status: z.enum(["ok", "aborted", "failed"]).describe("how the session ended"),
 });
 
+/**
+ * A control event, not part of any session: the trainer (or gateway) announces the current policy
+ * version, which the staleness filter compares rows against.
+ */
+export const policyUpdateEvent = z.object({
+  v: envelope.v,
+  type: z.literal("policy.update"),
+  weight_version: z.int().nonnegative().describe("the policy version now being trained/served"),
+  ts: envelope.ts,
+});
+export type PolicyUpdateEvent = z.output<typeof policyUpdateEvent>;
+export const CONTROL_EVENT_TYPES = ["policy.update"] as const;
+
 /** Per-type schemas, looked up by `type` before parsing (faster than trying a union). */
 export const eventSchemas = {
   "session.start": sessionStartEvent,
@@ -192,7 +205,7 @@ export function eventJsonSchema(): Record<string, unknown> {
       },
     ],
   };
-  return z.toJSONSchema(gatewayEvent, {
+  return z.toJSONSchema(z.union([gatewayEvent, policyUpdateEvent]), {
     io: "input",
     unrepresentable: "any",
     override: (ctx) => {

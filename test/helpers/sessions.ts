@@ -112,7 +112,8 @@ export function assemble(lines: string[], config: AssembleConfigInput = {}): Ass
   const sessions: AssemblyResult["sessions"] = [];
   lines.forEach((raw, i) => {
     const decoded = decodeEvent({ raw, origin: { kind: "file", file: "test.jsonl", line: i + 1 } });
-    if (!decoded.ok) {
+    if (decoded.kind === "control") return;
+    if (decoded.kind === "rejected") {
       deadLetters.write(decoded.deadLetter);
       if (decoded.envelope !== undefined) {
         for (const s of assembler.pushRejected(decoded.envelope))

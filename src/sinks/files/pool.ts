@@ -41,6 +41,12 @@ function transferables(rows: TrajectoryRow[]): ArrayBuffer[] {
   return out;
 }
 
+/**
+ * A worker whose WebAssembly memory grew past this is replaced after its job: WASM memory is returned to
+ * the allocator after every file but never to the system, so one huge file would pin it for good.
+ */
+const RECYCLE_WASM_BYTES = 1 << 30;
+
 export class EncoderPool {
   private readonly slots: Slot[] = [];
   private readonly queue: Array<{ job: EncodeJob; pending: Pending }> = [];
@@ -48,14 +54,22 @@ export class EncoderPool {
   private nextId = 0;
   private closed = false;
 
-  constructor(size: number) {
-    for (let i = 0; i < size; i++) {
-      const worker = new Worker(new URL("./worker.ts", import.meta.url));
-      const slot: Slot = { worker, busy: false };
-      worker.on("message", (reply: EncodeReply) => this.settle(slot, reply));
-      worker.on("error", (err) => this.fail(err));
-      this.slots.push(slot);
-    }
+  private readonly recycleBytes: number;
+
+  constructor(size: number, recycleBytes = RECYCLE_WASM_BYTES) {
+    this.recycleBytes = recycleBytes;
+    for (let i = 0; i < size; i++) this.slots.push(this.spawn());
+  }
+
+  /** Workers replaced because their WASM memory grew too large. */
+  recycled = 0;
+
+  private spawn(): Slot {
+    const worker = new Worker(new URL("./worker.ts", import.meta.url));
+    const slot: Slot = { worker, busy: false };
+    worker.on("message", (reply: EncodeReply) => this.settle(slot, reply));
+    worker.on("error", (err) => this.fail(err));
+    return slot;
   }
 
   /** Encodes and commits one file. The rows are handed over: do not use them afterwards. */
@@ -80,6 +94,12 @@ export class EncoderPool {
 
   private settle(slot: Slot, reply: EncodeReply): void {
     slot.busy = false;
+    if (reply.ok && reply.wasmBytes > this.recycleBytes && !this.closed) {
+      const at = this.slots.indexOf(slot);
+      void slot.worker.terminate();
+      this.slots[at] = this.spawn();
+      this.recycled++;
+    }
     const pending = this.inFlight.get(reply.id);
     this.inFlight.delete(reply.id);
     if (pending !== undefined) {

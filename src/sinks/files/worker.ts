@@ -3,6 +3,7 @@
  * never waits on Arrow building, compression or fsync.
  */
 import { parentPort } from "node:worker_threads";
+import { wasmMemory } from "parquet-wasm/node";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 import { commitFile, type CommitOutcome } from "../shared/atomic-file.ts";
 import { encodeRows } from "./encoders/index.ts";
@@ -16,7 +17,16 @@ export interface EncodeJob {
 }
 
 export type EncodeReply =
-  | { id: number; ok: true; outcome: CommitOutcome; bytes: number; encodeMs: number; writeMs: number }
+  | {
+      id: number;
+      ok: true;
+      outcome: CommitOutcome;
+      bytes: number;
+      encodeMs: number;
+      writeMs: number;
+      /** Bytes of WebAssembly memory this worker holds (it never shrinks; the pool recycles big ones). */
+      wasmBytes: number;
+    }
   | { id: number; ok: false; error: { message: string; code?: string; stack?: string } };
 
 parentPort!.on("message", async (job: EncodeJob) => {
@@ -32,6 +42,7 @@ parentPort!.on("message", async (job: EncodeJob) => {
       bytes: bytes.length,
       encodeMs: t1 - t0,
       writeMs: performance.now() - t1,
+      wasmBytes: wasmMemory().buffer.byteLength,
     };
     parentPort!.postMessage(reply);
   } catch (err) {

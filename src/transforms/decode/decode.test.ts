@@ -16,8 +16,8 @@ const response = {
 
 function reject(raw: string): { code: string; message: string; details: unknown; envelope: unknown } {
   const result = decodeEvent({ raw, origin });
-  assert.equal(result.ok, false, `expected ${raw} to be rejected`);
-  if (result.ok) throw new Error("unreachable");
+  assert.equal(result.kind, "rejected", `expected ${raw} to be rejected`);
+  if (result.kind !== "rejected") throw new Error("unreachable");
   assert.deepEqual(result.deadLetter.origin, origin);
   assert.equal(result.deadLetter.raw, raw, "the raw bytes travel with the dead letter");
   assert.equal(result.deadLetter.component, "decode");
@@ -35,7 +35,7 @@ describe("decode", () => {
       }),
       origin,
     });
-    assert.ok(plain.ok && packed.ok);
+    assert.ok(plain.kind === "event" && packed.kind === "event");
     assert.deepEqual(packed.value.event, plain.value.event);
     if (plain.value.event.type !== "response") throw new Error("unreachable");
     assert.ok(plain.value.event.output_ids instanceof Int32Array);
@@ -45,13 +45,13 @@ describe("decode", () => {
 
   it("keeps unknown extra fields out of the way instead of rejecting them", () => {
     const result = decodeEvent({ raw: JSON.stringify({ ...response, gateway_latency_ms: 12 }), origin });
-    assert.ok(result.ok);
+    assert.ok(result.kind === "event");
     assert.equal("gateway_latency_ms" in result.value.event, false);
   });
 
   it("applies defaults to rewards", () => {
     const result = decodeEvent({ raw: JSON.stringify({ ...base, type: "reward", value: 1 }), origin });
-    assert.ok(result.ok);
+    assert.ok(result.kind === "event");
     assert.deepEqual(result.value.event, {
       ...base,
       type: "reward",
@@ -158,6 +158,17 @@ describe("decode", () => {
     });
   }
 
+  it("decodes a policy.update control event, which belongs to no session", () => {
+    const raw = JSON.stringify({ v: 1, type: "policy.update", weight_version: 13, ts: 5 });
+    const result = decodeEvent({ raw, origin });
+    assert.equal(result.kind, "control");
+    if (result.kind !== "control") throw new Error("unreachable");
+    assert.deepEqual(result.control, { v: 1, type: "policy.update", weight_version: 13, ts: 5 });
+    const bad = reject(JSON.stringify({ v: 1, type: "policy.update", weight_version: -1, ts: 5 }));
+    assert.equal(bad.code, "INVALID_EVENT");
+    assert.match(bad.message, /weight_version/);
+  });
+
   it("reports zod issue paths in the details", () => {
     const letter = reject(JSON.stringify({ ...response, finish_reason: 3 }));
     assert.deepEqual(letter.details, {
@@ -180,7 +191,7 @@ describe("decode", () => {
   it("keeps invalid UTF-8 as base64", () => {
     const raw = new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]);
     const result = decodeEvent({ raw, origin });
-    assert.ok(!result.ok);
+    assert.ok(result.kind === "rejected");
     assert.equal(result.deadLetter.raw, undefined);
     assert.equal(result.deadLetter.raw_b64, Buffer.from(raw).toString("base64"));
   });

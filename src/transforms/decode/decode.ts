@@ -8,8 +8,11 @@ import type { ErrorCode } from "../../core/errors.ts";
 import { makeDeadLetter, type RawRecord } from "../../core/records.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
 import {
+  CONTROL_EVENT_TYPES,
   EVENT_TYPES,
   eventSchemas,
+  policyUpdateEvent,
+  type PolicyUpdateEvent,
   PROTOCOL_VERSION,
   type CodedIssueParams,
   type EventType,
@@ -39,8 +42,11 @@ export interface RejectedEnvelope {
   digest: string;
 }
 
+/** A session event, a control event (not part of any session), or a rejection. */
 export type DecodeResult =
-  { ok: true; value: DecodedEvent } | { ok: false; deadLetter: DeadLetter; envelope?: RejectedEnvelope };
+  | { kind: "event"; value: DecodedEvent }
+  | { kind: "control"; control: PolicyUpdateEvent; record: RawRecord }
+  | { kind: "rejected"; deadLetter: DeadLetter; envelope?: RejectedEnvelope };
 
 const utf8 = new TextDecoder();
 
@@ -72,7 +78,9 @@ function reject(
     }
   }
   const deadLetter = makeDeadLetter(code, message, COMPONENT, record, extras);
-  return envelope === undefined ? { ok: false, deadLetter } : { ok: false, deadLetter, envelope };
+  return envelope === undefined
+    ? { kind: "rejected", deadLetter }
+    : { kind: "rejected", deadLetter, envelope };
 }
 
 function describeIssues(error: ZodError): { code: ErrorCode; message: string; issues: unknown[] } {
@@ -110,10 +118,16 @@ export function decodeEvent(record: RawRecord): DecodeResult {
     return reject(obj.v === undefined ? "INVALID_EVENT" : "UNSUPPORTED_VERSION", message, record, obj);
   }
   const type = obj.type;
+  if (type === "policy.update") {
+    const control = policyUpdateEvent.safeParse(obj);
+    if (control.success) return { kind: "control", control: control.data, record };
+    const { code, message, issues } = describeIssues(control.error);
+    return reject(code, `${where}: invalid policy.update event: ${message}`, record, obj, { issues });
+  }
   if (typeof type !== "string" || !(EVENT_TYPES as string[]).includes(type)) {
     return reject(
       "UNKNOWN_EVENT_TYPE",
-      `${where}: event type ${JSON.stringify(type)} is not one of ${EVENT_TYPES.join(", ")}`,
+      `${where}: event type ${JSON.stringify(type)} is not one of ${[...EVENT_TYPES, ...CONTROL_EVENT_TYPES].join(", ")}`,
       record,
       obj,
     );
@@ -151,7 +165,7 @@ export function decodeEvent(record: RawRecord): DecodeResult {
       );
     }
   }
-  return { ok: true, value: { event, record, digest: hash("sha1", text) } };
+  return { kind: "event", value: { event, record, digest: hash("sha1", text) } };
 }
 
 function digestOf(record: RawRecord): string {

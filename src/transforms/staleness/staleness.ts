@@ -1,7 +1,7 @@
 /**
  * Staleness: rows sampled by a policy older than the current one minus a lag are not trained (off-policy
- * beyond what the trainer corrects for). The current version comes from configuration, or is the newest
- * `weight_version_max` observed in the stream so far.
+ * beyond what the trainer corrects for). The current version is the latest `policy.update` control event;
+ * before any, it comes from configuration, or is the newest `weight_version_max` observed in the stream.
  */
 import { z } from "zod";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
@@ -22,6 +22,7 @@ export type StalenessConfigInput = z.input<typeof stalenessConfigSchema>;
 export class StalenessFilter {
   private readonly config: StalenessConfig;
   private observed = -1;
+  private announced: number | null = null;
 
   constructor(config: StalenessConfig) {
     this.config = config;
@@ -29,9 +30,15 @@ export class StalenessFilter {
 
   /** The version rows are compared against, or null while nothing was observed. */
   get current(): number | null {
+    if (this.announced !== null) return this.announced;
     const c = this.config.current_version;
     if (c !== "observed") return c;
     return this.observed < 0 ? null : this.observed;
+  }
+
+  /** A `policy.update` control event: from now on, rows are compared against this version. */
+  announce(version: number): void {
+    this.announced = version;
   }
 
   /** Takes note of the rows' versions (for "observed"); call before `isStale` on a session's rows. */

@@ -1,0 +1,108 @@
+import { strict as assert } from "node:assert";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import { pino } from "pino";
+import { Metrics } from "../../core/metrics.ts";
+import { assemble, SessionScript } from "../../../test/helpers/sessions.ts";
+import { fileSinkConfigSchema, type FileSinkConfigInput } from "./config.ts";
+import { EncoderPool } from "./pool.ts";
+import { readRows } from "./read.ts";
+import { FileSink } from "./sink.ts";
+
+const scratch = mkdtempSync(join(tmpdir(), "trajflow-sink-"));
+after(() => rmSync(scratch, { recursive: true, force: true }));
+let n = 0;
+const silent = pino({ level: "silent" });
+
+function session(id: string) {
+  return assemble(new SessionScript("u", id).call("c1", [1, 2], [3]).end().lines()).rows;
+}
+
+function sink(config: Partial<FileSinkConfigInput> = {}) {
+  const path = join(scratch, `s${n++}`);
+  const metrics = new Metrics();
+  return {
+    path,
+    metrics,
+    sink: new FileSink(fileSinkConfigSchema.parse({ path, ...config }), { metrics, logger: silent }),
+  };
+}
+
+describe("file sink", () => {
+  it("acknowledges rows only once their file is in place, and keeps a write's rows together", async () => {
+    const { path, sink: s } = sink({ max_rows_per_file: 2 });
+    await s.open();
+    const acked: string[] = [];
+    await s.write(session("a"), () => acked.push("a"));
+    await s.write([...session("b"), ...session("c")], () => {
+      assert.ok(existsSync(join(path, "part-00000.parquet")), "acknowledged before the file existed");
+      acked.push("bc");
+    });
+    await s.write(session("d"), () => acked.push("d"));
+    assert.equal(acked.includes("d"), false, "d is still buffered");
+    await s.close();
+    assert.deepEqual(acked, ["a", "bc", "d"]);
+    assert.deepEqual(readdirSync(path).sort(), ["part-00000.parquet", "part-00001.parquet"]);
+    assert.deepEqual(
+      (await readRows(join(path, "part-00000.parquet"))).map((r) => r.session_id),
+      ["a", "b", "c"],
+    );
+  });
+
+  it("cuts a file by age on its own timer when the stream goes quiet", async () => {
+    const { path, sink: s } = sink({ max_file_age_ms: 100 });
+    await s.open();
+    await s.write(session("a"));
+    const deadline = Date.now() + 5_000;
+    while (!existsSync(join(path, "part-00000.parquet")) && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 20));
+    assert.ok(existsSync(join(path, "part-00000.parquet")), "no file after the age limit");
+    await s.close();
+  });
+
+  it("fails instead of overwriting a different file of the same name", async () => {
+    const { path, sink: s } = sink();
+    await s.open();
+    await s.write(session("a"));
+    mkdirSync(path, { recursive: true });
+    writeFileSync(join(path, "part-00000.parquet"), "someone else's bytes");
+    await assert.rejects(s.close(), { code: "FILE_CONFLICT" });
+    assert.deepEqual(readdirSync(path), ["part-00000.parquet"], "no temporary file is left behind");
+  });
+
+  it("removes temporary files left by a crash when it opens", async () => {
+    const { path, sink: s, metrics } = sink({ partition_by: "policy" });
+    mkdirSync(join(path, "policy=3"), { recursive: true });
+    writeFileSync(join(path, "policy=3", ".trajflow-tmp-abc-part-00000.parquet"), "half");
+    await s.open();
+    await s.close();
+    assert.equal(metrics.get("stale_temp_files_removed"), 1);
+    assert.deepEqual(readdirSync(join(path, "policy=3")), []);
+  });
+});
+
+describe("encoder pool", () => {
+  it("replaces a worker whose WASM memory grew past the limit and keeps committing", async () => {
+    const pool = new EncoderPool(1, 1);
+    const options = {
+      format: "parquet",
+      engine: "parquet-wasm",
+      compression: "zstd",
+      rowGroupSize: 16,
+      metadata: {},
+    } as const;
+    const dir = join(scratch, "pool");
+    for (const id of ["a", "b", "c"]) {
+      const done = await pool.run(join(dir, `${id}.parquet`), session(id), options);
+      assert.equal(done.outcome, "written");
+    }
+    assert.equal(pool.recycled, 3);
+    await pool.close();
+    assert.deepEqual(
+      (await readRows(join(dir, "c.parquet"))).map((r) => r.session_id),
+      ["c"],
+    );
+  });
+});
