@@ -149,7 +149,7 @@ async function replayEndToEnd(dir: string): Promise<void> {
   writeFileSync(input, `${lines.join("\n")}\n`);
   let best = Infinity;
   let rowsOut = 0;
-  let values = 0;
+  let rowTokens = 0;
   for (let i = 0; i < 3; i++) {
     const result = await replay({
       inputs: [input],
@@ -159,14 +159,14 @@ async function replayEndToEnd(dir: string): Promise<void> {
     });
     best = Math.min(best, result.seconds);
     rowsOut = result.metrics.total("rows_written");
-    values = result.metrics.total("tokens_emitted") + 2 * (result.metrics.total("tokens_emitted") - 0);
+    rowTokens = result.metrics.total("tokens_emitted");
   }
   record({
     bench: "replay",
     case: "JSONL (delta form, packed) → Parquet files, end to end",
     value: tokens / best / 1e6,
     unit: "M tokens/s",
-    note: `${lines.length} events → ${rowsOut} rows of ~16k tokens (~${(values / best / 1e6).toFixed(1)}M values/s written), ${(best * 1000).toFixed(0)} ms`,
+    note: `${lines.length} events → ${rowsOut} rows of ~16k tokens (${(rowTokens / best / 1e6).toFixed(1)}M row tokens/s written), ${(best * 1000).toFixed(0)} ms`,
   });
 }
 
