@@ -2,6 +2,7 @@
  * Deterministic synthetic agent sessions for benchmarks. Token ids are pseudo-random (seeded), so prompts
  * of different sessions share nothing but what the scenario says they share.
  */
+import { mulberry32 } from "../src/core/prng.ts";
 import { packLogprobs, packTokenIds } from "../src/schemas/tokens.ts";
 
 export interface SessionShape {
@@ -16,17 +17,6 @@ export interface SessionShape {
 }
 
 export type PromptForm = "full" | "delta";
-
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function ids(random: () => number, n: number): number[] {
   const out = new Array<number>(n);
@@ -43,7 +33,7 @@ export function linearSession(
   form: PromptForm,
   opts: { uid: string; sessionId: string; seed: number; packed?: boolean; t0?: number },
 ): Array<Record<string, unknown>> {
-  const random = rng(opts.seed);
+  const random = mulberry32(opts.seed);
   const pack = (a: number[]) => (opts.packed === true ? packTokenIds(a) : a);
   const packLp = (a: number[]) => (opts.packed === true ? packLogprobs(a) : a);
   const events: Array<Record<string, unknown>> = [];

@@ -11,6 +11,7 @@
  * after a timeout, retokenization drift from a reasoning template, and rewards (per call, per session,
  * a redelivered one, one inside the grace period).
  */
+import { mulberry32 } from "../src/core/prng.ts";
 import { readFileSync, writeFileSync } from "node:fs";
 import { encode } from "gpt-tokenizer/model/gpt-3.5-turbo";
 import { packLogprobs, packTokenIds } from "../src/schemas/tokens.ts";
@@ -40,18 +41,7 @@ const render = (messages: Message[], dropThinking = false): number[] =>
       .join("") + GEN_PROMPT,
   );
 
-// mulberry32: a tiny seeded PRNG so logprobs are plausible and reproducible.
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const random = rng(20260101);
+const random = mulberry32(20260101);
 const logprobsFor = (ids: number[]): number[] => ids.map(() => Math.fround(-Math.pow(random(), 3) * 4));
 
 const T0 = Date.UTC(2026, 0, 1);

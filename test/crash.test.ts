@@ -3,6 +3,7 @@
  * exactly the files of an uninterrupted run, byte for byte: every row exactly once, no partial file ever
  * visible to a reader, no temporary file left.
  */
+import { mulberry32 } from "../src/core/prng.ts";
 import { strict as assert } from "node:assert";
 import { spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -33,17 +34,6 @@ function snapshot(dir: string): Map<string, Buffer> {
   };
   walk(dir);
   return out;
-}
-
-// mulberry32: reproducible kill points (the seed is in the test name's output on failure).
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 function visibleFiles(out: string): number {
@@ -109,7 +99,7 @@ describe("crash and restart", () => {
   });
 
   it(`ends with the files of an uninterrupted run after ${RUNS} SIGKILLs at random points`, async () => {
-    const random = rng(20261121);
+    const random = mulberry32(20261121);
     let interrupted = 0;
     for (let run = 0; run < RUNS; run++) {
       const out = join(scratch, `run-${run}`);

@@ -87,8 +87,13 @@ function stringListData(name: string, rows: string[][]): Data {
   return makeData({ type, length: rows.length, valueOffsets: offsets, child: utf8Data(flat) });
 }
 
-function int32Data(name: string, values: Array<number | null>): Data {
-  const data = new Int32Array(values.length);
+/** A nullable numeric column: nulls are stored as 0 under a cleared validity bit. */
+function numericData(
+  name: string,
+  values: Array<number | null>,
+  Ctor: Int32ArrayConstructor | Int8ArrayConstructor | Float64ArrayConstructor,
+): Data {
+  const data = new Ctor(values.length);
   values.forEach((v, i) => (data[i] = v ?? 0));
   const { bitmap, nulls } = validity(values.length, (i) => values[i] !== null);
   return makeData({
@@ -100,22 +105,9 @@ function int32Data(name: string, values: Array<number | null>): Data {
   });
 }
 
-function int8Data(name: string, values: number[]): Data {
-  return makeData({ type: field(name).type as never, length: values.length, data: Int8Array.from(values) });
-}
-
-function float64Data(name: string, values: Array<number | null>): Data {
-  const data = new Float64Array(values.length);
-  values.forEach((v, i) => (data[i] = v ?? 0));
-  const { bitmap, nulls } = validity(values.length, (i) => values[i] !== null);
-  return makeData({
-    type: field(name).type as never,
-    length: values.length,
-    data,
-    nullBitmap: bitmap,
-    nullCount: nulls,
-  });
-}
+const int32Data = (name: string, values: Array<number | null>) => numericData(name, values, Int32Array);
+const int8Data = (name: string, values: number[]) => numericData(name, values, Int8Array);
+const float64Data = (name: string, values: Array<number | null>) => numericData(name, values, Float64Array);
 
 function boolData(name: string, values: Array<boolean | null>): Data {
   const data = new Uint8Array((values.length + 7) >> 3);
