@@ -51,6 +51,18 @@ describe("file sink", () => {
     );
   });
 
+  it("acknowledges an empty write after the files before it, without an empty file", async () => {
+    const { path, sink: s } = sink();
+    await s.open();
+    const acked: string[] = [];
+    await s.write(session("a"), () => acked.push("a"));
+    await s.cut();
+    await s.write([], () => acked.push("empty"));
+    await s.close();
+    assert.deepEqual(acked, ["a", "empty"]);
+    assert.deepEqual(readdirSync(path), ["part-00000.parquet"]);
+  });
+
   it("cuts a file by age on its own timer when the stream goes quiet", async () => {
     const { path, sink: s } = sink({ max_file_age_ms: 100 });
     await s.open();

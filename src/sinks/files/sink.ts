@@ -121,6 +121,17 @@ export class FileSink {
     const tokens = this.bufferedTokens;
     this.bufferedRows = 0;
     this.bufferedTokens = 0;
+    if (rows.length === 0) {
+      // Only acknowledgements of empty writes: they are durable once everything before them is.
+      const before = [...this.inFlight];
+      const tracked: Promise<void> = Promise.all(before)
+        .then(() => {
+          if (this.failure === null) for (const f of callbacks) f();
+        })
+        .finally(() => this.inFlight.delete(tracked));
+      this.inFlight.add(tracked);
+      return;
+    }
 
     const name = `part-${String(this.cutIndex++).padStart(5, "0")}${fileExtension(this.config)}`;
     const firstRow = this.rowsCut;
