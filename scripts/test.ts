@@ -1,5 +1,6 @@
 /**
- * `npm test`: prepares the independent readers (pyarrow, DuckDB from PyPI) and runs every test with
+ * `npm test`: prepares the independent readers (pyarrow, DuckDB, confluent-kafka from PyPI), starts a
+ * Kafka broker (unless KAFKA_BROKERS names one), and runs every test with
  * node's test runner: unit tests beside the code (src/**) and integration tests (test/**).
  */
 import { spawnSync } from "node:child_process";
@@ -9,6 +10,22 @@ const setup = spawnSync("bash", ["scripts/python-env.sh"], { cwd: root, stdio: "
 if (setup.status !== 0) {
   console.error("test setup failed: could not prepare the Python readers (scripts/python-env.sh)");
   process.exit(setup.status ?? 1);
+}
+// A real Kafka broker for the Kafka tests: the one in KAFKA_BROKERS, or one scripts/kafka.sh starts (and
+// stops afterwards).
+let startedKafka = false;
+if (process.env.KAFKA_BROKERS === undefined || process.env.KAFKA_BROKERS === "") {
+  const kafka = spawnSync("bash", ["scripts/kafka.sh", "start"], {
+    cwd: root,
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  if (kafka.status !== 0) {
+    console.error("test setup failed: could not start the Kafka broker (scripts/kafka.sh start)");
+    process.exit(kafka.status ?? 1);
+  }
+  process.env.KAFKA_BROKERS = kafka.stdout.trim().split("\n").pop();
+  startedKafka = true;
 }
 const patterns = process.argv.slice(2);
 const result = spawnSync(
@@ -20,4 +37,5 @@ const result = spawnSync(
   ],
   { cwd: root, stdio: "inherit" },
 );
+if (startedKafka) spawnSync("bash", ["scripts/kafka.sh", "stop"], { cwd: root, stdio: "inherit" });
 process.exit(result.status ?? 1);

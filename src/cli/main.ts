@@ -7,12 +7,16 @@ import { createLogger } from "../core/logger.ts";
 import { ExitCode, intOption, parse, usageError } from "./args.ts";
 import { inspect } from "./inspect.ts";
 import { formatSummary, replay } from "./replay.ts";
+import { consume } from "./consume.ts";
+import { produce, type ProduceCompression } from "./produce.ts";
 
 const HELP = `trajflow: LLM agent gateway events → training-ready RL trajectories (Parquet)
 
 Usage:
   trajflow replay <events.jsonl[.gz]...> --out <dir> [options]
   trajflow inspect <file|dir> [--uid <uid>] [--session <id>] [--limit <n>] [--tokens]
+  trajflow produce <events.jsonl[.gz]...> --topic <t> [--brokers <list>] [--compression <c>]
+  trajflow consume --topic <t> --group <g> --out <dir> [--brokers <list>] [options]
   trajflow <command> --help
 
 Exit codes: 0 success, 1 the run failed, 2 usage or configuration error.
@@ -140,6 +144,165 @@ async function runReplay(argv: string[]): Promise<number> {
   return ExitCode.OK;
 }
 
+const PRODUCE_HELP = `trajflow produce <events.jsonl[.gz]...> --topic <t> [options]
+
+Publishes recorded gateway events to a Kafka topic, keyed by uid, byte for byte (as a gateway would).
+policy.update control events go to every partition.
+
+Options:
+  --topic <t>          topic to publish to (required)
+  --brokers <list>     comma-separated bootstrap brokers (default $KAFKA_BROKERS or 127.0.0.1:9092)
+  --compression <c>    none (default), gzip, snappy, lz4 or zstd
+  -h, --help           show this help
+`;
+
+const CONSUME_HELP = `trajflow consume --topic <t> --group <g> --out <dir> [options]
+
+Consumes gateway events from a Kafka topic, assembles trajectories and writes them as files named after
+the offsets they cover, exactly once: offsets are committed only after files are in place, and sessions
+already in files are skipped after a crash or rebalance. Rejected events go to a dead-letter topic.
+Runs until SIGTERM or SIGINT.
+
+Options:
+  --topic <t>               topic of gateway events (required)
+  --group <g>               consumer group (required); processes sharing it split the partitions
+  --out <dir>               output directory (required)
+  --brokers <list>          comma-separated bootstrap brokers (default $KAFKA_BROKERS or 127.0.0.1:9092)
+  --dead-letter-topic <t>   default <topic>.dead-letter
+  --until-idle-ms <n>       stop after n ms without messages, writing open sessions too (drain a topic)
+  --drift-policy, --idle-timeout-ms, --reward-grace-ms, --max-tokens    as for replay
+  --format, --engine, --compression, --rows-per-file, --tokens-per-file  as for replay
+  --json                    print the final metrics as JSON
+  -h, --help                show this help
+`;
+
+function brokers(value: string | undefined): string[] {
+  return (value ?? process.env.KAFKA_BROKERS ?? "127.0.0.1:9092")
+    .split(",")
+    .map((b) => b.trim())
+    .filter((b) => b.length > 0);
+}
+
+async function runProduce(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    topic: { type: "string" },
+    brokers: { type: "string" },
+    compression: { type: "string" },
+    help: { type: "boolean", short: "h" },
+  });
+  if (values.help === true) {
+    process.stdout.write(PRODUCE_HELP);
+    return ExitCode.OK;
+  }
+  if (positionals.length === 0) throw usageError("produce needs at least one events file");
+  if (values.topic === undefined) throw usageError("produce needs --topic <t>");
+  const compression = (values.compression ?? "none") as ProduceCompression;
+  if (!["none", "gzip", "snappy", "lz4", "zstd"].includes(compression)) {
+    throw usageError(
+      `--compression must be none, gzip, snappy, lz4 or zstd, got ${JSON.stringify(values.compression)}`,
+    );
+  }
+  const logger = createLogger({});
+  const result = await produce({
+    inputs: positionals,
+    topic: values.topic,
+    connection: {
+      brokers: brokers(values.brokers),
+      client_id: "trajflow-produce",
+      connection_timeout_ms: 10_000,
+    },
+    compression,
+    logger,
+  });
+  process.stdout.write(
+    `trajflow produce: ${result.messages} messages to ${values.topic} in ${result.seconds.toFixed(2)} s\n`,
+  );
+  return ExitCode.OK;
+}
+
+async function runConsume(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    topic: { type: "string" },
+    group: { type: "string" },
+    out: { type: "string" },
+    brokers: { type: "string" },
+    "dead-letter-topic": { type: "string" },
+    "until-idle-ms": { type: "string" },
+    "drift-policy": { type: "string" },
+    "idle-timeout-ms": { type: "string" },
+    "reward-grace-ms": { type: "string" },
+    "max-tokens": { type: "string" },
+    format: { type: "string" },
+    engine: { type: "string" },
+    compression: { type: "string" },
+    "rows-per-file": { type: "string" },
+    "tokens-per-file": { type: "string" },
+    json: { type: "boolean" },
+    "log-level": { type: "string" },
+    help: { type: "boolean", short: "h" },
+  });
+  if (values.help === true) {
+    process.stdout.write(CONSUME_HELP);
+    return ExitCode.OK;
+  }
+  if (positionals.length > 0) throw usageError("consume takes no positional arguments");
+  for (const required of ["topic", "group", "out"] as const) {
+    if (values[required] === undefined) throw usageError(`consume needs --${required}`);
+  }
+  const logger = createLogger({ level: values["log-level"] });
+  const stopSignal = new Promise<void>((resolve) => {
+    let signals = 0;
+    const onSignal = (signal: string) => {
+      signals++;
+      if (signals > 1) {
+        // A second signal exits at once; committed files are whole, and the offsets only cover them.
+        process.exit(130);
+      }
+      logger.info({ signal }, "Stopping: finishing files in flight and committing offsets.");
+      resolve();
+    };
+    process.once("SIGTERM", () => onSignal("SIGTERM"));
+    process.on("SIGINT", () => onSignal("SIGINT"));
+  });
+  const result = await consume({
+    source: {
+      connection: { brokers: brokers(values.brokers) },
+      topic: values.topic!,
+      group_id: values.group!,
+    },
+    out: values.out!,
+    deadLetterTopic: values["dead-letter-topic"],
+    untilIdleMs: intOption("until-idle-ms", values["until-idle-ms"]),
+    assemble: {
+      drift_policy: values["drift-policy"] as "fork" | "realign" | undefined,
+      idle_timeout_ms: intOption("idle-timeout-ms", values["idle-timeout-ms"]),
+      reward_grace_ms: intOption("reward-grace-ms", values["reward-grace-ms"]),
+      max_tokens: intOption("max-tokens", values["max-tokens"]),
+    },
+    sink: {
+      format: values.format as "parquet" | undefined,
+      engine: values.engine as "parquet-wasm" | undefined,
+      compression: values.compression as "zstd" | undefined,
+      max_rows_per_file: intOption("rows-per-file", values["rows-per-file"]),
+      max_tokens_per_file: intOption("tokens-per-file", values["tokens-per-file"]),
+    },
+    logger,
+    stopSignal,
+  });
+  if (values.json === true) {
+    process.stdout.write(
+      `${JSON.stringify({ seconds: result.seconds, metrics: result.metrics.snapshot() }, null, 2)}\n`,
+    );
+  } else {
+    const m = result.metrics;
+    process.stdout.write(
+      `trajflow consume: ${m.total("kafka_messages")} messages in ${result.seconds.toFixed(1)} s, ${m.total("rows_written")} rows in ` +
+        `${m.total("files_committed")} file(s), ${m.total("dead_letters")} dead letters\n`,
+    );
+  }
+  return ExitCode.OK;
+}
+
 async function runInspect(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, {
     uid: { type: "string" },
@@ -175,6 +338,10 @@ export async function main(argv: string[]): Promise<number> {
         return await runReplay(rest);
       case "inspect":
         return await runInspect(rest);
+      case "produce":
+        return await runProduce(rest);
+      case "consume":
+        return await runConsume(rest);
       case undefined:
       case "help":
       case "--help":

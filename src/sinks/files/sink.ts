@@ -25,11 +25,21 @@ export interface FileSinkContext {
   logger: Logger;
   /** Metadata describing the input a file covers, asked for when a file is cut (e.g. source position). */
   describeInput?: () => Record<string, string>;
+  /**
+   * Names a cut (without extension) from the tags of the writes it holds; default `part-NNNNN`. Sources
+   * whose input has ranges (Kafka offsets) name files after the range they cover.
+   */
+  nameCut?: (cutIndex: number, tags: unknown[]) => string;
+  /** Extra file metadata computed from the writes' tags (e.g. which sessions and offsets a file holds). */
+  describeCut?: (tags: unknown[]) => Record<string, string>;
+  /** An encoder pool shared with other sinks (one per partition); the sink then does not close it. */
+  pool?: EncoderPool;
 }
 
 interface Buffered {
   rows: TrajectoryRow[];
   onDurable: (() => void) | undefined;
+  tag: unknown;
 }
 
 function partitionOf(row: TrajectoryRow, by: FileSinkConfig["partition_by"]): string {
@@ -42,6 +52,7 @@ export class FileSink {
   private readonly config: FileSinkConfig;
   private readonly ctx: FileSinkContext;
   private readonly pool: EncoderPool;
+  private readonly ownsPool: boolean;
   private buffer: Buffered[] = [];
   private bufferedRows = 0;
   private bufferedTokens = 0;
@@ -57,7 +68,8 @@ export class FileSink {
   constructor(config: FileSinkConfig, ctx: FileSinkContext) {
     this.config = config;
     this.ctx = ctx;
-    this.pool = new EncoderPool(config.encode_workers);
+    this.ownsPool = ctx.pool === undefined;
+    this.pool = ctx.pool ?? new EncoderPool(config.encode_workers);
   }
 
   /** Removes what a crashed writer left behind and starts the age timer. Call once before writing. */
@@ -92,14 +104,14 @@ export class FileSink {
    * Adds rows (kept together in one file). The rows are handed over to the sink. Resolves when they are
    * buffered, or dispatched for writing if they completed a file.
    */
-  async write(rows: TrajectoryRow[], onDurable?: () => void): Promise<void> {
+  async write(rows: TrajectoryRow[], onDurable?: () => void, tag?: unknown): Promise<void> {
     this.throwIfFailed();
     if (rows.length === 0) {
-      if (onDurable !== undefined) this.buffer.push({ rows, onDurable });
+      if (onDurable !== undefined) this.buffer.push({ rows, onDurable, tag });
       return;
     }
     if (this.bufferedRows === 0) this.oldestBuffered = Date.now();
-    this.buffer.push({ rows, onDurable });
+    this.buffer.push({ rows, onDurable, tag });
     this.bufferedRows += rows.length;
     for (const r of rows) this.bufferedTokens += r.prompt_ids.length + r.response_ids.length;
     if (
@@ -133,7 +145,10 @@ export class FileSink {
       return;
     }
 
-    const name = `part-${String(this.cutIndex++).padStart(5, "0")}${fileExtension(this.config)}`;
+    const tags = batches.filter((b) => b.rows.length > 0 && b.tag !== undefined).map((b) => b.tag);
+    const base = this.ctx.nameCut?.(this.cutIndex, tags) ?? `part-${String(this.cutIndex).padStart(5, "0")}`;
+    this.cutIndex++;
+    const name = `${base}${fileExtension(this.config)}`;
     const firstRow = this.rowsCut;
     this.rowsCut += rows.length;
     const byPartition = new Map<string, TrajectoryRow[]>();
@@ -143,7 +158,7 @@ export class FileSink {
       if (list === undefined) byPartition.set(p, [row]);
       else list.push(row);
     }
-    const inputMeta = this.ctx.describeInput?.() ?? {};
+    const inputMeta = { ...this.ctx.describeInput?.(), ...this.ctx.describeCut?.(tags) };
     const writes: Array<Promise<void>> = [];
     for (const [partition, partRows] of byPartition) {
       const path = join(this.config.path, partition, name);
@@ -211,7 +226,7 @@ export class FileSink {
       await this.cut();
       await this.drain();
     } finally {
-      await this.pool.close();
+      if (this.ownsPool) await this.pool.close();
     }
   }
 }

@@ -42,6 +42,11 @@ export class Assembler {
     return this.sessions.size;
   }
 
+  /** True when the session was finalized here (its later events are dead-lettered as LATE_EVENT). */
+  isFinalized(uid: string, sessionId: string): boolean {
+    return this.finalized.has(`${uid}\u0000${sessionId}`);
+  }
+
   /** The greatest event time seen: the clock that closes sessions (and times out groups downstream). */
   get eventTime(): number {
     return this.watermark;

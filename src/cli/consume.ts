@@ -1,0 +1,87 @@
+/**
+ * `trajflow consume`: the production path. Gateway events from a Kafka topic → assembled trajectories in
+ * files, exactly once, with rejected events on a dead-letter topic. Runs until SIGTERM/SIGINT (then stops
+ * consuming, writes and commits what is settled, and exits), or, with `untilIdleMs`, until the topic has
+ * been quiet that long (then it also writes the sessions still open: for draining a recorded topic).
+ */
+import { TrajflowError } from "../core/errors.ts";
+import type { Logger } from "../core/logger.ts";
+import { Metrics } from "../core/metrics.ts";
+import { fileSinkConfigSchema, type FileSinkConfigInput } from "../sinks/files/config.ts";
+import { kafkaSourceConfigSchema, type KafkaSourceConfigInput } from "../sources/kafka/config.ts";
+import { KafkaPipeline } from "../sources/kafka/consumer.ts";
+import { assembleConfigSchema, type AssembleConfigInput } from "../transforms/assemble/config.ts";
+
+export interface ConsumeOptions {
+  source: KafkaSourceConfigInput;
+  out: string;
+  deadLetterTopic?: string;
+  assemble?: AssembleConfigInput;
+  sink?: Omit<FileSinkConfigInput, "path">;
+  /** Stop once no message arrived for this long (ms), writing open sessions too. */
+  untilIdleMs?: number;
+  logger: Logger;
+  /** Resolves when the run should stop (a signal); absent: only untilIdleMs ends it. */
+  stopSignal?: Promise<void>;
+}
+
+export async function consume(options: ConsumeOptions): Promise<{ metrics: Metrics; seconds: number }> {
+  const problems: string[] = [];
+  const parse = <T>(
+    name: string,
+    r:
+      | { success: true; data: T }
+      | { success: false; error: { issues: Array<{ path: PropertyKey[]; message: string }> } },
+  ) => {
+    if (r.success) return r.data;
+    for (const i of r.error.issues) problems.push(`${name}.${i.path.map(String).join(".")}: ${i.message}`);
+    return undefined;
+  };
+  const source = parse("source", kafkaSourceConfigSchema.safeParse(options.source));
+  const assemble = parse("assemble", assembleConfigSchema.safeParse(options.assemble ?? {}));
+  const sink = parse("sink", fileSinkConfigSchema.safeParse({ ...options.sink, path: options.out }));
+  if (sink !== undefined && sink.partition_by !== "none")
+    problems.push("sink.partition_by: not supported with Kafka yet");
+  if (problems.length > 0 || source === undefined || assemble === undefined || sink === undefined) {
+    throw new TrajflowError("CONFIG_INVALID", `invalid configuration:\n  ${problems.join("\n  ")}`, {
+      details: { problems },
+    });
+  }
+  const started = performance.now();
+  const metrics = new Metrics();
+  const pipeline = new KafkaPipeline({
+    source,
+    assemble,
+    sink,
+    deadLetterTopic: options.deadLetterTopic ?? `${source.topic}.dead-letter`,
+    metrics,
+    logger: options.logger,
+  });
+  await pipeline.start();
+  let lastCount = -1;
+  let quietSince = Date.now();
+  const stopped = options.stopSignal?.then(() => "signal" as const);
+  for (;;) {
+    if (pipeline.error !== null) {
+      await pipeline.stop(false).catch(() => {});
+      throw new TrajflowError("SOURCE_READ_FAILED", `the Kafka pipeline failed: ${pipeline.error.message}`, {
+        cause: pipeline.error,
+      });
+    }
+    const tick = new Promise<"tick">((r) => setTimeout(() => r("tick"), 100));
+    const why = await (stopped === undefined ? tick : Promise.race([tick, stopped]));
+    if (why === "signal") {
+      await pipeline.stop(false);
+      break;
+    }
+    const count = metrics.total("kafka_messages");
+    if (count !== lastCount) {
+      lastCount = count;
+      quietSince = Date.now();
+    } else if (options.untilIdleMs !== undefined && Date.now() - quietSince >= options.untilIdleMs) {
+      await pipeline.stop(true);
+      break;
+    }
+  }
+  return { metrics, seconds: (performance.now() - started) / 1000 };
+}

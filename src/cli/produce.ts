@@ -1,0 +1,94 @@
+/**
+ * `trajflow produce`: publishes recorded events to a Kafka topic, keyed by uid (so every session of a GRPO
+ * group lands in one partition), as a gateway would. Control events (`policy.update`, no uid) go to every
+ * partition. Lines are sent byte for byte, bad ones too: the pipeline dead-letters them.
+ */
+import type { Logger } from "../core/logger.ts";
+import { CompressionTypes, createKafka, Partitioners } from "../sources/kafka/client.ts";
+import type { KafkaConnection } from "../sources/kafka/config.ts";
+import { readJsonl } from "../sources/jsonl/jsonl.ts";
+
+export type ProduceCompression = "none" | "gzip" | "snappy" | "lz4" | "zstd";
+
+const CODECS: Record<ProduceCompression, number> = {
+  none: CompressionTypes.None,
+  gzip: CompressionTypes.GZIP,
+  snappy: CompressionTypes.Snappy,
+  lz4: CompressionTypes.LZ4,
+  zstd: CompressionTypes.ZSTD,
+};
+
+export interface ProduceOptions {
+  inputs: string[];
+  topic: string;
+  connection: KafkaConnection;
+  compression: ProduceCompression;
+  /** Messages per produce request. */
+  batchSize?: number;
+  logger: Logger;
+}
+
+const utf8 = new TextDecoder();
+
+/** The uid to key by, or null for control events and lines that are not JSON objects. */
+function keyOf(raw: Uint8Array): { key: string | null; control: boolean } {
+  try {
+    const obj = JSON.parse(utf8.decode(raw)) as { uid?: unknown; type?: unknown };
+    if (obj.type === "policy.update") return { key: null, control: true };
+    return { key: typeof obj.uid === "string" ? obj.uid : null, control: false };
+  } catch {
+    return { key: null, control: false };
+  }
+}
+
+export async function produce(options: ProduceOptions): Promise<{ messages: number; seconds: number }> {
+  const started = performance.now();
+  const kafka = createKafka(options.connection, options.logger);
+  const admin = kafka.admin();
+  // The default (Java-compatible murmur2) partitioner: the same uid always lands in the same partition.
+  const producer = kafka.producer({
+    allowAutoTopicCreation: true,
+    idempotent: true,
+    maxInFlightRequests: 1,
+    createPartitioner: Partitioners.DefaultPartitioner,
+  });
+  await producer.connect();
+  await admin.connect();
+  let messages = 0;
+  try {
+    let partitions: number[] | null = null;
+    const batchSize = options.batchSize ?? 500;
+    let batch: Array<{ key: string | null; value: Buffer; partition?: number }> = [];
+    const flush = async () => {
+      if (batch.length === 0) return;
+      await producer.send({
+        topic: options.topic,
+        acks: -1,
+        compression: CODECS[options.compression],
+        messages: batch,
+      });
+      messages += batch.length;
+      batch = [];
+    };
+    for await (const record of readJsonl({ paths: options.inputs })) {
+      const raw = Buffer.from(record.raw as Uint8Array);
+      const { key, control } = keyOf(raw);
+      if (control) {
+        await flush();
+        partitions ??= (
+          await admin.fetchTopicMetadata({ topics: [options.topic] })
+        ).topics[0]!.partitions.map((p) => p.partitionId);
+        batch = partitions.map((partition) => ({ key: null, value: raw, partition }));
+        await flush();
+        continue;
+      }
+      batch.push({ key, value: raw });
+      if (batch.length >= batchSize) await flush();
+    }
+    await flush();
+  } finally {
+    await producer.disconnect();
+    await admin.disconnect();
+  }
+  return { messages, seconds: (performance.now() - started) / 1000 };
+}

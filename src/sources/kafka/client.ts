@@ -1,0 +1,59 @@
+/**
+ * The one file that knows kafkajs. Everything else talks to Kafka through these functions, so the client
+ * can be swapped (e.g. for a librdkafka binding) here alone.
+ *
+ * kafkajs facts the design relies on NOT being there: heartbeats happen only between handler calls (so
+ * handlers stay short and call heartbeat in long batches), there is no synchronous revoke hook, and
+ * resolved offsets are dropped on rebalance. trajflow commits explicitly and recovers from its files.
+ */
+import kafkajs, { type Consumer, type KafkaConfig, type Producer, type logLevel as LogLevel } from "kafkajs";
+import type { Logger } from "../../core/logger.ts";
+import { registerKafkaCodecs } from "./codecs.ts";
+import type { KafkaConnection } from "./config.ts";
+
+const { Kafka, logLevel } = kafkajs;
+
+export type { Consumer, Producer };
+export const CompressionTypes = kafkajs.CompressionTypes;
+export const Partitioners = kafkajs.Partitioners;
+
+function logCreator(logger: Logger) {
+  return () =>
+    ({ level, log }: { level: LogLevel; log: { message: string; [k: string]: unknown } }) => {
+      const { message, ...extra } = log;
+      // kafkajs log entries never carry credentials; the connection config is not logged at all.
+      delete extra.timestamp;
+      delete extra.logger;
+      if (level === logLevel.ERROR) logger.error(extra, message);
+      else if (level === logLevel.WARN) logger.warn(extra, message);
+      else logger.debug(extra, message);
+    };
+}
+
+export function createKafka(connection: KafkaConnection, logger: Logger): InstanceType<typeof Kafka> {
+  registerKafkaCodecs();
+  const config: KafkaConfig = {
+    clientId: connection.client_id,
+    brokers: connection.brokers,
+    connectionTimeout: connection.connection_timeout_ms,
+    logLevel: logLevel.WARN,
+    logCreator: logCreator(logger.child({ component: "kafkajs" })),
+    retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 5_000 },
+  };
+  if (connection.ssl !== undefined) config.ssl = connection.ssl as KafkaConfig["ssl"];
+  if (connection.sasl !== undefined) config.sasl = connection.sasl as KafkaConfig["sasl"];
+  return new Kafka(config);
+}
+
+/** A redacted view of a connection, safe to log. */
+export function describeConnection(connection: KafkaConnection): Record<string, unknown> {
+  return {
+    brokers: connection.brokers,
+    client_id: connection.client_id,
+    ssl: connection.ssl !== undefined,
+    sasl:
+      connection.sasl === undefined
+        ? undefined
+        : { mechanism: connection.sasl.mechanism, username: connection.sasl.username },
+  };
+}

@@ -1,0 +1,98 @@
+/**
+ * Compression codecs for Kafka record batches, so batches from librdkafka- or Java-based producers (which
+ * use snappy, lz4 and zstd) can be consumed. kafkajs ships gzip only. All three here need no native build:
+ * zstd comes with Node (node:zlib), snappy and lz4 are pure JavaScript.
+ */
+import { zstdCompressSync, zstdDecompressSync } from "node:zlib";
+import kafkajs from "kafkajs";
+import * as lz4 from "lz4js";
+import * as snappy from "snappyjs";
+import { hash as xxh32 } from "lz4js/xxh32.js";
+
+interface Encoder {
+  buffer: Buffer;
+}
+
+// The Java client frames snappy the way snappy-java's SnappyOutputStream does ("xerial" framing): a
+// 16-byte header, then blocks of [big-endian int32 length][raw snappy]. librdkafka reads and writes it too.
+const XERIAL_MAGIC = Buffer.from([0x82, 0x53, 0x4e, 0x41, 0x50, 0x50, 0x59, 0x00]);
+const XERIAL_HEADER = Buffer.concat([XERIAL_MAGIC, Buffer.from([0, 0, 0, 1, 0, 0, 0, 1])]);
+const XERIAL_BLOCK = 32 * 1024;
+
+export function snappyDecompress(buffer: Buffer): Buffer {
+  if (buffer.length < 16 || !buffer.subarray(0, 8).equals(XERIAL_MAGIC)) {
+    return Buffer.from(snappy.uncompress(buffer));
+  }
+  const parts: Buffer[] = [];
+  let at = 16;
+  while (at + 4 <= buffer.length) {
+    const size = buffer.readInt32BE(at);
+    at += 4;
+    parts.push(Buffer.from(snappy.uncompress(buffer.subarray(at, at + size))));
+    at += size;
+  }
+  return Buffer.concat(parts);
+}
+
+export function snappyCompress(buffer: Buffer): Buffer {
+  const parts: Buffer[] = [XERIAL_HEADER];
+  for (let at = 0; at < buffer.length; at += XERIAL_BLOCK) {
+    const block = Buffer.from(snappy.compress(buffer.subarray(at, at + XERIAL_BLOCK)));
+    const size = Buffer.alloc(4);
+    size.writeInt32BE(block.length);
+    parts.push(size, block);
+  }
+  return Buffer.concat(parts);
+}
+
+const { CompressionCodecs, CompressionTypes } = kafkajs;
+// Kafka reads only LZ4 frames with independent blocks (FLG bit 5); lz4js writes dependent ones, so the
+// frame is assembled here, each 64 KiB block compressed on its own.
+const LZ4_MAGIC = 0x184d2204;
+const LZ4_BLOCK = 64 * 1024;
+
+export function lz4Compress(src: Uint8Array): Buffer {
+  const parts: Buffer[] = [];
+  const header = Buffer.alloc(7);
+  header.writeUInt32LE(LZ4_MAGIC, 0);
+  header[4] = 0x60; // version 01, independent blocks, no checksums
+  header[5] = 0x40; // block maximum size: 64 KiB
+  header[6] = (xxh32(0, header, 4, 2) >>> 8) & 0xff;
+  parts.push(header);
+  const out = new Uint8Array(lz4.compressBound(LZ4_BLOCK));
+  for (let at = 0; at < src.length; at += LZ4_BLOCK) {
+    const block = src.slice(at, at + LZ4_BLOCK);
+    const size = lz4.compressBlock(block, out, 0, block.length, new Uint32Array(1 << 16));
+    const prefix = Buffer.alloc(4);
+    if (size === 0 || size >= block.length) {
+      prefix.writeUInt32LE((0x80000000 | block.length) >>> 0);
+      parts.push(prefix, Buffer.from(block));
+    } else {
+      prefix.writeUInt32LE(size);
+      parts.push(prefix, Buffer.from(out.subarray(0, size)));
+    }
+  }
+  parts.push(Buffer.alloc(4)); // end mark
+  return Buffer.concat(parts);
+}
+
+let registered = false;
+
+/** Registers snappy, lz4 and zstd with kafkajs (once per process). */
+export function registerKafkaCodecs(): void {
+  if (registered) return;
+  registered = true;
+  CompressionCodecs[CompressionTypes.Snappy] = () => ({
+    compress: async (encoder: Encoder) => snappyCompress(encoder.buffer),
+    decompress: async (buffer: Buffer) => snappyDecompress(buffer),
+  });
+  CompressionCodecs[CompressionTypes.LZ4] = () => ({
+    // Kafka's lz4 is the LZ4 frame format.
+    compress: async (encoder: Encoder) => lz4Compress(encoder.buffer),
+    decompress: async (buffer: Buffer) => Buffer.from(lz4.decompress(buffer)),
+  });
+  CompressionCodecs[CompressionTypes.ZSTD] = () => ({
+    compress: async (encoder: Encoder) => zstdCompressSync(encoder.buffer),
+    decompress: async (buffer: Buffer) => zstdDecompressSync(buffer),
+  });
+}

@@ -1,0 +1,46 @@
+import { z } from "zod";
+
+/** Connection settings shared by the Kafka source and the Kafka sinks. Secrets are never logged. */
+export const kafkaConnectionSchema = z.strictObject({
+  brokers: z.array(z.string().min(1)).min(1).describe("Bootstrap brokers, host:port."),
+  client_id: z.string().min(1).default("trajflow").describe("Client id reported to the brokers."),
+  ssl: z
+    .union([z.boolean(), z.record(z.string(), z.unknown())])
+    .optional()
+    .describe("true, or Node tls.connect options (ca, cert, key, ...), passed to the client as they are."),
+  sasl: z
+    .strictObject({
+      mechanism: z.enum(["plain", "scram-sha-256", "scram-sha-512"]),
+      username: z.string(),
+      password: z.string(),
+    })
+    .optional()
+    .describe("SASL authentication."),
+  connection_timeout_ms: z.int().positive().default(10_000).describe("Timeout for connecting to a broker."),
+});
+export type KafkaConnection = z.output<typeof kafkaConnectionSchema>;
+
+/** Configuration of the `kafka` source. */
+export const kafkaSourceConfigSchema = z.strictObject({
+  connection: kafkaConnectionSchema,
+  topic: z.string().min(1).describe("Topic of gateway events, keyed by uid."),
+  group_id: z.string().min(1).describe("Consumer group: processes sharing it split the topic's partitions."),
+  from_beginning: z
+    .boolean()
+    .default(true)
+    .describe("Where a group without committed offsets starts: the earliest (default) or the latest offset."),
+  commit_interval_ms: z.int().positive().default(2_000).describe("How often settled offsets are committed."),
+  max_buffered_bytes: z
+    .int()
+    .positive()
+    .default(512 * 2 ** 20)
+    .describe("Raw bytes of events held by open sessions above which consumption pauses (backpressure)."),
+  max_open_sessions: z
+    .int()
+    .positive()
+    .default(100_000)
+    .describe("Open sessions per process above which consumption pauses until sessions finish."),
+  session_timeout_ms: z.int().positive().default(30_000).describe("Consumer group session timeout."),
+});
+export type KafkaSourceConfig = z.output<typeof kafkaSourceConfigSchema>;
+export type KafkaSourceConfigInput = z.input<typeof kafkaSourceConfigSchema>;

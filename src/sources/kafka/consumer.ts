@@ -1,0 +1,339 @@
+/**
+ * The Kafka pipeline: topic → decode → assemble (one assembler per partition) → file sink, with
+ * exactly-once output.
+ *
+ * - Events are keyed by uid, so a session (and its GRPO group) lives in one partition.
+ * - A session's rows are written to a file named after the partition's offset range; only once the file
+ *   is renamed into place may the session's offsets be committed, and the committed offset never passes
+ *   the first offset of a session that is still open (progress.ts).
+ * - After a crash or a rebalance, consumption restarts at the committed offset and the sessions already in
+ *   files are skipped (recovery.ts), so none is written twice.
+ * - Rejected events go to a dead-letter topic; their offsets commit only after the topic acknowledged them.
+ */
+import type { EachBatchPayload } from "kafkajs";
+import type { Logger } from "../../core/logger.ts";
+import type { Metrics } from "../../core/metrics.ts";
+import { makeDeadLetter, type DeadLetterOutput } from "../../core/records.ts";
+import type { DeadLetter } from "../../schemas/dead-letter.ts";
+import type { FileSinkConfig } from "../../sinks/files/config.ts";
+import { EncoderPool } from "../../sinks/files/pool.ts";
+import { FileSink } from "../../sinks/files/sink.ts";
+import { Assembler, type SessionOutput } from "../../transforms/assemble/assembler.ts";
+import type { AssembleConfig } from "../../transforms/assemble/config.ts";
+import { decodeEvent } from "../../transforms/decode/decode.ts";
+import type { StalenessFilter } from "../../transforms/staleness/staleness.ts";
+import { createKafka, describeConnection, Partitioners, type Consumer, type Producer } from "./client.ts";
+import type { KafkaSourceConfig } from "./config.ts";
+import { PartitionProgress } from "./progress.ts";
+import { rangeName, SESSIONS_KEY, writtenSessions, type SessionSpan } from "./recovery.ts";
+
+export interface KafkaPipelineOptions {
+  source: KafkaSourceConfig;
+  assemble: AssembleConfig;
+  sink: FileSinkConfig;
+  /** Topic for dead letters (JSON, keyed by uid when known). */
+  deadLetterTopic: string;
+  staleness?: StalenessFilter;
+  metrics: Metrics;
+  logger: Logger;
+}
+
+interface PartitionState {
+  partition: number;
+  assembler: Assembler;
+  progress: PartitionProgress;
+  sink: FileSink;
+  /** Sessions already in files: key → last offset applied there. */
+  written: Map<string, number>;
+  /** Open sessions: key → [first, last] offsets. */
+  spans: Map<string, [number, number]>;
+  deadLetters: DeadLetterOutput;
+}
+
+const sessionKey = (uid: string, sessionId: string) => `${uid}\u0000${sessionId}`;
+
+export class KafkaPipeline {
+  private readonly options: KafkaPipelineOptions;
+  private readonly consumer: Consumer;
+  private readonly producer: Producer;
+  private readonly pool: EncoderPool;
+  private states = new Map<number, PartitionState>();
+  /** Sinks of earlier generations still finishing their files. */
+  private retiring: FileSink[] = [];
+  private commitTimer: NodeJS.Timeout | null = null;
+  private failure: Error | null = null;
+  private stopping = false;
+  private readonly log: Logger;
+
+  constructor(options: KafkaPipelineOptions) {
+    this.options = options;
+    this.log = options.logger.child({ component: "kafka" });
+    const kafka = createKafka(options.source.connection, options.logger);
+    this.consumer = kafka.consumer({
+      groupId: options.source.group_id,
+      sessionTimeout: options.source.session_timeout_ms,
+      allowAutoTopicCreation: false,
+    });
+    this.producer = kafka.producer({
+      idempotent: true,
+      maxInFlightRequests: 1,
+      createPartitioner: Partitioners.DefaultPartitioner,
+    });
+    this.pool = new EncoderPool(options.sink.encode_workers);
+  }
+
+  get error(): Error | null {
+    return this.failure;
+  }
+
+  async start(): Promise<void> {
+    const { source } = this.options;
+    this.log.info(
+      { ...describeConnection(source.connection), topic: source.topic, group: source.group_id },
+      "Connecting to Kafka.",
+    );
+    await this.producer.connect();
+    await this.consumer.connect();
+    await this.consumer.subscribe({ topic: source.topic, fromBeginning: source.from_beginning });
+    // Every (re)join restarts all assigned partitions at their committed offsets (kafkajs drops resolved
+    // offsets on rebalance), so every partition's in-memory state starts over too.
+    this.consumer.on(this.consumer.events.GROUP_JOIN, () => this.resetPartitions());
+    this.consumer.on(this.consumer.events.CRASH, (e) => this.fail(e.payload.error));
+    await this.consumer.run({
+      autoCommit: false,
+      eachBatchAutoResolve: false,
+      eachBatch: (payload) => this.onBatch(payload),
+    });
+    this.commitTimer = setInterval(
+      () => void this.commit().catch((e: Error) => this.fail(e)),
+      source.commit_interval_ms,
+    );
+  }
+
+  private fail(err: Error): void {
+    if (this.failure === null) {
+      this.failure = err;
+      this.log.error({ err }, "The Kafka pipeline failed.");
+    }
+  }
+
+  private resetPartitions(): void {
+    for (const state of this.states.values()) this.retiring.push(state.sink);
+    this.states = new Map();
+    this.options.metrics.inc("kafka_rebalances");
+  }
+
+  private async partitionState(partition: number, firstOffset: number): Promise<PartitionState> {
+    let state = this.states.get(partition);
+    if (state !== undefined) return state;
+    // Files of the previous generation must be in place before this one looks at what is written.
+    const retiring = this.retiring;
+    this.retiring = [];
+    for (const sink of retiring) await sink.drain().catch(() => {});
+    const { topic } = this.options.source;
+    const { metrics, logger } = this.options;
+    const written = await writtenSessions(this.options.sink.path, topic, partition, firstOffset);
+    const progress = new PartitionProgress(firstOffset);
+    const deadLetters = this.deadLetterOutput(progress);
+    const spans = new Map<string, [number, number]>();
+    const sink = new FileSink(this.options.sink, {
+      metrics,
+      logger: logger.child({ component: "sink", partition }),
+      pool: this.pool,
+      nameCut: (_cut, tags) => rangeName(topic, partition, tags as SessionSpan[]),
+      describeCut: (tags) => ({
+        "trajflow.source": "kafka",
+        "trajflow.kafka.topic": topic,
+        "trajflow.kafka.partition": String(partition),
+        [SESSIONS_KEY]: JSON.stringify(tags),
+      }),
+    });
+    await sink.open();
+    state = {
+      partition,
+      progress,
+      sink,
+      written,
+      spans,
+      deadLetters,
+      assembler: new Assembler({ config: this.options.assemble, deadLetters, metrics }),
+    };
+    this.states.set(partition, state);
+    this.log.info({ partition, offset: firstOffset, skipping: written.size }, "Started a partition.");
+    return state;
+  }
+
+  /** Dead letters to the dead-letter topic, holding their offset until the topic acknowledged them. */
+  private deadLetterOutput(progress: PartitionProgress): DeadLetterOutput {
+    return {
+      write: (letter: DeadLetter) => {
+        this.options.metrics.inc("dead_letters", letter.code);
+        const offset = letter.origin.kind === "kafka" ? Number(letter.origin.offset) : progress.next;
+        const token = `dl:${offset}:${letter.code}`;
+        progress.hold(token, offset);
+        this.producer
+          .send({
+            topic: this.options.deadLetterTopic,
+            acks: -1,
+            messages: [{ key: letter.uid ?? null, value: JSON.stringify(letter) }],
+          })
+          .then(() => progress.release(token))
+          .catch((err: Error) => this.fail(err));
+      },
+    };
+  }
+
+  private async onBatch(payload: EachBatchPayload): Promise<void> {
+    const { batch, heartbeat, isRunning, isStale } = payload;
+    if (batch.messages.length === 0) return;
+    const state = await this.partitionState(batch.partition, Number(batch.messages[0]!.offset));
+    let n = 0;
+    for (const message of batch.messages) {
+      if (!isRunning() || isStale() || this.stopping) break;
+      if (this.failure !== null) throw this.failure;
+      const offset = Number(message.offset);
+      if (offset < state.progress.next) continue; // redelivered within this generation
+      await this.onMessage(state, offset, message.value ?? Buffer.alloc(0));
+      state.progress.next = offset + 1;
+      payload.resolveOffset(message.offset);
+      // kafkajs heartbeats only between handler calls: keep the group alive through long batches.
+      if (++n % 500 === 0) await heartbeat();
+    }
+  }
+
+  private async onMessage(state: PartitionState, offset: number, value: Buffer): Promise<void> {
+    const { topic } = this.options.source;
+    const { metrics } = this.options;
+    const record = {
+      raw: value,
+      origin: { kind: "kafka" as const, topic, partition: state.partition, offset: String(offset) },
+    };
+    metrics.inc("kafka_messages");
+    metrics.inc("kafka_bytes", "", value.length);
+    const decoded = decodeEvent(record);
+    if (decoded.kind === "control") {
+      metrics.inc("control_events", decoded.control.type);
+      this.options.staleness?.announce(decoded.control.weight_version);
+      return;
+    }
+    const envelope = decoded.kind === "event" ? decoded.value.event : decoded.envelope;
+    // Dead letters hold their offset until the dead-letter topic acknowledged them (at least once).
+    if (decoded.kind === "rejected") state.deadLetters.write(decoded.deadLetter);
+    if (envelope === undefined) return;
+    const key = sessionKey(envelope.uid, envelope.session_id);
+    const writtenUpTo = state.written.get(key);
+    if (writtenUpTo !== undefined) {
+      if (offset <= writtenUpTo) {
+        metrics.inc("kafka_events_already_written");
+        return;
+      }
+      if (decoded.kind === "event") {
+        state.deadLetters.write(
+          makeDeadLetter(
+            "LATE_EVENT",
+            `${envelope.session_id} of uid ${envelope.uid} was already written before this event (offset ${offset})`,
+            "assemble",
+            record,
+            { uid: envelope.uid, session_id: envelope.session_id, seq: envelope.seq },
+          ),
+        );
+      }
+      return;
+    }
+    let outputs: SessionOutput[];
+    if (state.assembler.isFinalized(envelope.uid, envelope.session_id)) {
+      outputs = decoded.kind === "event" ? state.assembler.push(decoded.value) : [];
+    } else {
+      state.progress.hold(`s:${key}`, offset);
+      const span = state.spans.get(key);
+      if (span === undefined) state.spans.set(key, [offset, offset]);
+      else span[1] = offset;
+      outputs =
+        decoded.kind === "event"
+          ? state.assembler.push(decoded.value)
+          : state.assembler.pushRejected(decoded.envelope!);
+    }
+    for (const o of outputs) await this.emit(state, o);
+  }
+
+  private async emit(state: PartitionState, o: SessionOutput): Promise<void> {
+    const key = sessionKey(o.uid, o.sessionId);
+    const span = state.spans.get(key) ?? [state.progress.next, state.progress.next];
+    state.spans.delete(key);
+    const tag: SessionSpan = [o.uid, o.sessionId, span[0], span[1]];
+    let rows = o.rows;
+    const staleness = this.options.staleness;
+    if (staleness !== undefined) {
+      staleness.observe(rows);
+      const fresh = rows.filter((r) => !staleness.isStale(r));
+      this.options.metrics.inc("rows_stale_dropped", "", rows.length - fresh.length);
+      rows = fresh;
+    }
+    const progress = state.progress;
+    await state.sink.write(rows, () => progress.release(`s:${key}`), tag);
+  }
+
+  /** Commits every partition's settled offset. */
+  async commit(): Promise<void> {
+    const { topic } = this.options.source;
+    const offsets: Array<{ topic: string; partition: number; offset: string }> = [];
+    for (const state of this.states.values()) {
+      const c = state.progress.committable();
+      if (c > state.progress.committed)
+        offsets.push({ topic, partition: state.partition, offset: String(c) });
+    }
+    if (offsets.length === 0) return;
+    await this.consumer.commitOffsets(offsets);
+    for (const o of offsets) {
+      const state = this.states.get(o.partition);
+      if (state !== undefined) state.progress.committed = Number(o.offset);
+    }
+    this.options.metrics.inc("kafka_commits");
+  }
+
+  /**
+   * Finalizes idle sessions of every partition by event time, even when no new events arrive (called
+   * periodically and at shutdown when `flushOpen` is true: then open sessions are written as they are).
+   */
+  async flushIdle(flushOpen: boolean): Promise<void> {
+    for (const state of this.states.values()) {
+      const outputs = flushOpen ? state.assembler.flush() : [];
+      for (const o of outputs) await this.emit(state, o);
+      await state.sink.cut();
+    }
+  }
+
+  /** Number of sessions open in all partitions. */
+  get openSessions(): number {
+    let n = 0;
+    for (const s of this.states.values()) n += s.assembler.openSessions;
+    return n;
+  }
+
+  /** Lag: offsets consumed per partition, for status reports and tests. */
+  positions(): Record<number, { next: number; committed: number; held: number }> {
+    const out: Record<number, { next: number; committed: number; held: number }> = {};
+    for (const s of this.states.values())
+      out[s.partition] = { next: s.progress.next, committed: s.progress.committed, held: s.progress.held };
+    return out;
+  }
+
+  /**
+   * Stops consuming, writes what is buffered, waits for every file, commits, and disconnects. Open
+   * sessions are NOT written (their events will be consumed again by the next owner), unless
+   * `flushOpen`, which a bounded run (tests, benchmarks, draining a topic) uses.
+   */
+  async stop(flushOpen = false): Promise<void> {
+    this.stopping = true;
+    if (this.commitTimer !== null) clearInterval(this.commitTimer);
+    // Batch handlers return at once now; files and offsets are settled while the group is still joined
+    // (kafkajs cannot commit after the consumer stopped).
+    await this.flushIdle(flushOpen);
+    for (const state of this.states.values()) await state.sink.close();
+    for (const sink of this.retiring) await sink.drain().catch(() => {});
+    await this.commit();
+    await this.consumer.disconnect();
+    await this.producer.disconnect();
+    await this.pool.close();
+  }
+}

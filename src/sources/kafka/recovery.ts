@@ -1,0 +1,58 @@
+/**
+ * Progress recovered from the files themselves (as Kafka Connect's HDFS sink does), not only from the
+ * consumer group's committed offset: a crash between a file's rename and the offset commit leaves the
+ * file's sessions in the output while Kafka would replay them.
+ *
+ * Files written from Kafka are named `<topic>-<partition>-<first offset>-<last offset>` (20 digits each)
+ * and list their sessions with offsets in `trajflow.kafka.sessions`. When a partition is (re)assigned,
+ * the sessions of files reaching past the resume offset are skipped: their events up to the recorded last
+ * offset were applied already; later ones are late events.
+ */
+import { promises as fs } from "node:fs";
+import { join } from "node:path";
+import { readFileMetadata } from "../../sinks/files/read.ts";
+
+/** One session in a file: uid, session_id, first and last offset of its events. */
+export type SessionSpan = [uid: string, sessionId: string, first: number, last: number];
+
+export const SESSIONS_KEY = "trajflow.kafka.sessions";
+
+const pad = (n: number) => String(n).padStart(20, "0");
+
+/** The file name (without extension) for sessions of one partition. */
+export function rangeName(topic: string, partition: number, spans: SessionSpan[]): string {
+  let first = Infinity;
+  let last = -1;
+  for (const [, , f, l] of spans) {
+    if (f < first) first = f;
+    if (l > last) last = l;
+  }
+  return `${topic}-${partition}-${pad(first)}-${pad(last)}`;
+}
+
+/** Sessions already written for `topic`/`partition` in files that reach `resumeOffset` or beyond. */
+export async function writtenSessions(
+  dir: string,
+  topic: string,
+  partition: number,
+  resumeOffset: number,
+): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  let names: string[];
+  try {
+    names = await fs.readdir(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return out;
+    throw err;
+  }
+  const escaped = topic.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  const pattern = new RegExp(`^${escaped}-${partition}-(\\d{20})-(\\d{20})\\.(parquet|arrow)$`);
+  for (const name of names) {
+    const m = pattern.exec(name);
+    if (m === null || Number(m[2]) < resumeOffset) continue;
+    const meta = await readFileMetadata(join(dir, name));
+    const spans = JSON.parse(meta[SESSIONS_KEY] ?? "[]") as SessionSpan[];
+    for (const [uid, sessionId, , last] of spans) out.set(`${uid}\u0000${sessionId}`, last);
+  }
+  return out;
+}

@@ -1,0 +1,118 @@
+/**
+ * The Kafka path against a real broker: the files equal those of `trajflow replay` for the same events,
+ * for every compression codec, from kafkajs and from librdkafka producers; bad messages reach the
+ * dead-letter topic.
+ */
+import { strict as assert } from "node:assert";
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { after, before, describe, it } from "node:test";
+import kafkajs from "kafkajs";
+import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
+import { runCli } from "./helpers/cli.ts";
+import { brokers, freshName } from "./helpers/kafka.ts";
+import { PYTHON } from "./helpers/python.ts";
+import { assemble, plain } from "./helpers/sessions.ts";
+
+const EXAMPLES = new URL("../examples/sessions.jsonl", import.meta.url).pathname;
+const scratch = mkdtempSync(join(tmpdir(), "trajflow-kafka-"));
+after(() => rmSync(scratch, { recursive: true, force: true }));
+let broker = "";
+before(() => {
+  broker = brokers();
+});
+
+const byKey = (a: Record<string, unknown>, b: Record<string, unknown>) =>
+  (a.key as string) < (b.key as string) ? -1 : 1;
+const expected = assemble(readFileSync(EXAMPLES, "utf8").trimEnd().split("\n")).rows.map(plain).sort(byKey);
+
+async function rowsIn(dir: string) {
+  const rows = [];
+  for (const f of await listDataFiles(dir)) rows.push(...(await readRows(f)));
+  return rows.map(plain).sort(byKey);
+}
+
+async function consumeAll(topic: string, out: string, ...extra: string[]) {
+  const result = await runCli(
+    [
+      "consume",
+      "--topic",
+      topic,
+      "--group",
+      freshName("g"),
+      "--out",
+      out,
+      "--until-idle-ms",
+      "2000",
+      "--json",
+      ...extra,
+    ],
+    { KAFKA_BROKERS: broker },
+  );
+  assert.equal(result.code, 0, result.stderr);
+  return (JSON.parse(result.stdout) as { metrics: Record<string, unknown> }).metrics;
+}
+
+describe("kafka", () => {
+  for (const codec of ["none", "gzip", "snappy", "lz4", "zstd"]) {
+    it(`gives the rows of replay for events produced by trajflow produce with ${codec}`, async () => {
+      const topic = freshName(`events-${codec}`);
+      const produced = await runCli(["produce", EXAMPLES, "--topic", topic, "--compression", codec], {
+        KAFKA_BROKERS: broker,
+      });
+      assert.equal(produced.code, 0, produced.stderr);
+      assert.match(produced.stdout, /55 messages/);
+      const out = join(scratch, topic);
+      const metrics = await consumeAll(topic, out);
+      assert.equal(metrics.kafka_messages, 55);
+      assert.deepEqual(await rowsIn(out), expected);
+    });
+  }
+
+  for (const codec of ["gzip", "snappy", "lz4", "zstd"]) {
+    it(`consumes ${codec} batches from a librdkafka producer`, async () => {
+      const topic = freshName(`rdkafka-${codec}`);
+      const { stdout } = await promisify(execFile)(PYTHON, [
+        new URL("./readers/produce_librdkafka.py", import.meta.url).pathname,
+        broker,
+        topic,
+        EXAMPLES,
+        codec,
+      ]);
+      assert.equal(stdout.trim(), "55");
+      const out = join(scratch, topic);
+      await consumeAll(topic, out);
+      assert.deepEqual(await rowsIn(out), expected);
+    });
+  }
+
+  it("sends bad messages to the dead-letter topic with code, origin and raw bytes", async () => {
+    const topic = freshName("bad");
+    const input = join(scratch, "bad.jsonl");
+    const good = readFileSync(EXAMPLES, "utf8").trimEnd().split("\n").slice(0, 8);
+    writeFileSync(input, `${[...good.slice(0, 3), "{broken", ...good.slice(3)].join("\n")}\n`);
+    assert.equal((await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
+    const out = join(scratch, topic);
+    const metrics = await consumeAll(topic, out);
+    assert.deepEqual(metrics.dead_letters, { MALFORMED_JSON: 1 });
+    const kafka = new kafkajs.Kafka({ brokers: [broker], logLevel: kafkajs.logLevel.NOTHING });
+    const consumer = kafka.consumer({ groupId: freshName("dlq-reader") });
+    await consumer.connect();
+    await consumer.subscribe({ topic: `${topic}.dead-letter`, fromBeginning: true });
+    const letters: Array<Record<string, unknown>> = [];
+    await consumer.run({
+      eachMessage: async ({ message }) => void letters.push(JSON.parse(message.value!.toString())),
+    });
+    const deadline = Date.now() + 20_000;
+    while (letters.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await consumer.disconnect();
+    assert.equal(letters.length, 1);
+    assert.equal(letters[0]!.code, "MALFORMED_JSON");
+    assert.equal(letters[0]!.raw, "{broken");
+    assert.deepEqual(Object.keys(letters[0]!.origin as object), ["kind", "topic", "partition", "offset"]);
+    assert.equal((letters[0]!.origin as { topic: string }).topic, topic);
+  });
+});
