@@ -170,6 +170,8 @@ Options:
   --brokers <list>          comma-separated bootstrap brokers (default $KAFKA_BROKERS or 127.0.0.1:9092)
   --dead-letter-topic <t>   default <topic>.dead-letter
   --until-idle-ms <n>       stop after n ms without messages, writing open sessions too (drain a topic)
+  --session-timeout-ms <n>  consumer group session timeout (default 30000): how soon a dead member's
+                            partitions move to the others
   --drift-policy, --idle-timeout-ms, --reward-grace-ms, --max-tokens    as for replay
   --format, --engine, --compression, --rows-per-file, --tokens-per-file  as for replay
   --json                    print the final metrics as JSON
@@ -228,6 +230,7 @@ async function runConsume(argv: string[]): Promise<number> {
     brokers: { type: "string" },
     "dead-letter-topic": { type: "string" },
     "until-idle-ms": { type: "string" },
+    "session-timeout-ms": { type: "string" },
     "drift-policy": { type: "string" },
     "idle-timeout-ms": { type: "string" },
     "reward-grace-ms": { type: "string" },
@@ -269,6 +272,7 @@ async function runConsume(argv: string[]): Promise<number> {
       connection: { brokers: brokers(values.brokers) },
       topic: values.topic!,
       group_id: values.group!,
+      session_timeout_ms: intOption("session-timeout-ms", values["session-timeout-ms"]),
     },
     out: values.out!,
     deadLetterTopic: values["dead-letter-topic"],

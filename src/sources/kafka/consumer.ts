@@ -72,6 +72,7 @@ export class KafkaPipeline {
     this.consumer = kafka.consumer({
       groupId: options.source.group_id,
       sessionTimeout: options.source.session_timeout_ms,
+      heartbeatInterval: Math.max(100, Math.floor(options.source.session_timeout_ms / 3)),
       allowAutoTopicCreation: false,
     });
     this.producer = kafka.producer({
