@@ -89,6 +89,17 @@ describe("kafka", () => {
     });
   }
 
+  it("cuts the oldest open sessions past max-open-sessions, counting them", async () => {
+    const topic = freshName("limits");
+    assert.equal((await runCli(["produce", EXAMPLES, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
+    const out = join(scratch, topic);
+    const metrics = await consumeAll(topic, out, "--max-open-sessions", "1");
+    // Every session had ended and was only waiting for late rewards when the next one opened, so cutting
+    // it early changes none of its rows.
+    assert.ok((metrics.sessions_cut as number) >= 1);
+    assert.deepEqual(await rowsIn(out), expected);
+  });
+
   it("sends bad messages to the dead-letter topic with code, origin and raw bytes", async () => {
     const topic = freshName("bad");
     const input = join(scratch, "bad.jsonl");

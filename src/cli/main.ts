@@ -172,6 +172,8 @@ Options:
   --until-idle-ms <n>       stop after n ms without messages, writing open sessions too (drain a topic)
   --session-timeout-ms <n>  consumer group session timeout (default 30000): how soon a dead member's
                             partitions move to the others
+  --max-open-sessions <n>   open sessions past which the oldest are cut (default 100000)
+  --max-buffered-bytes <n>  bytes of open sessions' events past which the oldest are cut (default 512 MiB)
   --drift-policy, --idle-timeout-ms, --reward-grace-ms, --max-tokens    as for replay
   --format, --engine, --compression, --rows-per-file, --tokens-per-file  as for replay
   --json                    print the final metrics as JSON
@@ -231,6 +233,8 @@ async function runConsume(argv: string[]): Promise<number> {
     "dead-letter-topic": { type: "string" },
     "until-idle-ms": { type: "string" },
     "session-timeout-ms": { type: "string" },
+    "max-open-sessions": { type: "string" },
+    "max-buffered-bytes": { type: "string" },
     "drift-policy": { type: "string" },
     "idle-timeout-ms": { type: "string" },
     "reward-grace-ms": { type: "string" },
@@ -273,6 +277,8 @@ async function runConsume(argv: string[]): Promise<number> {
       topic: values.topic!,
       group_id: values.group!,
       session_timeout_ms: intOption("session-timeout-ms", values["session-timeout-ms"]),
+      max_open_sessions: intOption("max-open-sessions", values["max-open-sessions"]),
+      max_buffered_bytes: intOption("max-buffered-bytes", values["max-buffered-bytes"]),
     },
     out: values.out!,
     deadLetterTopic: values["dead-letter-topic"],

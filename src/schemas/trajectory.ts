@@ -34,6 +34,8 @@ export const RowFlags = {
   PLACEHOLDER: "placeholder",
   /** The row's policy was older than the staleness limit. */
   STALE: "stale",
+  /** The session was finalized before its end because the open-session limits were reached. */
+  SESSION_CUT: "session_cut",
 } as const;
 export type RowFlag = (typeof RowFlags)[keyof typeof RowFlags];
 

@@ -34,12 +34,14 @@ export const kafkaSourceConfigSchema = z.strictObject({
     .int()
     .positive()
     .default(512 * 2 ** 20)
-    .describe("Raw bytes of events held by open sessions above which consumption pauses (backpressure)."),
+    .describe(
+      "Bytes of events held by open sessions; past it the oldest open sessions are cut (flag session_cut).",
+    ),
   max_open_sessions: z
     .int()
     .positive()
     .default(100_000)
-    .describe("Open sessions per process above which consumption pauses until sessions finish."),
+    .describe("Open sessions per process; past it the oldest open sessions are cut (flag session_cut)."),
   session_timeout_ms: z.int().positive().default(30_000).describe("Consumer group session timeout."),
 });
 export type KafkaSourceConfig = z.output<typeof kafkaSourceConfigSchema>;

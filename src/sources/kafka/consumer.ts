@@ -45,8 +45,8 @@ interface PartitionState {
   sink: FileSink;
   /** Sessions already in files: key → last offset applied there. */
   written: Map<string, number>;
-  /** Open sessions: key → [first, last] offsets. */
-  spans: Map<string, [number, number]>;
+  /** Open sessions, oldest first: key → [first offset, last offset, bytes of its events, opening order]. */
+  spans: Map<string, [number, number, number, number]>;
   deadLetters: DeadLetterOutput;
 }
 
@@ -58,6 +58,10 @@ export class KafkaPipeline {
   private readonly producer: Producer;
   private readonly pool: EncoderPool;
   private states = new Map<number, PartitionState>();
+  /** Bytes of events held by open sessions, all partitions. */
+  private openBytes = 0;
+  /** Sessions opened so far: orders open sessions across partitions, to cut the oldest first. */
+  private opened = 0;
   /** Sinks of earlier generations still finishing their files. */
   private retiring: FileSink[] = [];
   private commitTimer: NodeJS.Timeout | null = null;
@@ -121,6 +125,7 @@ export class KafkaPipeline {
   private resetPartitions(): void {
     for (const state of this.states.values()) this.retiring.push(state.sink);
     this.states = new Map();
+    this.openBytes = 0;
     this.options.metrics.inc("kafka_rebalances");
   }
 
@@ -136,7 +141,7 @@ export class KafkaPipeline {
     const written = await writtenSessions(this.options.sink.path, topic, partition, firstOffset);
     const progress = new PartitionProgress(firstOffset);
     const deadLetters = this.deadLetterOutput(progress);
-    const spans = new Map<string, [number, number]>();
+    const spans = new Map<string, [number, number, number, number]>();
     const sink = new FileSink(this.options.sink, {
       metrics,
       logger: logger.child({ component: "sink", partition }),
@@ -157,7 +162,12 @@ export class KafkaPipeline {
       written,
       spans,
       deadLetters,
-      assembler: new Assembler({ config: this.options.assemble, deadLetters, metrics }),
+      assembler: new Assembler({
+        config: this.options.assemble,
+        deadLetters,
+        metrics,
+        logger: logger.child({ component: "assemble", partition }),
+      }),
     };
     this.states.set(partition, state);
     this.log.info({ partition, offset: firstOffset, skipping: written.size }, "Started a partition.");
@@ -247,20 +257,58 @@ export class KafkaPipeline {
     } else {
       state.progress.hold(`s:${key}`, offset);
       const span = state.spans.get(key);
-      if (span === undefined) state.spans.set(key, [offset, offset]);
-      else span[1] = offset;
+      if (span === undefined) state.spans.set(key, [offset, offset, value.length, this.opened++]);
+      else {
+        span[1] = offset;
+        span[2] += value.length;
+      }
+      this.openBytes += value.length;
       outputs =
         decoded.kind === "event"
           ? state.assembler.push(decoded.value)
           : state.assembler.pushRejected(decoded.envelope!);
     }
     for (const o of outputs) await this.emit(state, o);
+    await this.enforceLimits();
+  }
+
+  /**
+   * Open sessions hold their events' data in memory until they end. Past `max_open_sessions` or
+   * `max_buffered_bytes`, the oldest open sessions of the partition are cut (finalized early, flagged
+   * `session_cut`, counted in `sessions_cut`): pausing instead would stall, since only new events let
+   * sessions end.
+   */
+  private async enforceLimits(): Promise<void> {
+    const { max_open_sessions, max_buffered_bytes } = this.options.source;
+    while (this.openSessions > max_open_sessions || this.openBytes > max_buffered_bytes) {
+      // The oldest open session of all partitions: each partition's spans are in opening order.
+      let state: PartitionState | undefined;
+      let oldest = Infinity;
+      for (const s of this.states.values()) {
+        const first = s.spans.values().next().value;
+        if (first !== undefined && first[3] < oldest) {
+          oldest = first[3];
+          state = s;
+        }
+      }
+      if (state === undefined) return;
+      const key = state.spans.keys().next().value!;
+      const [uid, sessionId] = key.split("\u0000") as [string, string];
+      const output = state.assembler.cut(uid, sessionId);
+      if (output === null) {
+        this.openBytes -= state.spans.get(key)![2];
+        state.spans.delete(key);
+        continue;
+      }
+      await this.emit(state, output);
+    }
   }
 
   private async emit(state: PartitionState, o: SessionOutput): Promise<void> {
     const key = sessionKey(o.uid, o.sessionId);
-    const span = state.spans.get(key) ?? [state.progress.next, state.progress.next];
+    const span = state.spans.get(key) ?? [state.progress.next, state.progress.next, 0, 0];
     state.spans.delete(key);
+    this.openBytes -= span[2];
     const tag: SessionSpan = [o.uid, o.sessionId, span[0], span[1]];
     let rows = o.rows;
     const staleness = this.options.staleness;

@@ -523,6 +523,47 @@ describe("assemble: session lifecycle", () => {
   });
 });
 
+describe("assemble: cutting sessions", () => {
+  it("finalizes a cut session early, flags it, and dead-letters its later events", async () => {
+    const { Assembler } = await import("./assembler.ts");
+    const { assembleConfigSchema } = await import("./config.ts");
+    const { Metrics } = await import("../../core/metrics.ts");
+    const { MemoryDeadLetters } = await import("../../core/dead-letters.ts");
+    const { decodeEvent } = await import("../decode/decode.ts");
+    const metrics = new Metrics();
+    const deadLetters = new MemoryDeadLetters();
+    const a = new Assembler({ config: assembleConfigSchema.parse({}), deadLetters, metrics });
+    const lines = new SessionScript()
+      .call("c1", P, O1)
+      .call("c2", [...P, ...O1, 4], [12])
+      .lines();
+    const push = (raw: string) => {
+      const d = decodeEvent({ raw, origin: { kind: "file", file: "t", line: 1 } });
+      if (d.kind !== "event") throw new Error("bad test event");
+      return a.push(d.value);
+    };
+    push(lines[0]!);
+    push(lines[1]!);
+    const cut = a.cut("u1", "s1")!;
+    assert.deepEqual(cut.rows.map(plain), [
+      row({
+        prompt_ids: P,
+        response_ids: O1,
+        response_mask: [1, 1],
+        status: "timeout",
+        flags: ["session_cut"],
+      }),
+    ]);
+    assert.equal(metrics.get("sessions_cut"), 1);
+    assert.equal(a.cut("u1", "s1"), null);
+    push(lines[2]!);
+    assert.deepEqual(
+      deadLetters.letters.map((l) => l.code),
+      ["LATE_EVENT"],
+    );
+  });
+});
+
 describe("assemble: logprobs and truncation", () => {
   it("dead-letters a response whose logprob count differs and leaves the session unchanged", () => {
     const s = new SessionScript()

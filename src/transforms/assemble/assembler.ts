@@ -6,7 +6,7 @@
  * points as the live run did, and output is deterministic for the same input.
  */
 import { makeDeadLetter } from "../../core/records.ts";
-import type { SessionStatus, TrajectoryRow } from "../../schemas/trajectory.ts";
+import { RowFlags, type SessionStatus, type TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
 import { extractRows } from "./rows.ts";
 import { COMPONENT, SessionState, type AssembleContext } from "./session.ts";
@@ -126,6 +126,23 @@ export class Assembler {
       }
     }
     return out;
+  }
+
+  /**
+   * Finalizes one open session now, before its end (memory limits). Its rows are flagged `session_cut`
+   * unless it had already ended, and its later events are dead-lettered as LATE_EVENT.
+   */
+  cut(uid: string, sessionId: string): SessionOutput | null {
+    const key = `${uid}\u0000${sessionId}`;
+    const session = this.sessions.get(key);
+    if (session === undefined) return null;
+    if (session.end === null) session.flags.add(RowFlags.SESSION_CUT);
+    this.ctx.metrics.inc("sessions_cut");
+    this.ctx.logger?.warn(
+      { uid, session_id: sessionId },
+      "Cut an open session to stay within the open-session limits; its later events will be dead-lettered.",
+    );
+    return this.finalize(key, session, "timeout");
   }
 
   /** End of input: finalizes every open session, in the order they opened. */
