@@ -4,6 +4,7 @@
  * consuming, writes and commits what is settled, and exits), or, with `untilIdleMs`, until the topic has
  * been quiet that long (then it also writes the sessions still open: for draining a recorded topic).
  */
+import { ConfigProblems } from "../core/config.ts";
 import { TrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
@@ -26,34 +27,20 @@ export interface ConsumeOptions {
 }
 
 export async function consume(options: ConsumeOptions): Promise<{ metrics: Metrics; seconds: number }> {
-  const problems: string[] = [];
-  const parse = <T>(
-    name: string,
-    r:
-      | { success: true; data: T }
-      | { success: false; error: { issues: Array<{ path: PropertyKey[]; message: string }> } },
-  ) => {
-    if (r.success) return r.data;
-    for (const i of r.error.issues) problems.push(`${name}.${i.path.map(String).join(".")}: ${i.message}`);
-    return undefined;
-  };
-  const source = parse("source", kafkaSourceConfigSchema.safeParse(options.source));
-  const assemble = parse("assemble", assembleConfigSchema.safeParse(options.assemble ?? {}));
-  const sink = parse("sink", fileSinkConfigSchema.safeParse({ ...options.sink, path: options.out }));
+  const problems = new ConfigProblems();
+  const source = problems.check("source", kafkaSourceConfigSchema.safeParse(options.source));
+  const assemble = problems.check("assemble", assembleConfigSchema.safeParse(options.assemble ?? {}));
+  const sink = problems.check("sink", fileSinkConfigSchema.safeParse({ ...options.sink, path: options.out }));
   if (sink !== undefined && sink.partition_by !== "none")
-    problems.push("sink.partition_by: not supported with Kafka yet");
-  if (problems.length > 0 || source === undefined || assemble === undefined || sink === undefined) {
-    throw new TrajflowError("CONFIG_INVALID", `invalid configuration:\n  ${problems.join("\n  ")}`, {
-      details: { problems },
-    });
-  }
+    problems.add("sink.partition_by: not supported with Kafka yet");
+  problems.throwIfAny();
   const started = performance.now();
   const metrics = new Metrics();
   const pipeline = new KafkaPipeline({
-    source,
-    assemble,
-    sink,
-    deadLetterTopic: options.deadLetterTopic ?? `${source.topic}.dead-letter`,
+    source: source!,
+    assemble: assemble!,
+    sink: sink!,
+    deadLetterTopic: options.deadLetterTopic ?? `${source!.topic}.dead-letter`,
     metrics,
     logger: options.logger,
   });

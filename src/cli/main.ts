@@ -67,6 +67,30 @@ Options:
   -h, --help           show this help
 `;
 
+type Values = Record<string, string | boolean | undefined>;
+const str = (values: Values, name: string) => values[name] as string | undefined;
+
+/** Assembly options shared by replay and consume. */
+function assembleOptions(values: Values) {
+  return {
+    drift_policy: str(values, "drift-policy") as "fork" | "realign" | undefined,
+    idle_timeout_ms: intOption("idle-timeout-ms", str(values, "idle-timeout-ms")),
+    reward_grace_ms: intOption("reward-grace-ms", str(values, "reward-grace-ms")),
+    max_tokens: intOption("max-tokens", str(values, "max-tokens")),
+  };
+}
+
+/** File options shared by replay and consume. */
+function fileOptions(values: Values) {
+  return {
+    format: str(values, "format") as "parquet" | undefined,
+    engine: str(values, "engine") as "parquet-wasm" | undefined,
+    compression: str(values, "compression") as "zstd" | undefined,
+    max_rows_per_file: intOption("rows-per-file", str(values, "rows-per-file")),
+    max_tokens_per_file: intOption("tokens-per-file", str(values, "tokens-per-file")),
+  };
+}
+
 async function runReplay(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, {
     out: { type: "string" },
@@ -104,18 +128,9 @@ async function runReplay(argv: string[]): Promise<number> {
     inputs: positionals,
     out: values.out,
     logger,
-    assemble: {
-      drift_policy: values["drift-policy"] as "fork" | "realign" | undefined,
-      idle_timeout_ms: intOption("idle-timeout-ms", values["idle-timeout-ms"]),
-      reward_grace_ms: intOption("reward-grace-ms", values["reward-grace-ms"]),
-      max_tokens: intOption("max-tokens", values["max-tokens"]),
-    },
+    assemble: assembleOptions(values),
     sink: {
-      format: values.format as "parquet" | undefined,
-      engine: values.engine as "parquet-wasm" | undefined,
-      compression: values.compression as "zstd" | undefined,
-      max_rows_per_file: intOption("rows-per-file", values["rows-per-file"]),
-      max_tokens_per_file: intOption("tokens-per-file", values["tokens-per-file"]),
+      ...fileOptions(values),
       partition_by: values["partition-by"] as "none" | undefined,
       encode_workers: intOption("encode-workers", values["encode-workers"]),
     },
@@ -283,19 +298,8 @@ async function runConsume(argv: string[]): Promise<number> {
     out: values.out!,
     deadLetterTopic: values["dead-letter-topic"],
     untilIdleMs: intOption("until-idle-ms", values["until-idle-ms"]),
-    assemble: {
-      drift_policy: values["drift-policy"] as "fork" | "realign" | undefined,
-      idle_timeout_ms: intOption("idle-timeout-ms", values["idle-timeout-ms"]),
-      reward_grace_ms: intOption("reward-grace-ms", values["reward-grace-ms"]),
-      max_tokens: intOption("max-tokens", values["max-tokens"]),
-    },
-    sink: {
-      format: values.format as "parquet" | undefined,
-      engine: values.engine as "parquet-wasm" | undefined,
-      compression: values.compression as "zstd" | undefined,
-      max_rows_per_file: intOption("rows-per-file", values["rows-per-file"]),
-      max_tokens_per_file: intOption("tokens-per-file", values["tokens-per-file"]),
-    },
+    assemble: assembleOptions(values),
+    sink: fileOptions(values),
     logger,
     stopSignal,
   });

@@ -4,7 +4,7 @@
  */
 import { join, resolve } from "node:path";
 import { CountingDeadLetters } from "../core/dead-letters.ts";
-import { TrajflowError } from "../core/errors.ts";
+import { ConfigProblems } from "../core/config.ts";
 import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
 import { formatOrigin, type Origin } from "../schemas/origin.ts";
@@ -49,39 +49,18 @@ export interface ReplayResult {
 
 /** Validates every option first and lists all problems at once. */
 function validate(options: ReplayOptions) {
-  const problems: string[] = [];
-  const check = <T>(
-    name: string,
-    result:
-      | { success: true; data: T }
-      | { success: false; error: { issues: Array<{ path: PropertyKey[]; message: string }> } },
-  ): T | undefined => {
-    if (result.success) return result.data;
-    for (const issue of result.error.issues)
-      problems.push(`${name}.${issue.path.map(String).join(".")}: ${issue.message}`);
-    return undefined;
-  };
-  const assemble = check("assemble", assembleConfigSchema.safeParse(options.assemble ?? {}));
-  const sink = check("sink", fileSinkConfigSchema.safeParse({ ...options.sink, path: options.out }));
+  const problems = new ConfigProblems();
+  const assemble = problems.check("assemble", assembleConfigSchema.safeParse(options.assemble ?? {}));
+  const sink = problems.check("sink", fileSinkConfigSchema.safeParse({ ...options.sink, path: options.out }));
   const group =
-    options.group === undefined ? null : check("group", groupConfigSchema.safeParse(options.group));
+    options.group === undefined ? null : problems.check("group", groupConfigSchema.safeParse(options.group));
   const staleness =
     options.staleness === undefined
       ? null
-      : check("staleness", stalenessConfigSchema.safeParse(options.staleness));
-  if (options.inputs.length === 0) problems.push("no input files: give at least one events .jsonl file");
-  if (
-    problems.length > 0 ||
-    assemble === undefined ||
-    sink === undefined ||
-    group === undefined ||
-    staleness === undefined
-  ) {
-    throw new TrajflowError("CONFIG_INVALID", `invalid configuration:\n  ${problems.join("\n  ")}`, {
-      details: { problems },
-    });
-  }
-  return { assemble, sink, group, staleness };
+      : problems.check("staleness", stalenessConfigSchema.safeParse(options.staleness));
+  if (options.inputs.length === 0) problems.add("no input files: give at least one events .jsonl file");
+  problems.throwIfAny();
+  return { assemble: assemble!, sink: sink!, group: group!, staleness: staleness! };
 }
 
 export async function replay(options: ReplayOptions): Promise<ReplayResult> {

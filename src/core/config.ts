@@ -1,0 +1,34 @@
+import { TrajflowError } from "./errors.ts";
+
+type ParseResult<T> =
+  | { success: true; data: T }
+  | { success: false; error: { issues: Array<{ path: PropertyKey[]; message: string }> } };
+
+/**
+ * Collects configuration problems from several components so that all of them are reported at once,
+ * each with the path where it is (`assemble.drift_policy: ...`), before anything starts.
+ */
+export class ConfigProblems {
+  readonly problems: string[] = [];
+
+  /** The parsed value, or undefined after recording the result's issues under `name`. */
+  check<T>(name: string, result: ParseResult<T>): T | undefined {
+    if (result.success) return result.data;
+    for (const issue of result.error.issues) {
+      this.problems.push(`${name}.${issue.path.map(String).join(".")}: ${issue.message}`);
+    }
+    return undefined;
+  }
+
+  add(problem: string): void {
+    this.problems.push(problem);
+  }
+
+  /** Throws CONFIG_INVALID listing every problem, if there is any. */
+  throwIfAny(): void {
+    if (this.problems.length === 0) return;
+    throw new TrajflowError("CONFIG_INVALID", `invalid configuration:\n  ${this.problems.join("\n  ")}`, {
+      details: { problems: this.problems },
+    });
+  }
+}
