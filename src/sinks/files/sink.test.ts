@@ -95,6 +95,23 @@ describe("file sink", () => {
   });
 });
 
+describe("stale temporaries", () => {
+  // Regression: a consumer starting a partition deleted another group member's file in flight.
+  it("leaves young temporaries alone when the directory is shared", async () => {
+    const { removeStaleTemps } = await import("../shared/atomic-file.ts");
+    const { utimesSync } = await import("node:fs");
+    const dir = join(scratch, "shared");
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, ".trajflow-tmp-young-a.parquet"), "in flight");
+    writeFileSync(join(dir, ".trajflow-tmp-old-b.parquet"), "crashed");
+    const hourAgo = new Date(Date.now() - 3_600_000);
+    utimesSync(join(dir, ".trajflow-tmp-old-b.parquet"), hourAgo, hourAgo);
+    assert.equal(await removeStaleTemps(dir, 600_000), 1);
+    assert.deepEqual(readdirSync(dir), [".trajflow-tmp-young-a.parquet"]);
+    assert.equal(await removeStaleTemps(dir), 1, "a sole writer removes every temporary");
+  });
+});
+
 describe("encoder pool", () => {
   it("replaces a worker whose WASM memory grew past the limit and keeps committing", async () => {
     const pool = new EncoderPool(1, 1);

@@ -34,6 +34,11 @@ export interface FileSinkContext {
   describeCut?: (tags: unknown[]) => Record<string, string>;
   /** An encoder pool shared with other sinks (one per partition); the sink then does not close it. */
   pool?: EncoderPool;
+  /**
+   * Other live processes may write to the same directory (a consumer group): then only temporaries older
+   * than this are taken for a crashed writer's and removed. Absent: this sink is the only writer.
+   */
+  sharedDirectoryTempAgeMs?: number;
 }
 
 interface Buffered {
@@ -74,7 +79,7 @@ export class FileSink {
 
   /** Removes what a crashed writer left behind and starts the age timer. Call once before writing. */
   async open(): Promise<void> {
-    const removed = await removeStaleTemps(this.config.path);
+    const removed = await removeStaleTemps(this.config.path, this.ctx.sharedDirectoryTempAgeMs);
     if (removed > 0) {
       this.ctx.logger.warn(
         { removed, path: this.config.path },

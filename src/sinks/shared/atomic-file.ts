@@ -67,9 +67,11 @@ export async function commitFile(path: string, bytes: Uint8Array): Promise<Commi
 
 /**
  * Removes temporary files a crashed writer left behind, in `dir` and its subdirectories (partitions).
- * Returns how many were removed.
+ * With `olderThanMs`, only temporaries not modified for that long: when several live processes share a
+ * directory (a consumer group), a younger one may be another writer's file in flight. Returns how many
+ * were removed.
  */
-export async function removeStaleTemps(dir: string): Promise<number> {
+export async function removeStaleTemps(dir: string, olderThanMs?: number): Promise<number> {
   let entries;
   try {
     entries = await fs.readdir(dir, { withFileTypes: true });
@@ -79,10 +81,17 @@ export async function removeStaleTemps(dir: string): Promise<number> {
   }
   let removed = 0;
   for (const entry of entries) {
-    if (entry.isDirectory()) removed += await removeStaleTemps(join(dir, entry.name));
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) removed += await removeStaleTemps(path, olderThanMs);
     else if (entry.name.startsWith(TEMP_PREFIX)) {
-      await fs.unlink(join(dir, entry.name));
-      removed++;
+      try {
+        if (olderThanMs !== undefined && Date.now() - (await fs.stat(path)).mtimeMs < olderThanMs) continue;
+        await fs.unlink(path);
+        removed++;
+      } catch (err) {
+        // Another writer renamed or removed it meanwhile.
+        if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+      }
     }
   }
   return removed;

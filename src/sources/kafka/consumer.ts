@@ -146,6 +146,9 @@ export class KafkaPipeline {
       metrics,
       logger: logger.child({ component: "sink", partition }),
       pool: this.pool,
+      // The group's other members write here too: only a temporary untouched for 10 minutes is a
+      // crashed writer's.
+      sharedDirectoryTempAgeMs: 10 * 60_000,
       nameCut: (_cut, tags) => rangeName(topic, partition, tags as SessionSpan[]),
       describeCut: (tags) => ({
         "trajflow.source": "kafka",
@@ -380,7 +383,14 @@ export class KafkaPipeline {
     await this.flushIdle(flushOpen);
     for (const state of this.states.values()) await state.sink.close();
     for (const sink of this.retiring) await sink.drain().catch(() => {});
-    await this.commit();
+    // A commit during a rebalance can wait for the group indefinitely; the files are in place either way
+    // and recovery skips their sessions, so an uncommitted offset costs re-reading, never a duplicate.
+    const committed = await Promise.race([
+      this.commit().then(() => true),
+      new Promise<false>((resolve) => setTimeout(() => resolve(false), 10_000).unref()),
+    ]).catch(() => false);
+    if (!committed)
+      this.log.warn("Could not commit offsets while stopping; the next owner re-reads from the last commit.");
     await this.consumer.disconnect();
     await this.producer.disconnect();
     await this.pool.close();
