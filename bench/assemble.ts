@@ -9,7 +9,7 @@ import { Assembler } from "../src/transforms/assemble/assembler.ts";
 import { assembleConfigSchema } from "../src/transforms/assemble/config.ts";
 import type { DecodedEvent } from "../src/transforms/decode/decode.ts";
 import { execFileSync } from "node:child_process";
-import { bestOf, decodeAll, record, type Result } from "./harness.ts";
+import { bestOf, decodeAll, record, tokensOf, type Result } from "./harness.ts";
 import { linearSession, type PromptForm, type SessionShape } from "./workloads.ts";
 
 const config = assembleConfigSchema.parse({});
@@ -19,15 +19,6 @@ const noDeadLetters = {
   },
 };
 const newAssembler = () => new Assembler({ config, deadLetters: noDeadLetters, metrics: new Metrics() });
-
-function tokensOf(events: DecodedEvent[]): number {
-  let n = 0;
-  for (const { event: e } of events) {
-    if (e.type === "request") n += (e.prompt_ids ?? e.prompt_delta_ids)!.length;
-    if (e.type === "response") n += e.output_ids.length;
-  }
-  return n;
-}
 
 function workload(shape: SessionShape, form: PromptForm, sessions: number): DecodedEvent[] {
   const out: DecodedEvent[] = [];

@@ -42,3 +42,18 @@ export function decodeAll(events: Array<Record<string, unknown>>): DecodedEvent[
 export function gc(): void {
   (globalThis as { gc?: () => void }).gc?.();
 }
+
+/** Tokens arriving in events: prompt tokens as sent (full or delta) plus output tokens. */
+export function tokensOf(events: DecodedEvent[]): number {
+  let n = 0;
+  for (const { event: e } of events) {
+    if (e.type === "request") n += (e.prompt_ids ?? e.prompt_delta_ids)!.length;
+    if (e.type === "response") n += e.output_ids.length;
+  }
+  return n;
+}
+
+/** `tokensOf` for wire lines (JSON text). */
+export function tokensOfLines(lines: string[]): number {
+  return tokensOf(decodeAll(lines.map((l) => JSON.parse(l) as Record<string, unknown>)));
+}

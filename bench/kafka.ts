@@ -11,7 +11,7 @@ import { pino } from "pino";
 import { consume } from "../src/cli/consume.ts";
 import { produce } from "../src/cli/produce.ts";
 import { replay } from "../src/cli/replay.ts";
-import { decodeAll, record } from "./harness.ts";
+import { record, tokensOfLines } from "./harness.ts";
 import { linearSession } from "./workloads.ts";
 
 const silent = pino({ level: "silent" });
@@ -35,12 +35,7 @@ try {
       lines.push(JSON.stringify(e));
     }
   }
-  let tokens = 0;
-  for (const d of decodeAll(lines.map((l) => JSON.parse(l) as Record<string, unknown>))) {
-    const e = d.event;
-    if (e.type === "request") tokens += (e.prompt_ids ?? e.prompt_delta_ids)!.length;
-    if (e.type === "response") tokens += e.output_ids.length;
-  }
+  const tokens = tokensOfLines(lines);
   const input = join(dir, "events.jsonl");
   writeFileSync(input, `${lines.join("\n")}\n`);
   const topic = `bench-${Date.now()}`;

@@ -21,7 +21,7 @@ import { FileSink } from "../src/sinks/files/sink.ts";
 import { commitFile } from "../src/sinks/shared/atomic-file.ts";
 import { Assembler } from "../src/transforms/assemble/assembler.ts";
 import { assembleConfigSchema } from "../src/transforms/assemble/config.ts";
-import { decodeAll, gc, record } from "./harness.ts";
+import { decodeAll, gc, record, tokensOfLines } from "./harness.ts";
 import { linearSession, type SessionShape } from "./workloads.ts";
 
 const SHAPE: SessionShape = { initialPrompt: 4096, turns: 8, outputTokens: 1024, observationTokens: 512 };
@@ -140,12 +140,7 @@ async function replayEndToEnd(dir: string): Promise<void> {
     }))
       lines.push(JSON.stringify(e));
   }
-  let tokens = 0;
-  for (const d of decodeAll(lines.map((l) => JSON.parse(l) as Record<string, unknown>))) {
-    const e = d.event;
-    if (e.type === "request") tokens += (e.prompt_ids ?? e.prompt_delta_ids)!.length;
-    if (e.type === "response") tokens += e.output_ids.length;
-  }
+  const tokens = tokensOfLines(lines);
   writeFileSync(input, `${lines.join("\n")}\n`);
   let best = Infinity;
   let rowsOut = 0;

@@ -67,6 +67,19 @@ Options:
   -h, --help           show this help
 `;
 
+/** Command-line flags shared by replay and consume (read by assembleOptions and fileOptions). */
+const ASSEMBLE_AND_FILE_FLAGS = {
+  "drift-policy": { type: "string" },
+  "idle-timeout-ms": { type: "string" },
+  "reward-grace-ms": { type: "string" },
+  "max-tokens": { type: "string" },
+  format: { type: "string" },
+  engine: { type: "string" },
+  compression: { type: "string" },
+  "rows-per-file": { type: "string" },
+  "tokens-per-file": { type: "string" },
+} as const;
+
 type Values = Record<string, string | boolean | undefined>;
 const str = (values: Values, name: string) => values[name] as string | undefined;
 
@@ -94,15 +107,7 @@ function fileOptions(values: Values) {
 async function runReplay(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, {
     out: { type: "string" },
-    "drift-policy": { type: "string" },
-    "idle-timeout-ms": { type: "string" },
-    "reward-grace-ms": { type: "string" },
-    "max-tokens": { type: "string" },
-    format: { type: "string" },
-    engine: { type: "string" },
-    compression: { type: "string" },
-    "rows-per-file": { type: "string" },
-    "tokens-per-file": { type: "string" },
+    ...ASSEMBLE_AND_FILE_FLAGS,
     "partition-by": { type: "string" },
     "encode-workers": { type: "string" },
     group: { type: "boolean" },
@@ -250,15 +255,7 @@ async function runConsume(argv: string[]): Promise<number> {
     "session-timeout-ms": { type: "string" },
     "max-open-sessions": { type: "string" },
     "max-buffered-bytes": { type: "string" },
-    "drift-policy": { type: "string" },
-    "idle-timeout-ms": { type: "string" },
-    "reward-grace-ms": { type: "string" },
-    "max-tokens": { type: "string" },
-    format: { type: "string" },
-    engine: { type: "string" },
-    compression: { type: "string" },
-    "rows-per-file": { type: "string" },
-    "tokens-per-file": { type: "string" },
+    ...ASSEMBLE_AND_FILE_FLAGS,
     json: { type: "boolean" },
     "log-level": { type: "string" },
     help: { type: "boolean", short: "h" },
