@@ -9,14 +9,15 @@
 #   scripts/kafka.sh reset     stop and delete the data
 #
 # Environment: KAFKA_PORT (default 39092; the controller listens on KAFKA_PORT+1),
-# TRAJFLOW_KAFKA_DIR (default .cache/kafka).
+# TRAJFLOW_KAFKA_DIR (default .cache/kafka: data, pid and log; a second broker needs its own dir and port).
+# The broker's jars are always cached in .cache/kafka/libs, shared by every instance.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 dir=${TRAJFLOW_KAFKA_DIR:-$root/.cache/kafka}
 port=${KAFKA_PORT:-39092}
 controller=$((port + 1))
-libs="$dir/libs"
+libs="$root/.cache/kafka/libs"
 data="$dir/data"
 pidfile="$dir/broker.pid"
 log="$dir/broker.log"

@@ -5,16 +5,14 @@
  */
 import { strict as assert } from "node:assert";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
-import { linearSession } from "../bench/workloads.ts";
 import { mulberry32 } from "../src/core/prng.ts";
-import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { runCli } from "./helpers/cli.ts";
 import { brokers, freshName } from "./helpers/kafka.ts";
-import { assemble, plain } from "./helpers/sessions.ts";
+import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
 
 const BIN = new URL("../bin/trajflow.js", import.meta.url).pathname;
 const KILLS = 10;
@@ -64,25 +62,7 @@ it(`writes every row exactly once through ${KILLS} SIGKILLs while events flow`, 
   const topic = freshName("crash");
   const group = freshName("crash-group");
   const out = join(scratch, "out");
-  const shape = { initialPrompt: 256, turns: 4, outputTokens: 64, observationTokens: 32 };
-  const firstHalf: string[] = [];
-  const secondHalf: string[] = [];
-  for (let s = 0; s < 160; s++) {
-    const lines = linearSession(shape, "delta", {
-      uid: `task-${s % 40}`,
-      sessionId: `r${s}`,
-      seed: s + 1,
-      t0: s * 1_000,
-    }).map((e) => JSON.stringify(e));
-    (s < 80 ? firstHalf : secondHalf).push(...lines);
-  }
-  const input1 = join(scratch, "first.jsonl");
-  const input2 = join(scratch, "second.jsonl");
-  writeFileSync(input1, `${firstHalf.join("\n")}\n`);
-  writeFileSync(input2, `${secondHalf.join("\n")}\n`);
-  const expected = assemble([...firstHalf, ...secondHalf])
-    .rows.map(plain)
-    .sort((a, b) => ((a.key as string) < (b.key as string) ? -1 : 1));
+  const { first: input1, second: input2, expected } = twoPartWorkload(scratch);
   assert.equal(expected.length, 160);
 
   const env = { KAFKA_BROKERS: broker };
@@ -120,12 +100,8 @@ it(`writes every row exactly once through ${KILLS} SIGKILLs while events flow`, 
     (JSON.parse(final.stdout) as { metrics: { rows_written?: number } }).metrics.rows_written ?? 0;
   assert.ok(finalRows < 120, `the final run wrote ${finalRows} of 160 rows`);
 
-  const rows = [];
-  for (const f of await listDataFiles(out)) rows.push(...(await readRows(f)));
+  const rows = await rowsIn(out);
   const keys = rows.map((r) => r.key);
   assert.equal(new Set(keys).size, keys.length, "a row was written twice");
-  assert.deepEqual(
-    rows.map(plain).sort((a, b) => ((a.key as string) < (b.key as string) ? -1 : 1)),
-    expected,
-  );
+  assert.deepEqual(rows, expected);
 });

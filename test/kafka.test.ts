@@ -10,10 +10,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
-import kafkajs from "kafkajs";
+import { tableFromIPC } from "apache-arrow";
+import { tableToRows } from "../src/schemas/trajectory-arrow.ts";
+import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { runCli } from "./helpers/cli.ts";
-import { brokers, freshName } from "./helpers/kafka.ts";
+import { brokers, freshName, readTopic } from "./helpers/kafka.ts";
 import { PYTHON } from "./helpers/python.ts";
 import { assemble, plain } from "./helpers/sessions.ts";
 
@@ -109,21 +111,44 @@ describe("kafka", () => {
     const out = join(scratch, topic);
     const metrics = await consumeAll(topic, out);
     assert.deepEqual(metrics.dead_letters, { MALFORMED_JSON: 1 });
-    const kafka = new kafkajs.Kafka({ brokers: [broker], logLevel: kafkajs.logLevel.NOTHING });
-    const consumer = kafka.consumer({ groupId: freshName("dlq-reader") });
-    await consumer.connect();
-    await consumer.subscribe({ topic: `${topic}.dead-letter`, fromBeginning: true });
-    const letters: Array<Record<string, unknown>> = [];
-    await consumer.run({
-      eachMessage: async ({ message }) => void letters.push(JSON.parse(message.value!.toString())),
-    });
-    const deadline = Date.now() + 20_000;
-    while (letters.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    await consumer.disconnect();
+    const letters = (await readTopic(broker, `${topic}.dead-letter`, 1)).map(
+      (m) => JSON.parse(m.value.toString()) as Record<string, unknown>,
+    );
     assert.equal(letters.length, 1);
     assert.equal(letters[0]!.code, "MALFORMED_JSON");
     assert.equal(letters[0]!.raw, "{broken");
     assert.deepEqual(Object.keys(letters[0]!.origin as object), ["kind", "topic", "partition", "offset"]);
     assert.equal((letters[0]!.origin as { topic: string }).topic, topic);
   });
+
+  for (const format of ["json", "arrow"] as const) {
+    it(`produces every row to the trajectory topic as ${format}, keyed uid_session_index`, async () => {
+      const topic = freshName(`traj-${format}`);
+      const env = { KAFKA_BROKERS: broker };
+      assert.equal((await runCli(["produce", EXAMPLES, "--topic", topic], env)).code, 0);
+      const out = join(scratch, topic);
+      const metrics = await consumeAll(
+        topic,
+        out,
+        "--trajectory-topic",
+        `${topic}.rows`,
+        "--trajectory-format",
+        format,
+      );
+      assert.equal(metrics.topic_rows_produced, expected.length);
+      const messages = await readTopic(broker, `${topic}.rows`, expected.length);
+      const rows = messages.map((m) => {
+        assert.equal(m.headers["trajflow.format"], format);
+        const row =
+          format === "json"
+            ? (JSON.parse(m.value.toString()) as TrajectoryRow)
+            : tableToRows(tableFromIPC(m.value))[0]!;
+        assert.equal(m.key, row.key);
+        return plain(row);
+      });
+      assert.deepEqual(rows.sort(byKey), expected);
+      // The files hold the same rows.
+      assert.deepEqual(await rowsIn(out), expected);
+    });
+  }
 });

@@ -9,14 +9,23 @@ import { TrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
 import { fileSinkConfigSchema, type FileSinkConfigInput } from "../sinks/files/config.ts";
+import { trajectoryTopicConfigSchema, type TrajectoryTopicConfigInput } from "../sinks/kafka/config.ts";
 import { kafkaSourceConfigSchema, type KafkaSourceConfigInput } from "../sources/kafka/config.ts";
 import { KafkaPipeline } from "../sources/kafka/consumer.ts";
 import { assembleConfigSchema, type AssembleConfigInput } from "../transforms/assemble/config.ts";
+
+/** Default `max_file_age_ms` of the Kafka path. */
+export const KAFKA_DEFAULT_FILE_AGE_MS = 10_000;
+
+const stripUndefined = <T extends object>(o: T): Partial<T> =>
+  Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 
 export interface ConsumeOptions {
   source: KafkaSourceConfigInput;
   out: string;
   deadLetterTopic?: string;
+  /** Also produce rows to a trajectory topic. */
+  trajectoryTopic?: TrajectoryTopicConfigInput;
   assemble?: AssembleConfigInput;
   sink?: Omit<FileSinkConfigInput, "path">;
   /** Stop once no message arrived for this long (ms), writing open sessions too. */
@@ -30,7 +39,20 @@ export async function consume(options: ConsumeOptions): Promise<{ metrics: Metri
   const problems = new ConfigProblems();
   const source = problems.check("source", kafkaSourceConfigSchema.safeParse(options.source));
   const assemble = problems.check("assemble", assembleConfigSchema.safeParse(options.assemble ?? {}));
-  const sink = problems.check("sink", fileSinkConfigSchema.safeParse({ ...options.sink, path: options.out }));
+  const sink = problems.check(
+    "sink",
+    fileSinkConfigSchema.safeParse({
+      // A quiet partition must still land its rows (and commit its offsets) without waiting for a full
+      // file, so consume cuts by age unless told otherwise.
+      max_file_age_ms: KAFKA_DEFAULT_FILE_AGE_MS,
+      ...stripUndefined(options.sink ?? {}),
+      path: options.out,
+    }),
+  );
+  const trajectoryTopic =
+    options.trajectoryTopic === undefined
+      ? undefined
+      : problems.check("trajectory_topic", trajectoryTopicConfigSchema.safeParse(options.trajectoryTopic));
   if (sink !== undefined && sink.partition_by !== "none")
     problems.add("sink.partition_by: not supported with Kafka yet");
   problems.throwIfAny();
@@ -41,6 +63,7 @@ export async function consume(options: ConsumeOptions): Promise<{ metrics: Metri
     assemble: assemble!,
     sink: sink!,
     deadLetterTopic: options.deadLetterTopic ?? `${source!.topic}.dead-letter`,
+    trajectoryTopic,
     metrics,
     logger: options.logger,
   });

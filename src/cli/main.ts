@@ -40,6 +40,8 @@ Files:
   --compression <c>         zstd (default for parquet-wasm), snappy (default for parquetjs-lite), gzip, lz4, none
   --rows-per-file <n>       cut a file after n rows (default 10000)
   --tokens-per-file <n>     cut a file once it holds n tokens (default 16000000)
+  --file-age-ms <n>         write buffered rows after n ms of wall-clock time even if the file is small
+                            (off by default, so replays stay deterministic)
   --partition-by <p>        none (default), date (date=YYYY-MM-DD) or policy (policy=<version>)
   --encode-workers <n>      worker threads encoding files (default 1)
 Trainer-shaped batches:
@@ -78,6 +80,7 @@ const ASSEMBLE_AND_FILE_FLAGS = {
   compression: { type: "string" },
   "rows-per-file": { type: "string" },
   "tokens-per-file": { type: "string" },
+  "file-age-ms": { type: "string" },
 } as const;
 
 type Values = Record<string, string | boolean | undefined>;
@@ -101,6 +104,7 @@ function fileOptions(values: Values) {
     compression: str(values, "compression") as "zstd" | undefined,
     max_rows_per_file: intOption("rows-per-file", str(values, "rows-per-file")),
     max_tokens_per_file: intOption("tokens-per-file", str(values, "tokens-per-file")),
+    max_file_age_ms: intOption("file-age-ms", str(values, "file-age-ms")),
   };
 }
 
@@ -189,6 +193,9 @@ Options:
   --out <dir>               output directory (required)
   --brokers <list>          comma-separated bootstrap brokers (default $KAFKA_BROKERS or 127.0.0.1:9092)
   --dead-letter-topic <t>   default <topic>.dead-letter
+  --trajectory-topic <t>    also produce every row to this topic, keyed uid_session_index (at least
+                            once: acknowledged before the row's file is written)
+  --trajectory-format <f>   json (default) or arrow (an Arrow IPC stream of one row per message)
   --until-idle-ms <n>       stop after n ms without messages, writing open sessions too (drain a topic)
   --session-timeout-ms <n>  consumer group session timeout (default 30000): how soon a dead member's
                             partitions move to the others
@@ -196,6 +203,8 @@ Options:
   --max-buffered-bytes <n>  bytes of open sessions' events past which the oldest are cut (default 512 MiB)
   --drift-policy, --idle-timeout-ms, --reward-grace-ms, --max-tokens    as for replay
   --format, --engine, --compression, --rows-per-file, --tokens-per-file  as for replay
+  --file-age-ms <n>         write buffered rows after n ms even if the file is small (default 10000 here,
+                            so a quiet partition still lands its rows and commits its offsets)
   --json                    print the final metrics as JSON
   -h, --help                show this help
 `;
@@ -251,6 +260,8 @@ async function runConsume(argv: string[]): Promise<number> {
     out: { type: "string" },
     brokers: { type: "string" },
     "dead-letter-topic": { type: "string" },
+    "trajectory-topic": { type: "string" },
+    "trajectory-format": { type: "string" },
     "until-idle-ms": { type: "string" },
     "session-timeout-ms": { type: "string" },
     "max-open-sessions": { type: "string" },
@@ -280,7 +291,7 @@ async function runConsume(argv: string[]): Promise<number> {
       logger.info({ signal }, "Stopping: finishing files in flight and committing offsets.");
       resolve();
     };
-    process.once("SIGTERM", () => onSignal("SIGTERM"));
+    process.on("SIGTERM", () => onSignal("SIGTERM"));
     process.on("SIGINT", () => onSignal("SIGINT"));
   });
   const result = await consume({
@@ -294,6 +305,14 @@ async function runConsume(argv: string[]): Promise<number> {
     },
     out: values.out!,
     deadLetterTopic: values["dead-letter-topic"],
+    trajectoryTopic:
+      values["trajectory-topic"] === undefined
+        ? undefined
+        : {
+            topic: values["trajectory-topic"],
+            // Checked by the sink's schema, which lists every problem at once.
+            format: values["trajectory-format"] as "json" | "arrow" | undefined,
+          },
     untilIdleMs: intOption("until-idle-ms", values["until-idle-ms"]),
     assemble: assembleOptions(values),
     sink: fileOptions(values),

@@ -4,19 +4,16 @@
  * partition. Lines are sent byte for byte, bad ones too: the pipeline dead-letters them.
  */
 import type { Logger } from "../core/logger.ts";
-import { CompressionTypes, createKafka, Partitioners } from "../sources/kafka/client.ts";
+import {
+  compressionCodec,
+  createKafka,
+  Partitioners,
+  type CompressionName,
+} from "../sources/kafka/client.ts";
 import type { KafkaConnection } from "../sources/kafka/config.ts";
 import { readJsonl } from "../sources/jsonl/jsonl.ts";
 
-export type ProduceCompression = "none" | "gzip" | "snappy" | "lz4" | "zstd";
-
-const CODECS: Record<ProduceCompression, number> = {
-  none: CompressionTypes.None,
-  gzip: CompressionTypes.GZIP,
-  snappy: CompressionTypes.Snappy,
-  lz4: CompressionTypes.LZ4,
-  zstd: CompressionTypes.ZSTD,
-};
+export type ProduceCompression = CompressionName;
 
 export interface ProduceOptions {
   inputs: string[];
@@ -64,7 +61,7 @@ export async function produce(options: ProduceOptions): Promise<{ messages: numb
       await producer.send({
         topic: options.topic,
         acks: -1,
-        compression: CODECS[options.compression],
+        compression: compressionCodec(options.compression),
         messages: batch,
       });
       messages += batch.length;

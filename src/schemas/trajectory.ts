@@ -120,3 +120,14 @@ export function rowKey(uid: string, sessionId: string, index: number): string {
 export function escapeKeyPart(s: string): string {
   return s.includes("%") || s.includes("_") ? s.replaceAll("%", "%25").replaceAll("_", "%5F") : s;
 }
+
+/** A row as plain JSON (token columns as arrays of numbers): the `json` value of the trajectory topic. */
+export function rowToJson(row: TrajectoryRow): string {
+  return JSON.stringify({
+    ...row,
+    prompt_ids: Array.from(row.prompt_ids),
+    response_ids: Array.from(row.response_ids),
+    response_mask: Array.from(row.response_mask),
+    rollout_log_probs: row.rollout_log_probs === null ? null : Array.from(row.rollout_log_probs),
+  });
+}

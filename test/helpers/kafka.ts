@@ -4,6 +4,8 @@
  */
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import kafkajs from "kafkajs";
+import { registerKafkaCodecs } from "../../src/sources/kafka/codecs.ts";
 
 const SCRIPT = new URL("../../scripts/kafka.sh", import.meta.url).pathname;
 
@@ -31,4 +33,32 @@ export async function waitFor(
     await new Promise((r) => setTimeout(r, 50));
   }
   throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+}
+
+/** Reads `count` messages of a topic from the beginning (fails after `ms`). */
+export async function readTopic(
+  broker: string,
+  topic: string,
+  count: number,
+  ms = 20_000,
+): Promise<Array<{ key: string | null; value: Buffer; headers: Record<string, string> }>> {
+  registerKafkaCodecs();
+  const kafka = new kafkajs.Kafka({ brokers: [broker], logLevel: kafkajs.logLevel.NOTHING });
+  const consumer = kafka.consumer({ groupId: freshName("reader") });
+  const messages: Array<{ key: string | null; value: Buffer; headers: Record<string, string> }> = [];
+  await consumer.connect();
+  try {
+    await consumer.subscribe({ topic, fromBeginning: true });
+    await consumer.run({
+      eachMessage: async ({ message }) => {
+        const headers: Record<string, string> = {};
+        for (const [k, v] of Object.entries(message.headers ?? {})) headers[k] = String(v);
+        messages.push({ key: message.key?.toString() ?? null, value: message.value!, headers });
+      },
+    });
+    await waitFor(`${count} messages on ${topic}`, () => messages.length >= count, ms);
+  } finally {
+    await consumer.disconnect();
+  }
+  return messages;
 }

@@ -224,6 +224,20 @@ export class FileSink {
     this.throwIfFailed();
   }
 
+  /**
+   * Gives up what is buffered (its `onDurable` callbacks never run) and stops the age timer, so nothing
+   * more of this sink lands except files already being written (`drain` waits for those). A source that
+   * lost its partition calls this: the rows' offsets were never committed, so the next owner rebuilds them.
+   */
+  abandon(): void {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+    this.ctx.metrics.inc("rows_abandoned", "", this.bufferedRows);
+    this.buffer = [];
+    this.bufferedRows = 0;
+    this.bufferedTokens = 0;
+  }
+
   /** Writes what is buffered, waits for every file, and stops the workers. */
   async close(): Promise<void> {
     if (this.timer !== null) clearInterval(this.timer);

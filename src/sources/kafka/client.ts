@@ -14,8 +14,22 @@ import type { KafkaConnection } from "./config.ts";
 const { Kafka, logLevel } = kafkajs;
 
 export type { Consumer, Producer };
-export const CompressionTypes = kafkajs.CompressionTypes;
 export const Partitioners = kafkajs.Partitioners;
+
+export type CompressionName = "none" | "gzip" | "snappy" | "lz4" | "zstd";
+
+/** The client's code for a compression codec (all five are registered by registerKafkaCodecs). */
+export function compressionCodec(name: CompressionName): number {
+  const { CompressionTypes } = kafkajs;
+  const codes = {
+    none: CompressionTypes.None,
+    gzip: CompressionTypes.GZIP,
+    snappy: CompressionTypes.Snappy,
+    lz4: CompressionTypes.LZ4,
+    zstd: CompressionTypes.ZSTD,
+  };
+  return codes[name];
+}
 
 function logCreator(logger: Logger) {
   return () =>

@@ -17,7 +17,10 @@ import { makeDeadLetter, type DeadLetterOutput } from "../../core/records.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
 import type { FileSinkConfig } from "../../sinks/files/config.ts";
 import { EncoderPool } from "../../sinks/files/pool.ts";
+import type { TrajectoryTopicConfig } from "../../sinks/kafka/config.ts";
+import { TrajectoryTopicSink } from "../../sinks/kafka/topic.ts";
 import { FileSink } from "../../sinks/files/sink.ts";
+import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 import { Assembler, type SessionOutput } from "../../transforms/assemble/assembler.ts";
 import type { AssembleConfig } from "../../transforms/assemble/config.ts";
 import { decodeEvent } from "../../transforms/decode/decode.ts";
@@ -33,6 +36,8 @@ export interface KafkaPipelineOptions {
   sink: FileSinkConfig;
   /** Topic for dead letters (JSON, keyed by uid when known). */
   deadLetterTopic: string;
+  /** Also produce finished rows to a topic (acknowledged before the files are written). */
+  trajectoryTopic?: TrajectoryTopicConfig;
   staleness?: StalenessFilter;
   metrics: Metrics;
   logger: Logger;
@@ -68,15 +73,27 @@ export class KafkaPipeline {
   private failure: Error | null = null;
   private stopping = false;
   private readonly log: Logger;
+  private readonly heartbeatIntervalMs: number;
+  private readonly topicSink: TrajectoryTopicSink | null;
+  /** Sessions waiting for the trajectory topic's acknowledgement before their files are written. */
+  private pending: Array<{ state: PartitionState; rows: TrajectoryRow[]; key: string; tag: SessionSpan }> =
+    [];
+  private pendingRows = 0;
 
   constructor(options: KafkaPipelineOptions) {
     this.options = options;
     this.log = options.logger.child({ component: "kafka" });
+    this.heartbeatIntervalMs = Math.max(100, Math.floor(options.source.session_timeout_ms / 3));
     const kafka = createKafka(options.source.connection, options.logger);
     this.consumer = kafka.consumer({
       groupId: options.source.group_id,
       sessionTimeout: options.source.session_timeout_ms,
-      heartbeatInterval: Math.max(100, Math.floor(options.source.session_timeout_ms / 3)),
+      heartbeatInterval: this.heartbeatIntervalMs,
+      // The broker answers one request per connection at a time, and kafkajs fetches ahead while a batch
+      // is handled: a long-poll fetch on the coordinator's connection would hold heartbeats back past the
+      // session timeout. measured: with the 5 s default and a 3 s session timeout a lone member was
+      // expelled every ~5 s.
+      maxWaitTimeInMs: Math.min(5_000, this.heartbeatIntervalMs),
       allowAutoTopicCreation: false,
     });
     this.producer = kafka.producer({
@@ -85,6 +102,10 @@ export class KafkaPipeline {
       createPartitioner: Partitioners.DefaultPartitioner,
     });
     this.pool = new EncoderPool(options.sink.encode_workers);
+    this.topicSink =
+      options.trajectoryTopic === undefined
+        ? null
+        : new TrajectoryTopicSink(options.trajectoryTopic, this.producer);
   }
 
   get error(): Error | null {
@@ -103,14 +124,25 @@ export class KafkaPipeline {
     // Every (re)join restarts all assigned partitions at their committed offsets (kafkajs drops resolved
     // offsets on rebalance), so every partition's in-memory state starts over too.
     this.consumer.on(this.consumer.events.GROUP_JOIN, () => this.resetPartitions());
-    this.consumer.on(this.consumer.events.CRASH, (e) => this.fail(e.payload.error));
+    // kafkajs restarts the consumer itself after retriable failures (a broker restart): only a crash it
+    // gives up on ends the pipeline.
+    this.consumer.on(this.consumer.events.CRASH, (e) => {
+      if (e.payload.restart) this.log.warn({ err: e.payload.error }, "The Kafka consumer restarts.");
+      else this.fail(e.payload.error);
+    });
     await this.consumer.run({
       autoCommit: false,
       eachBatchAutoResolve: false,
       eachBatch: (payload) => this.onBatch(payload),
     });
+    // A failed commit (broker away, group rebalancing) is retried by the next one; until then the
+    // next owner would only re-read more, never write twice.
     this.commitTimer = setInterval(
-      () => void this.commit().catch((e: Error) => this.fail(e)),
+      () =>
+        void this.commit().catch((err: Error) => {
+          this.options.metrics.inc("kafka_commit_failures");
+          this.log.warn({ err }, "Could not commit offsets; retrying at the next interval.");
+        }),
       source.commit_interval_ms,
     );
   }
@@ -123,7 +155,14 @@ export class KafkaPipeline {
   }
 
   private resetPartitions(): void {
-    for (const state of this.states.values()) this.retiring.push(state.sink);
+    for (const state of this.states.values()) {
+      // Buffered rows must not land later (an age cut) beside the new owner's: their offsets were never
+      // committed, so whoever owns the partition now rebuilds them.
+      state.sink.abandon();
+      this.retiring.push(state.sink);
+    }
+    this.pending = [];
+    this.pendingRows = 0;
     this.states = new Map();
     this.openBytes = 0;
     this.options.metrics.inc("kafka_rebalances");
@@ -185,33 +224,60 @@ export class KafkaPipeline {
         const offset = letter.origin.kind === "kafka" ? Number(letter.origin.offset) : progress.next;
         const token = `dl:${offset}:${letter.code}`;
         progress.hold(token, offset);
-        this.producer
-          .send({
-            topic: this.options.deadLetterTopic,
-            acks: -1,
-            messages: [{ key: letter.uid ?? null, value: JSON.stringify(letter) }],
-          })
-          .then(() => progress.release(token))
-          .catch((err: Error) => this.fail(err));
+        const message = { key: letter.uid ?? null, value: JSON.stringify(letter) };
+        // Stopping gives up on it: the offset stays uncommitted and the next owner dead-letters it again.
+        this.sendUntilAcknowledged(this.options.deadLetterTopic, message).then(
+          () => progress.release(token),
+          () => {},
+        );
       },
     };
+  }
+
+  /**
+   * Sends one message, retrying with backoff for as long as the pipeline runs: the offset it holds stays
+   * uncommitted meanwhile, so a broker away for minutes delays commits but loses nothing.
+   */
+  private async sendUntilAcknowledged(topic: string, message: { key: string | null; value: string }) {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.producer.send({ topic, acks: -1, messages: [message] });
+        return;
+      } catch (err) {
+        if (this.stopping) throw err;
+        this.options.metrics.inc("kafka_produce_retries");
+        this.log.warn({ err, topic, attempt }, "Could not produce to Kafka; retrying.");
+        await new Promise((r) => setTimeout(r, Math.min(30_000, 500 * 2 ** attempt)));
+      }
+    }
   }
 
   private async onBatch(payload: EachBatchPayload): Promise<void> {
     const { batch, heartbeat, isRunning, isStale } = payload;
     if (batch.messages.length === 0) return;
-    const state = await this.partitionState(batch.partition, Number(batch.messages[0]!.offset));
-    let n = 0;
-    for (const message of batch.messages) {
-      if (!isRunning() || isStale() || this.stopping) break;
-      if (this.failure !== null) throw this.failure;
-      const offset = Number(message.offset);
-      if (offset < state.progress.next) continue; // redelivered within this generation
-      await this.onMessage(state, offset, message.value ?? Buffer.alloc(0));
-      state.progress.next = offset + 1;
-      payload.resolveOffset(message.offset);
-      // kafkajs heartbeats only between handler calls: keep the group alive through long batches.
-      if (++n % 500 === 0) await heartbeat();
+    // kafkajs heartbeats only between handler calls, and a batch can wait on the sink (backpressure) or on
+    // a previous generation's files: a timer keeps the membership alive meanwhile. A failed heartbeat means
+    // the group is rebalancing; the batch then stops early and kafkajs rejoins.
+    let rebalancing = false;
+    const keepAlive = setInterval(() => {
+      heartbeat().catch(() => {
+        rebalancing = true;
+      });
+    }, this.heartbeatIntervalMs);
+    try {
+      const state = await this.partitionState(batch.partition, Number(batch.messages[0]!.offset));
+      for (const message of batch.messages) {
+        if (!isRunning() || isStale() || this.stopping || rebalancing) break;
+        if (this.failure !== null) throw this.failure;
+        const offset = Number(message.offset);
+        if (offset < state.progress.next) continue; // redelivered within this generation
+        await this.onMessage(state, offset, message.value ?? Buffer.alloc(0));
+        state.progress.next = offset + 1;
+        payload.resolveOffset(message.offset);
+      }
+      await this.flushPending();
+    } finally {
+      clearInterval(keepAlive);
     }
   }
 
@@ -321,8 +387,33 @@ export class KafkaPipeline {
       this.options.metrics.inc("rows_stale_dropped", "", rows.length - fresh.length);
       rows = fresh;
     }
+    if (this.topicSink === null) return this.writeFiles(state, rows, key, tag);
+    this.pending.push({ state, rows, key, tag });
+    this.pendingRows += rows.length;
+    if (this.pendingRows >= this.options.trajectoryTopic!.max_batch_rows) await this.flushPending();
+  }
+
+  private async writeFiles(state: PartitionState, rows: TrajectoryRow[], key: string, tag: SessionSpan) {
     const progress = state.progress;
     await state.sink.write(rows, () => progress.release(`s:${key}`), tag);
+  }
+
+  /**
+   * Produces the waiting sessions' rows to the trajectory topic, then, once acknowledged, writes them to
+   * files: a session in a file (which recovery skips) is always on the topic too.
+   */
+  private async flushPending(): Promise<void> {
+    if (this.pending.length === 0) return;
+    const pending = this.pending;
+    this.pending = [];
+    this.pendingRows = 0;
+    await this.topicSink!.write(pending.flatMap((p) => p.rows));
+    this.options.metrics.inc(
+      "topic_rows_produced",
+      "",
+      pending.reduce((n, p) => n + p.rows.length, 0),
+    );
+    for (const p of pending) await this.writeFiles(p.state, p.rows, p.key, p.tag);
   }
 
   /** Commits every partition's settled offset. */
@@ -351,8 +442,9 @@ export class KafkaPipeline {
     for (const state of this.states.values()) {
       const outputs = flushOpen ? state.assembler.flush() : [];
       for (const o of outputs) await this.emit(state, o);
-      await state.sink.cut();
     }
+    await this.flushPending();
+    for (const state of this.states.values()) await state.sink.cut();
   }
 
   /** Number of sessions open in all partitions. */

@@ -1,0 +1,142 @@
+/**
+ * Rebalances and broker restarts while events flow: a second consumer joins the group and leaves again
+ * mid-stream, and (on a broker of its own) the broker restarts mid-stream. Every row ends up in the files
+ * exactly once, equal to a replay of the same events.
+ */
+import { strict as assert } from "node:assert";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, it } from "node:test";
+import { killRunning, runCli, startCli, type RunningCli } from "./helpers/cli.ts";
+import { brokers, freshName, waitFor } from "./helpers/kafka.ts";
+import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
+
+const KAFKA_SCRIPT = new URL("../scripts/kafka.sh", import.meta.url).pathname;
+const scratch = mkdtempSync(join(tmpdir(), "trajflow-kafka-rebalance-"));
+// A second broker for the restart test, so restarting it cannot disturb the other tests' broker.
+const ownBroker = { KAFKA_PORT: "39192", TRAJFLOW_KAFKA_DIR: join(scratch, "broker") };
+after(() => {
+  killRunning();
+  execFileSync("bash", [KAFKA_SCRIPT, "reset"], { env: { ...process.env, ...ownBroker }, stdio: "ignore" });
+  rmSync(scratch, { recursive: true, force: true });
+});
+let broker = "";
+before(() => {
+  broker = brokers();
+});
+
+function files(dir: string): number {
+  try {
+    return readdirSync(dir).filter((n) => n.endsWith(".parquet")).length;
+  } catch {
+    return 0;
+  }
+}
+
+function consumeArgs(topic: string, group: string, out: string): string[] {
+  return [
+    "consume",
+    ...["--topic", topic, "--group", group, "--out", out],
+    ...["--rows-per-file", "3", "--reward-grace-ms", "0", "--session-timeout-ms", "3000"],
+  ];
+}
+
+/**
+ * Waits until every expected row is in the files, reading only when files change; fails after `ms` with
+ * what was there and the consumers' logs.
+ */
+async function waitForRows(out: string, count: number, consumers: RunningCli[], ms = 90_000) {
+  let seen = -1;
+  let rows = 0;
+  try {
+    await waitFor(
+      `${count} rows in ${out}`,
+      async () => {
+        const n = files(out);
+        if (n !== seen) {
+          seen = n;
+          rows = (await rowsIn(out)).length;
+        }
+        return rows >= count;
+      },
+      ms,
+    );
+  } catch (err) {
+    const logs = consumers.map((c, i) => `consumer ${i}:\n${c.stderr().slice(-6_000)}`).join("\n");
+    throw new Error(`${(err as Error).message}; ${rows} rows in ${seen} files\n${logs}`, { cause: err });
+  }
+}
+
+async function stopGracefully(consumer: RunningCli, name: string): Promise<void> {
+  consumer.child.kill("SIGTERM");
+  const code = await Promise.race([
+    consumer.exited,
+    new Promise<string>((r) => setTimeout(() => r("still running after 30 s"), 30_000).unref()),
+  ]);
+  assert.equal(code, 0, `${name} did not stop cleanly (${code}); its log:\n${consumer.stderr()}`);
+}
+
+async function assertExactlyOnce(out: string, expected: Array<Record<string, unknown>>): Promise<void> {
+  const rows = await rowsIn(out);
+  const keys = rows.map((r) => r.key);
+  assert.equal(new Set(keys).size, keys.length, "a row was written twice");
+  assert.deepEqual(rows, expected);
+}
+
+it("writes every row exactly once while a second consumer joins and leaves mid-stream", async () => {
+  const dir = join(scratch, "rebalance");
+  const out = join(dir, "out");
+  const topic = freshName("rebalance");
+  const group = freshName("rebalance-group");
+  const env = { KAFKA_BROKERS: broker };
+  const logs = { ...env, TRAJFLOW_LOG_LEVEL: "info", KAFKAJS_NO_PARTITIONER_WARNING: "1" };
+  execFileSync("mkdir", ["-p", dir]);
+  const { first, second, expected } = twoPartWorkload(dir);
+  assert.equal((await runCli(["produce", first, "--topic", topic], env)).code, 0);
+
+  const a = startCli(consumeArgs(topic, group, out), logs);
+  await waitFor("consumer A's first files", () => files(out) >= 2);
+  const b = startCli(consumeArgs(topic, group, out), logs);
+  // B gets partitions (the group rebalanced) and works on them while the second half arrives.
+  await waitFor("consumer B to start a partition", () => b.stderr().includes("Started a partition"));
+  const before = files(out);
+  assert.equal((await runCli(["produce", second, "--topic", topic], env)).code, 0);
+  await waitFor("files written after B joined", () => files(out) >= before + 2);
+  await stopGracefully(b, "consumer B");
+  // A takes B's partitions back and finishes the stream.
+  await waitForRows(out, expected.length, [a, b]);
+  await stopGracefully(a, "consumer A");
+  assert.match(a.stderr(), /Started a partition/);
+  await assertExactlyOnce(out, expected);
+});
+
+it("waits through a broker restart mid-stream and resumes, losing nothing", async () => {
+  const dir = join(scratch, "restart");
+  const out = join(dir, "out");
+  const topic = freshName("restart");
+  const group = freshName("restart-group");
+  const kafka = (command: string) =>
+    execFileSync("bash", [KAFKA_SCRIPT, command], { env: { ...process.env, ...ownBroker }, encoding: "utf8" })
+      .trim()
+      .split("\n")
+      .pop()!;
+  const address = kafka("start");
+  const env = { KAFKA_BROKERS: address };
+  execFileSync("mkdir", ["-p", dir]);
+  const { first, second, expected } = twoPartWorkload(dir);
+  assert.equal((await runCli(["produce", first, "--topic", topic], env)).code, 0);
+
+  const consumer = startCli(consumeArgs(topic, group, out), {
+    ...env,
+    TRAJFLOW_LOG_LEVEL: "info",
+    KAFKAJS_NO_PARTITIONER_WARNING: "1",
+  });
+  await waitFor("the consumer's first files", () => files(out) >= 2);
+  kafka("restart");
+  assert.equal((await runCli(["produce", second, "--topic", topic], env)).code, 0);
+  await waitForRows(out, expected.length, [consumer]);
+  await stopGracefully(consumer, "the consumer");
+  await assertExactlyOnce(out, expected);
+});
