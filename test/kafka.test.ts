@@ -14,14 +14,17 @@ import { tableFromIPC } from "apache-arrow";
 import { tableToRows } from "../src/schemas/trajectory-arrow.ts";
 import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
-import { runCli } from "./helpers/cli.ts";
+import { killRunning, runCli, startCli } from "./helpers/cli.ts";
 import { brokers, freshName, readTopic } from "./helpers/kafka.ts";
 import { PYTHON } from "./helpers/python.ts";
 import { assemble, plain } from "./helpers/sessions.ts";
 
 const EXAMPLES = new URL("../examples/sessions.jsonl", import.meta.url).pathname;
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-kafka-"));
-after(() => rmSync(scratch, { recursive: true, force: true }));
+after(() => {
+  killRunning();
+  rmSync(scratch, { recursive: true, force: true });
+});
 let broker = "";
 before(() => {
   broker = brokers();
@@ -151,4 +154,22 @@ describe("kafka", () => {
       assert.deepEqual(await rowsIn(out), expected);
     });
   }
+
+  // Regression: a sink error was thrown into kafkajs, which retried and restarted the consumer forever.
+  it("fails with the sink's error code when files cannot be written, instead of retrying forever", async () => {
+    const topic = freshName("unwritable");
+    assert.equal((await runCli(["produce", EXAMPLES, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
+    const notADirectory = join(scratch, "a-file");
+    writeFileSync(notADirectory, "");
+    const consumer = startCli(
+      ["consume", "--topic", topic, "--group", freshName("g"), "--out", join(notADirectory, "out")],
+      { KAFKA_BROKERS: broker },
+    );
+    const code = await Promise.race([
+      consumer.exited,
+      new Promise<string>((r) => setTimeout(() => r("still running after 60 s"), 60_000).unref()),
+    ]);
+    assert.equal(code, 1, consumer.stderr());
+    assert.match(consumer.stderr(), /SINK_WRITE_FAILED|ENOTDIR/);
+  });
 });

@@ -1,3 +1,5 @@
+import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import { TrajflowError } from "../core/errors.ts";
 
@@ -28,4 +30,23 @@ export function intOption(name: string, value: string | undefined): number | und
   const n = Number(value);
   if (!Number.isInteger(n)) throw usageError(`--${name} must be an integer, got ${JSON.stringify(value)}`);
   return n;
+}
+
+/** Reads a JSON configuration file given on the command line (e.g. `--rewards rewards.json`). */
+export function jsonFileOption(
+  name: string,
+  path: string | undefined,
+): { value: unknown; dir: string } | undefined {
+  if (path === undefined) return undefined;
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    throw usageError(`--${name}: cannot read ${path}: ${(err as Error).message}`);
+  }
+  try {
+    return { value: JSON.parse(text) as unknown, dir: dirname(resolve(path)) };
+  } catch (err) {
+    throw usageError(`--${name}: ${path} is not valid JSON: ${(err as Error).message}`);
+  }
 }

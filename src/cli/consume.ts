@@ -5,7 +5,7 @@
  * been quiet that long (then it also writes the sessions still open: for draining a recorded topic).
  */
 import { ConfigProblems } from "../core/config.ts";
-import { TrajflowError } from "../core/errors.ts";
+import { isTrajflowError, TrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
 import { fileSinkConfigSchema, type FileSinkConfigInput } from "../sinks/files/config.ts";
@@ -74,6 +74,9 @@ export async function consume(options: ConsumeOptions): Promise<{ metrics: Metri
   for (;;) {
     if (pipeline.error !== null) {
       await pipeline.stop(false).catch(() => {});
+      // trajflow's own errors (a file that cannot be written) keep their code; the client's become
+      // SOURCE_READ_FAILED.
+      if (isTrajflowError(pipeline.error)) throw pipeline.error;
       throw new TrajflowError("SOURCE_READ_FAILED", `the Kafka pipeline failed: ${pipeline.error.message}`, {
         cause: pipeline.error,
       });

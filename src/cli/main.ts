@@ -4,7 +4,8 @@
  */
 import { isTrajflowError } from "../core/errors.ts";
 import { createLogger } from "../core/logger.ts";
-import { ExitCode, intOption, parse, usageError } from "./args.ts";
+import type { RewardsConfigInput } from "../transforms/reward/config.ts";
+import { ExitCode, intOption, jsonFileOption, parse, usageError } from "./args.ts";
 import { inspect } from "./inspect.ts";
 import { formatSummary, replay } from "./replay.ts";
 import { consume } from "./consume.ts";
@@ -50,6 +51,9 @@ Trainer-shaped batches:
   --group-timeout-ms <n>    event time a group waits before it is padded (default 600000; implies --group)
   --max-policy-lag <n>      rows older than current policy - n are stale: dropped, or placeholders in groups
   --current-policy <v>      the current policy version (default: the newest seen in the stream)
+Rewards:
+  --rewards <file.json>     reward stages scoring every session (docs/rewards.md); relative model and
+                            module paths are resolved from the file's directory
 Output:
   --json                    print the summary as JSON instead of text
   --log-level <level>       trace, debug, info (default), warn, error, silent
@@ -118,6 +122,7 @@ async function runReplay(argv: string[]): Promise<number> {
     "group-size": { type: "string" },
     "group-timeout-ms": { type: "string" },
     "max-policy-lag": { type: "string" },
+    rewards: { type: "string" },
     "current-policy": { type: "string" },
     json: { type: "boolean" },
     "log-level": { type: "string" },
@@ -133,10 +138,13 @@ async function runReplay(argv: string[]): Promise<number> {
     throw usageError("--current-policy needs --max-policy-lag");
   }
   const logger = createLogger({ level: values["log-level"] });
+  const rewards = jsonFileOption("rewards", values.rewards);
   const result = await replay({
     inputs: positionals,
     out: values.out,
     logger,
+    rewards: rewards?.value as RewardsConfigInput | undefined,
+    rewardsBaseDir: rewards?.dir,
     assemble: assembleOptions(values),
     sink: {
       ...fileOptions(values),

@@ -16,6 +16,8 @@ import { readJsonl, type JsonlProgress } from "../sources/jsonl/jsonl.ts";
 import { Assembler, type SessionOutput } from "../transforms/assemble/assembler.ts";
 import { assembleConfigSchema, type AssembleConfigInput } from "../transforms/assemble/config.ts";
 import { decodeEvent } from "../transforms/decode/decode.ts";
+import { rewardsConfigSchema, type RewardsConfigInput } from "../transforms/reward/config.ts";
+import { RewardTransform } from "../transforms/reward/rewards.ts";
 import { groupConfigSchema, type GroupConfigInput } from "../transforms/group/config.ts";
 import { GroupBatcher } from "../transforms/group/group.ts";
 import {
@@ -34,6 +36,10 @@ export interface ReplayOptions {
   group?: GroupConfigInput;
   /** Drop (or, in group mode, replace with placeholders) rows of stale policies. Off when absent. */
   staleness?: StalenessConfigInput;
+  /** Reward stages scoring each session before it is written. Off when absent (rewards from events only). */
+  rewards?: RewardsConfigInput;
+  /** Directory that relative paths in `rewards` (models, modules) are resolved from; default the cwd. */
+  rewardsBaseDir?: string;
   logger: Logger;
   /** Called every few thousand events with the source's progress. */
   onProgress?: (progress: JsonlProgress, metrics: Metrics) => void;
@@ -58,9 +64,13 @@ function validate(options: ReplayOptions) {
     options.staleness === undefined
       ? null
       : problems.check("staleness", stalenessConfigSchema.safeParse(options.staleness));
+  const rewards =
+    options.rewards === undefined
+      ? null
+      : problems.check("rewards", rewardsConfigSchema.safeParse(options.rewards));
   if (options.inputs.length === 0) problems.add("no input files: give at least one events .jsonl file");
   problems.throwIfAny();
-  return { assemble: assemble!, sink: sink!, group: group!, staleness: staleness! };
+  return { assemble: assemble!, sink: sink!, group: group!, staleness: staleness!, rewards: rewards! };
 }
 
 export async function replay(options: ReplayOptions): Promise<ReplayResult> {
@@ -69,6 +79,19 @@ export async function replay(options: ReplayOptions): Promise<ReplayResult> {
   const metrics = new Metrics();
   const out = resolve(options.out);
   let position: Origin | null = null;
+  const deadLetterSink = new DeadLetterFileSink({ dir: join(out, "dead-letter") }, metrics);
+  const deadLetters = new CountingDeadLetters(metrics, deadLetterSink);
+  // Stages start (models load, modules import) before any output is opened: a stage that cannot start
+  // fails the run with nothing written.
+  const rewarder =
+    config.rewards === null
+      ? null
+      : await RewardTransform.build(config.rewards, {
+          metrics,
+          logger: options.logger,
+          deadLetters,
+          baseDir: options.rewardsBaseDir,
+        });
   const sink = new FileSink(config.sink, {
     metrics,
     logger: options.logger.child({ component: "sink" }),
@@ -78,8 +101,6 @@ export async function replay(options: ReplayOptions): Promise<ReplayResult> {
       "trajflow.position": position === null ? "" : formatOrigin(position),
     }),
   });
-  const deadLetterSink = new DeadLetterFileSink({ dir: join(out, "dead-letter") }, metrics);
-  const deadLetters = new CountingDeadLetters(metrics, deadLetterSink);
   const assembler = new Assembler({
     config: config.assemble,
     deadLetters,
@@ -93,6 +114,10 @@ export async function replay(options: ReplayOptions): Promise<ReplayResult> {
     for (const batch of batches) if (batch.length > 0) await sink.write(batch);
   };
   const emit = async (outputs: SessionOutput[]) => {
+    if (rewarder === null) return write(outputs);
+    for (const o of outputs) await write(await rewarder.push(o));
+  };
+  const write = async (outputs: SessionOutput[]) => {
     for (const o of outputs) {
       if (grouper !== null) {
         await writeBatches(grouper.push(o, assembler.eventTime));
@@ -131,8 +156,10 @@ export async function replay(options: ReplayOptions): Promise<ReplayResult> {
       if (options.onProgress !== undefined && events % 4096 === 0) options.onProgress(progress, metrics);
     }
     await emit(assembler.flush());
+    if (rewarder !== null) await write(await rewarder.drain());
     if (grouper !== null) await writeBatches(grouper.flush(assembler.eventTime));
   } finally {
+    await rewarder?.close();
     await sink.close();
     await deadLetterSink.close();
   }

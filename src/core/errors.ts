@@ -34,6 +34,19 @@ export const ErrorCodes = {
   },
   EVENT_AFTER_END: { retryable: false, summary: "a non-reward event arrived after the session's end" },
   LATE_EVENT: { retryable: false, summary: "an event arrived after its session was finalized and written" },
+  // Reward stages.
+  REWARD_FAILED: {
+    retryable: false,
+    summary: "a reward stage could not score a trajectory (after retries and isolating it in its batch)",
+  },
+  REWARD_TIMEOUT: {
+    retryable: false,
+    summary: "a required reward stage did not report before the session's reward timeout",
+  },
+  REWARD_STAGE_UNAVAILABLE: {
+    retryable: false,
+    summary: "a reward stage could not start (model file, execution provider, module)",
+  },
   // Configuration, usage and I/O.
   CONFIG_INVALID: { retryable: false, summary: "the configuration has one or more problems" },
   USAGE: { retryable: false, summary: "the command line is wrong" },

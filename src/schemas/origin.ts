@@ -1,11 +1,13 @@
 /** Where a record came from: enough to find its raw bytes again. */
 export type Origin =
   | { kind: "file"; file: string; line: number }
-  | { kind: "kafka"; topic: string; partition: number; offset: string };
+  | { kind: "kafka"; topic: string; partition: number; offset: string }
+  /** A trajectory row that a later stage (a reward stage) rejected, by its key `uid_session_index`. */
+  | { kind: "trajectory"; key: string };
 
 /** `file:line` or `topic/partition@offset`, for messages and logs. */
 export function formatOrigin(origin: Origin): string {
-  return origin.kind === "file"
-    ? `${origin.file}:${origin.line}`
-    : `${origin.topic}/${origin.partition}@${origin.offset}`;
+  if (origin.kind === "file") return `${origin.file}:${origin.line}`;
+  if (origin.kind === "kafka") return `${origin.topic}/${origin.partition}@${origin.offset}`;
+  return `trajectory ${origin.key}`;
 }

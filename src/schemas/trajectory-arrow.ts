@@ -11,7 +11,9 @@ import {
   type Data,
   type DataType,
   type Field,
+  type Float64,
   type List,
+  type Utf8,
 } from "apache-arrow";
 import { trajectoryArrowSchema, type TrajectoryRow } from "./trajectory.ts";
 
@@ -38,7 +40,12 @@ function field(name: string): Field {
 }
 
 function utf8Data(values: string[]): Data {
-  const parts = values.map((v) => encoder.encode(v));
+  return nullableUtf8Data("key", values);
+}
+
+/** A string column; `null` entries allowed when the column is nullable. */
+function nullableUtf8Data(name: string, values: Array<string | null>): Data {
+  const parts = values.map((v) => encoder.encode(v ?? ""));
   const offsets = new Int32Array(values.length + 1);
   let total = 0;
   parts.forEach((p, i) => {
@@ -47,7 +54,15 @@ function utf8Data(values: string[]): Data {
   });
   const data = new Uint8Array(total);
   parts.forEach((p, i) => data.set(p, offsets[i]!));
-  return makeData({ type: field("key").type, length: values.length, valueOffsets: offsets, data });
+  const { bitmap, nulls } = validity(values.length, (i) => values[i] !== null);
+  return makeData({
+    type: field(name).type as Utf8,
+    length: values.length,
+    valueOffsets: offsets,
+    data,
+    nullBitmap: bitmap,
+    nullCount: nulls,
+  });
 }
 
 type NumericArray = Int32Array | Int8Array | Float32Array;
@@ -72,6 +87,38 @@ function numericListData(
     if (r != null) (flat as Int32Array).set(r as Int32Array, offsets[i]!);
   }
   const child = makeData({ type: type.children[0]!.type as DataType, length: total, data: flat } as never);
+  const { bitmap, nulls } = validity(n, (i) => rows[i] !== null);
+  return makeData({ type, length: n, valueOffsets: offsets, child, nullBitmap: bitmap, nullCount: nulls });
+}
+
+/** A list of nullable float64 values per row (reward_values, turn_rewards); `null` rows when nullable. */
+function nullableFloatListData(name: string, rows: Array<Array<number | null> | null>): Data {
+  const type = field(name).type as List;
+  const n = rows.length;
+  const offsets = new Int32Array(n + 1);
+  let total = 0;
+  for (let i = 0; i < n; i++) {
+    total += rows[i]?.length ?? 0;
+    offsets[i + 1] = total;
+  }
+  const flat = new Float64Array(total);
+  const present: boolean[] = new Array<boolean>(total);
+  for (let i = 0; i < n; i++) {
+    const r = rows[i];
+    if (r == null) continue;
+    for (let j = 0; j < r.length; j++) {
+      flat[offsets[i]! + j] = r[j] ?? 0;
+      present[offsets[i]! + j] = r[j] !== null;
+    }
+  }
+  const values = validity(total, (k) => present[k]!);
+  const child = makeData({
+    type: type.children[0]!.type as Float64,
+    length: total,
+    data: flat,
+    nullBitmap: values.bitmap,
+    nullCount: values.nulls,
+  });
   const { bitmap, nulls } = validity(n, (i) => rows[i] !== null);
   return makeData({ type, length: n, valueOffsets: offsets, child, nullBitmap: bitmap, nullCount: nulls });
 }
@@ -156,6 +203,12 @@ export function rowsToRecordBatch(rows: TrajectoryRow[], metadata?: Record<strin
     shared_prefix_len: int32Data("shared_prefix_len", col("shared_prefix_len")),
     sample_mask: int8Data("sample_mask", col("sample_mask")),
     ended_at_ms: float64Data("ended_at_ms", col("ended_at_ms")),
+    last_trained_index: int32Data("last_trained_index", col("last_trained_index")),
+    reward_names: stringListData("reward_names", col("reward_names")),
+    reward_values: nullableFloatListData("reward_values", col("reward_values")),
+    reward_info: nullableUtf8Data("reward_info", col("reward_info")),
+    turn_end_indices: numericListData("turn_end_indices", col("turn_end_indices"), Int32Array),
+    turn_rewards: nullableFloatListData("turn_rewards", col("turn_rewards")),
   };
   const ordered = trajectoryArrowSchema.fields.map((f) => {
     const data = children[f.name];
@@ -191,6 +244,10 @@ export function tableToRows(table: Table): TrajectoryRow[] {
       finish_reasons: list(o.finish_reasons),
       finish_reasons_raw: list(o.finish_reasons_raw),
       flags: list(o.flags),
+      reward_names: list(o.reward_names),
+      reward_values: list(o.reward_values),
+      turn_end_indices: Int32Array.from(list<number>(o.turn_end_indices)),
+      turn_rewards: o.turn_rewards == null ? null : list(o.turn_rewards),
     });
   }
   return out;

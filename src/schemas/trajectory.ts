@@ -4,7 +4,7 @@
  */
 import { Field, Float32, Float64, Int32, Int8, List, Schema, Utf8, Bool } from "apache-arrow";
 
-export const OUTPUT_SCHEMA_VERSION = "1";
+export const OUTPUT_SCHEMA_VERSION = "2";
 
 /** Per-row flags. Each marks something a trainer may want to filter on; all are counted in metrics. */
 export const RowFlags = {
@@ -36,6 +36,10 @@ export const RowFlags = {
   STALE: "stale",
   /** The session was finalized before its end because the open-session limits were reached. */
   SESSION_CUT: "session_cut",
+  /** A reward stage failed on this row after retries: its value is null (dead letter REWARD_FAILED). */
+  REWARD_FAILED: "reward_failed",
+  /** A required reward stage did not report before the reward timeout: its value is null. */
+  REWARD_TIMEOUT: "reward_timeout",
 } as const;
 export type RowFlag = (typeof RowFlags)[keyof typeof RowFlags];
 
@@ -75,6 +79,18 @@ export interface TrajectoryRow {
   sample_mask: number;
   /** Event time (ms since the epoch) of the session's end, or of its last event when it timed out. */
   ended_at_ms: number;
+  /** Index in `response_ids` of the last trained token (where a token-level trainer puts the reward). */
+  last_trained_index: number | null;
+  /** Reward stages that scored this row, in pipeline order; `reward` combines their values. */
+  reward_names: string[];
+  /** Each stage's score, aligned with `reward_names`; null when the stage failed or timed out. */
+  reward_values: Array<number | null>;
+  /** JSON object: per stage, its status, raw value, components and info (for auditing). */
+  reward_info: string | null;
+  /** Index in `response_ids` of the last token of each turn this row trains, in order. */
+  turn_end_indices: Int32Array;
+  /** Per-turn rewards aligned with `turn_end_indices` (NaN-free; null entries for unrewarded turns). */
+  turn_rewards: Array<number | null> | null;
 }
 
 const list = (name: string, type: Int32 | Int8 | Float32 | Utf8, nullable = false) =>
@@ -106,6 +122,12 @@ export const trajectoryArrowSchema = new Schema([
   new Field("shared_prefix_len", new Int32(), false),
   new Field("sample_mask", new Int8(), false),
   new Field("ended_at_ms", new Float64(), false),
+  new Field("last_trained_index", new Int32(), true),
+  list("reward_names", new Utf8()),
+  new Field("reward_values", new List(new Field("element", new Float64(), true)), false),
+  new Field("reward_info", new Utf8(), true),
+  list("turn_end_indices", new Int32()),
+  new Field("turn_rewards", new List(new Field("element", new Float64(), true)), true),
 ]);
 
 /**
@@ -129,5 +151,6 @@ export function rowToJson(row: TrajectoryRow): string {
     response_ids: Array.from(row.response_ids),
     response_mask: Array.from(row.response_mask),
     rollout_log_probs: row.rollout_log_probs === null ? null : Array.from(row.rollout_log_probs),
+    turn_end_indices: Array.from(row.turn_end_indices),
   });
 }

@@ -6,7 +6,7 @@ import { CountingDeadLetters, MemoryDeadLetters } from "../../src/core/dead-lett
 import { Metrics } from "../../src/core/metrics.ts";
 import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { TrajectoryRow } from "../../src/schemas/trajectory.ts";
-import { Assembler } from "../../src/transforms/assemble/assembler.ts";
+import { Assembler, type SessionOutput } from "../../src/transforms/assemble/assembler.ts";
 import { assembleConfigSchema, type AssembleConfigInput } from "../../src/transforms/assemble/config.ts";
 import { decodeEvent } from "../../src/transforms/decode/decode.ts";
 
@@ -99,8 +99,8 @@ export interface AssemblyResult {
   rows: TrajectoryRow[];
   deadLetters: DeadLetter[];
   metrics: Metrics;
-  /** Rows per finalized session, in finalization order. */
-  sessions: Array<{ sessionId: string; rows: TrajectoryRow[] }>;
+  /** Finalized sessions, in finalization order. */
+  sessions: SessionOutput[];
 }
 
 /** Decodes and assembles JSON lines (in the given order), flushing at the end of input. */
@@ -116,14 +116,13 @@ export function assemble(lines: string[], config: AssembleConfigInput = {}): Ass
     if (decoded.kind === "rejected") {
       deadLetters.write(decoded.deadLetter);
       if (decoded.envelope !== undefined) {
-        for (const s of assembler.pushRejected(decoded.envelope))
-          sessions.push({ sessionId: s.sessionId, rows: s.rows });
+        sessions.push(...assembler.pushRejected(decoded.envelope));
       }
       return;
     }
-    for (const s of assembler.push(decoded.value)) sessions.push({ sessionId: s.sessionId, rows: s.rows });
+    sessions.push(...assembler.push(decoded.value));
   });
-  for (const s of assembler.flush()) sessions.push({ sessionId: s.sessionId, rows: s.rows });
+  sessions.push(...assembler.flush());
   return { rows: sessions.flatMap((s) => s.rows), deadLetters: memory.letters, metrics, sessions };
 }
 
@@ -143,6 +142,7 @@ export function plainWithTimes(row: TrajectoryRow): Record<string, unknown> {
     response_ids: [...row.response_ids],
     response_mask: [...row.response_mask],
     rollout_log_probs: row.rollout_log_probs === null ? null : [...row.rollout_log_probs],
+    turn_end_indices: [...row.turn_end_indices],
   };
 }
 
@@ -183,6 +183,13 @@ export function row(fields: Partial<Record<keyof TrajectoryRow, unknown>>): Reco
     shared_prefix_len: 0,
     sample_mask: 1,
     ended_at_ms: IGNORED,
+    last_trained_index: mask.lastIndexOf(1) < 0 ? null : mask.lastIndexOf(1),
+    reward_names: [],
+    reward_values: [],
+    reward_info: null,
+    // One trained turn per run of mask 1 (scenarios here always put context between turns).
+    turn_end_indices: mask.flatMap((m, i) => (m === 1 && mask[i + 1] !== 1 ? [i] : [])),
+    turn_rewards: null,
     ...fields,
   };
 }

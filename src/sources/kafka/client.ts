@@ -59,6 +59,11 @@ export function createKafka(connection: KafkaConnection, logger: Logger): Instan
   return new Kafka(config);
 }
 
+/** An error of the Kafka client (which retries it), as opposed to one of trajflow's own stages. */
+export function isClientError(err: unknown): boolean {
+  return err instanceof Error && err.name.startsWith("KafkaJS");
+}
+
 /** A redacted view of a connection, safe to log. */
 export function describeConnection(connection: KafkaConnection): Record<string, unknown> {
   return {

@@ -25,7 +25,14 @@ import { Assembler, type SessionOutput } from "../../transforms/assemble/assembl
 import type { AssembleConfig } from "../../transforms/assemble/config.ts";
 import { decodeEvent } from "../../transforms/decode/decode.ts";
 import type { StalenessFilter } from "../../transforms/staleness/staleness.ts";
-import { createKafka, describeConnection, Partitioners, type Consumer, type Producer } from "./client.ts";
+import {
+  createKafka,
+  describeConnection,
+  isClientError,
+  Partitioners,
+  type Consumer,
+  type Producer,
+} from "./client.ts";
 import type { KafkaSourceConfig } from "./config.ts";
 import { PartitionProgress } from "./progress.ts";
 import { rangeName, SESSIONS_KEY, writtenSessions, type SessionSpan } from "./recovery.ts";
@@ -276,6 +283,11 @@ export class KafkaPipeline {
         payload.resolveOffset(message.offset);
       }
       await this.flushPending();
+    } catch (err) {
+      // kafkajs retries a failing handler and restarts the consumer, which is right for its own errors
+      // (a broker away) but would loop forever on ours (a sink that cannot write): those end the run.
+      if (!isClientError(err)) this.fail(err as Error);
+      throw err;
     } finally {
       clearInterval(keepAlive);
     }

@@ -8,8 +8,8 @@
 import { makeDeadLetter } from "../../core/records.ts";
 import { RowFlags, type SessionStatus, type TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
-import { extractRows } from "./rows.ts";
-import { COMPONENT, SessionState, type AssembleContext } from "./session.ts";
+import { extractRows, type RowTurn } from "./rows.ts";
+import { COMPONENT, SessionState, type AssembleContext, type RewardRecord } from "./session.ts";
 
 /** How far the watermark must move (event time) before idle sessions are looked for again. */
 const SWEEP_EVERY_MS = 1_000;
@@ -24,6 +24,12 @@ export interface SessionOutput {
   groupSize: number | null;
   /** Event time of the session's end (or last event). */
   endedAt: number;
+  /** `session.start.metadata` (task references for rule stages), or null. */
+  metadata: Record<string, unknown> | null;
+  /** Each row's turns (aligned with `rows`): final text and tool calls for reward stages. */
+  turns: RowTurn[][];
+  /** The session's reward events (session- and call-level), for the `env` reward stage. */
+  rewards: readonly RewardRecord[];
 }
 
 export class Assembler {
@@ -154,7 +160,8 @@ export class Assembler {
 
   private finalize(key: string, session: SessionState, status: "timeout" | null): SessionOutput {
     session.close(status);
-    const rows = extractRows(session, this.ctx.config, this.ctx.metrics);
+    const turns: RowTurn[][] = [];
+    const rows = extractRows(session, this.ctx.config, this.ctx.metrics, turns);
     this.sessions.delete(key);
     this.finalized.set(key, true);
     if (this.finalized.size > this.ctx.config.remember_finalized) {
@@ -172,6 +179,9 @@ export class Assembler {
       sampleIndex: session.start?.sample_index ?? null,
       groupSize: session.start?.group_size ?? null,
       endedAt: session.end?.ts ?? session.lastTs,
+      metadata: (session.start?.metadata as Record<string, unknown> | undefined) ?? null,
+      turns,
+      rewards: session.rewards,
     };
   }
 }

@@ -25,6 +25,17 @@ export const assembleConfigSchema = z.strictObject({
     .positive()
     .optional()
     .describe("Rows longer than this (prompt + response) are truncated and flagged `truncated`."),
+  turn_reward_discount: z
+    .number()
+    .min(0)
+    .max(1)
+    .optional()
+    .describe(
+      "Per-call rewards (a reward event targeting a call_id) become per-turn rewards (turn_rewards). With a " +
+        "discount gamma, a turn's value is its own reward plus gamma times the mean of its child turns' " +
+        "values, along the tree's edges (never along insertion order, which would leak rewards across " +
+        "branches). Absent: each turn gets only its own reward.",
+    ),
   remember_finalized: z
     .int()
     .positive()

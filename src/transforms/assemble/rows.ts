@@ -40,16 +40,32 @@ function markLive(root: TrieNode, suppressed: Set<TrieNode>): void {
 
 interface Turn {
   call: CallState;
+  /** Index in the row's response of this turn's last token; -1 when the turn lies in the prompt. */
+  end: number;
+}
+
+/** A turn of a row as reward stages see it (placement.ts, stages reading the final text). */
+export interface RowTurn {
+  callId: string;
+  /** Index in the row's response of the turn's last token; -1 when it lies in the prompt. */
+  end: number;
+  /** The row trains this turn (owns it, not demoted): a per-turn reward is placed at `end`. */
+  trained: boolean;
+  text: string | null;
+  toolCalls: unknown[] | null;
 }
 
 export function extractRows(
   session: SessionState,
   config: AssembleConfig,
   metrics: Metrics,
+  /** Receives each row's turns, in row order. */
+  turnsOut?: RowTurn[][],
 ): TrajectoryRow[] {
   const { trie } = session;
   markLive(trie.root, session.suppressed);
   const rows: TrajectoryRow[] = [];
+  const rowTurns: RowTurn[][] = [];
   if (!trie.root.live) return rows;
 
   const status: SessionStatus = session.end?.status ?? "timeout";
@@ -87,7 +103,7 @@ export function extractRows(
     for (const c of children) if (c.live) hasLiveChild = true;
     if (!hasLiveChild && node !== trie.root) {
       const index = rows.length;
-      const row = buildRow(session, path, firstUnowned, index, owner, config, metrics);
+      const row = buildRow(session, path, firstUnowned, index, owner, config, metrics, rowTurns);
       row.status = status;
       row.reward = reward;
       row.episode_finished = finished;
@@ -108,7 +124,64 @@ export function extractRows(
     }
   }
   for (const row of rows) row.flags.sort();
+  placeTurnRewards(session, rows, rowTurns, config.turn_reward_discount);
+  turnsOut?.push(...rowTurns);
   return rows;
+}
+
+/**
+ * Per-turn rewards: each trained turn of a row gets its call's reward, discounted along the call tree when
+ * `gamma` is set (value(c) = reward(c) + gamma * mean(value(child)) over children that have a value). A
+ * turn with no value is null; rows of a session without per-call rewards keep `turn_rewards` null.
+ */
+function placeTurnRewards(
+  session: SessionState,
+  rows: TrajectoryRow[],
+  rowTurns: RowTurn[][],
+  gamma: number | undefined,
+): void {
+  const own = session.callRewards();
+  if (own.size === 0) return;
+  const children = new Map<string, Set<string>>();
+  for (const turns of rowTurns) {
+    for (let i = 1; i < turns.length; i++) {
+      const parent = turns[i - 1]!.callId;
+      let set = children.get(parent);
+      if (set === undefined) children.set(parent, (set = new Set()));
+      set.add(turns[i]!.callId);
+    }
+  }
+  const memo = new Map<string, number | null>();
+  // Iterative post-order, since a long agent session can be thousands of turns deep.
+  const value = (root: string): number | null => {
+    const stack: Array<[string, boolean]> = [[root, false]];
+    while (stack.length > 0) {
+      const [id, expanded] = stack.pop()!;
+      if (memo.has(id)) continue;
+      const kids = gamma === undefined ? [] : [...(children.get(id) ?? [])];
+      if (!expanded) {
+        stack.push([id, true]);
+        for (const k of kids) if (!memo.has(k)) stack.push([k, false]);
+        continue;
+      }
+      let sum = 0;
+      let n = 0;
+      for (const k of kids) {
+        const v = memo.get(k);
+        if (v !== null && v !== undefined) {
+          sum += v;
+          n++;
+        }
+      }
+      const mine = own.get(id);
+      if (mine === undefined && n === 0) memo.set(id, null);
+      else memo.set(id, (mine ?? 0) + (n > 0 ? gamma! * (sum / n) : 0));
+    }
+    return memo.get(root) ?? null;
+  };
+  rows.forEach((row, i) => {
+    row.turn_rewards = rowTurns[i]!.filter((t) => t.trained && t.end >= 0).map((t) => value(t.callId));
+  });
 }
 
 function buildRow(
@@ -119,6 +192,7 @@ function buildRow(
   owner: number[],
   config: AssembleConfig,
   metrics: Metrics,
+  turnsOut: RowTurn[][],
 ): TrajectoryRow {
   let total = 0;
   let promptLen = -1;
@@ -148,6 +222,8 @@ function buildRow(
   let trained = 0;
 
   const turns: Turn[] = [];
+  const trainedCalls = new Set<CallState>();
+  let lastTrained = -1;
   let pos = 0; // position in the whole sequence
   for (let d = 0; d < path.length && pos < length; d++) {
     const node = path[d]!;
@@ -158,11 +234,14 @@ function buildRow(
     else response.set(src, pos - promptKept);
     const call = node.call as CallState | null;
     if (call !== null) {
-      if (turns.length === 0 || turns[turns.length - 1]!.call !== call) turns.push({ call });
+      if (turns.length === 0 || turns[turns.length - 1]!.call !== call) turns.push({ call, end: -1 });
+      if (pos + take > promptKept) turns[turns.length - 1]!.end = pos + take - 1 - promptKept;
       if (d >= firstUnowned && !call.demoted) {
         const at = pos - promptKept;
         mask.fill(1, at, at + take);
         trained += take;
+        trainedCalls.add(call);
+        if (take > 0) lastTrained = at + take - 1;
         if (call.hasLogprobs) logprobs.set(node.logprobs.subarray(node.start, node.start + take), at);
         else missingLogprobs = true;
       }
@@ -185,6 +264,14 @@ function buildRow(
       wvMax = wvMax === null ? call.weightVersion : Math.max(wvMax, call.weightVersion);
     }
   }
+  const rowTurns: RowTurn[] = turns.map(({ call, end }) => ({
+    callId: call.id,
+    end,
+    trained: trainedCalls.has(call),
+    text: call.text,
+    toolCalls: call.toolCalls,
+  }));
+  turnsOut.push(rowTurns);
   if (missingLogprobs) {
     flags.add(RowFlags.MISSING_LOGPROBS);
     metrics.inc("rows_missing_logprobs");
@@ -219,5 +306,14 @@ function buildRow(
     shared_prefix_len: Math.min(sharedLen, length),
     sample_mask: 1,
     ended_at_ms: 0,
+    last_trained_index: lastTrained < 0 ? null : lastTrained,
+    reward_names: [],
+    reward_values: [],
+    reward_info: null,
+    turn_end_indices: Int32Array.from(
+      rowTurns.filter((t) => t.trained && t.end >= 0),
+      (t) => t.end,
+    ),
+    turn_rewards: null,
   };
 }

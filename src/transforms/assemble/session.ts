@@ -48,6 +48,9 @@ export interface CallState extends CallHandle {
   /** Realigned drift: this call's tokens are context (mask 0) in every row. */
   demoted: boolean;
   hasMessages: boolean;
+  /** The decoded output and parsed tool calls, when the gateway sent them (rule and judge stages read them). */
+  text: string | null;
+  toolCalls: unknown[] | null;
 }
 
 export interface RewardRecord {
@@ -269,6 +272,8 @@ export class SessionState {
       flags: new Set(),
       demoted: false,
       hasMessages: prompt.messages !== undefined,
+      text: ev.text ?? null,
+      toolCalls: ev.tool_calls ?? null,
       continued: false,
       end: null,
     };
@@ -475,6 +480,15 @@ export class SessionState {
 
   /** Leaves that produce no row (realigned drift). */
   readonly suppressed = new Set<TrieNode>();
+
+  /** Sum of the rewards targeting each call (per-turn rewards). */
+  callRewards(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const r of this.rewards) {
+      if (r.target !== "session") out.set(r.target, (out.get(r.target) ?? 0) + r.value);
+    }
+    return out;
+  }
 
   /** Sum of session-level rewards, or null when there is none. */
   sessionReward(): { reward: number | null; finished: boolean | null } {

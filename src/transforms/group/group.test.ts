@@ -10,9 +10,12 @@ import { GroupBatcher } from "./group.ts";
 /** Finished sessions of one uid, as the assembler hands them over. */
 function sessions(...scripts: SessionScript[]): SessionOutput[] {
   const { sessions: out } = assemble(scripts.flatMap((s) => s.lines()));
-  return out.map(({ sessionId, rows }) => {
+  return out.map(({ sessionId, rows, turns }) => {
     const first = rows[0]!;
     return {
+      metadata: null,
+      turns,
+      rewards: [],
       uid: first.uid,
       sessionId,
       rows,

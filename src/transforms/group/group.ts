@@ -61,6 +61,12 @@ function placeholder(
     shared_prefix_len: 0,
     sample_mask: 0,
     ended_at_ms: endedAt,
+    last_trained_index: null,
+    reward_names: [],
+    reward_values: [],
+    reward_info: null,
+    turn_end_indices: new Int32Array(0),
+    turn_rewards: null,
   };
 }
 
@@ -71,6 +77,9 @@ function zeroTraining(row: TrajectoryRow): TrajectoryRow {
     response_mask: new Int8Array(row.response_mask.length),
     rollout_log_probs: row.rollout_log_probs === null ? null : new Float32Array(row.rollout_log_probs.length),
     num_trained_tokens: 0,
+    last_trained_index: null,
+    turn_end_indices: new Int32Array(0),
+    turn_rewards: row.turn_rewards === null ? null : [],
   };
 }
 

@@ -20,10 +20,10 @@ function schemaFor(compression: string): unknown {
     compression,
     ...(optional ? { optional } : {}),
   });
-  const list = (type: string, optional = false): FieldSpec => ({
+  const list = (type: string, optional = false, optionalElements = false): FieldSpec => ({
     type: "LIST",
     ...(optional ? { optional } : {}),
-    fields: { list: { repeated: true, fields: { element: leaf(type) } } },
+    fields: { list: { repeated: true, fields: { element: leaf(type, optionalElements) } } },
   });
   return new parquet.ParquetSchema({
     key: leaf("UTF8"),
@@ -50,12 +50,22 @@ function schemaFor(compression: string): unknown {
     shared_prefix_len: leaf("INT32"),
     sample_mask: leaf("INT_8"),
     ended_at_ms: leaf("DOUBLE"),
+    last_trained_index: leaf("INT32", true),
+    reward_names: list("UTF8"),
+    reward_values: list("DOUBLE", false, true),
+    reward_info: leaf("UTF8", true),
+    turn_end_indices: list("INT32"),
+    turn_rewards: list("DOUBLE", true, true),
   });
 }
 
 // parquetjs-lite shreds nested values from objects: one { element } object per list value.
 const listOf = (values: ArrayLike<number> | string[]) => ({
   list: Array.from(values as ArrayLike<number | string>, (element) => ({ element })),
+});
+// A null element is an element object without the field.
+const nullableListOf = (values: Array<number | null>) => ({
+  list: values.map((element) => (element === null ? {} : { element })),
 });
 const orUndefined = <T>(v: T | null): T | undefined => (v === null ? undefined : v);
 
@@ -85,6 +95,12 @@ function toParquetjsRow(r: TrajectoryRow): Record<string, unknown> {
     shared_prefix_len: r.shared_prefix_len,
     sample_mask: r.sample_mask,
     ended_at_ms: r.ended_at_ms,
+    last_trained_index: orUndefined(r.last_trained_index),
+    reward_names: listOf(r.reward_names),
+    reward_values: nullableListOf(r.reward_values),
+    reward_info: orUndefined(r.reward_info),
+    turn_end_indices: listOf(r.turn_end_indices),
+    turn_rewards: r.turn_rewards === null ? undefined : nullableListOf(r.turn_rewards),
   };
 }
 

@@ -1,0 +1,243 @@
+/**
+ * The reward transform: every finished session goes to each configured stage (per row or per session,
+ * through the stage's runner), and its rows come back with `reward_names`, `reward_values`, `reward_info`
+ * and the combined `reward`. Sessions leave in the order they came (deterministic output) while up to
+ * `max_pending_sessions` are scored at once, so batches fill across sessions.
+ */
+import { resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { TrajflowError } from "../../core/errors.ts";
+import type { Logger } from "../../core/logger.ts";
+import type { Metrics } from "../../core/metrics.ts";
+import { makeDeadLetter, type DeadLetterOutput } from "../../core/records.ts";
+import { RowFlags, type RowFlag } from "../../schemas/trajectory.ts";
+import type { SessionOutput } from "../assemble/assembler.ts";
+import { combine, type StageValue } from "./combine.ts";
+import { scopeOf, type RewardsConfig, type StageConfig } from "./config.ts";
+import type { RewardItem, RewardOutcome, RewardStage, RewardStageFactory } from "./contract.ts";
+import { StageRunner } from "./runner.ts";
+import { envStage } from "./stages/env.ts";
+import { httpStage } from "./stages/http.ts";
+import { onnxStage } from "./stages/onnx/stage.ts";
+import { ruleStage } from "./stages/rule.ts";
+
+export interface RewardContext {
+  metrics: Metrics;
+  logger: Logger;
+  deadLetters: DeadLetterOutput;
+  /** Where relative module paths are resolved from (the pipeline file's directory). */
+  baseDir?: string;
+}
+
+async function buildStage(config: StageConfig, ctx: RewardContext): Promise<RewardStage> {
+  const logger = ctx.logger.child({ component: `reward.${config.name}` });
+  switch (config.type) {
+    case "env":
+      return envStage();
+    case "rule":
+      return ruleStage(config.options);
+    case "onnx":
+      return onnxStage(config.options, logger);
+    case "http":
+      return httpStage(config.options);
+    case "module": {
+      const url = pathToFileURL(resolve(ctx.baseDir ?? process.cwd(), config.path)).href;
+      let factory: unknown;
+      try {
+        factory = ((await import(url)) as { default?: unknown }).default;
+      } catch (err) {
+        throw new TrajflowError(
+          "REWARD_STAGE_UNAVAILABLE",
+          `could not import ${config.path}: ${(err as Error).message}`,
+          {
+            cause: err,
+          },
+        );
+      }
+      if (typeof factory !== "function") {
+        throw new TrajflowError(
+          "REWARD_STAGE_UNAVAILABLE",
+          `${config.path} must default-export a function (options, context) => RewardStage`,
+        );
+      }
+      const stage = await (factory as RewardStageFactory)(config.options, { logger });
+      if (typeof stage?.score !== "function") {
+        throw new TrajflowError(
+          "REWARD_STAGE_UNAVAILABLE",
+          `${config.path}'s factory returned no score() function`,
+        );
+      }
+      return stage;
+    }
+  }
+}
+
+export function itemsOf(session: SessionOutput, scope: "row" | "session"): RewardItem[] {
+  const base = {
+    uid: session.uid,
+    session_id: session.sessionId,
+    metadata: session.metadata,
+    events: session.rewards,
+  };
+  const lastTurn = (turns: SessionOutput["turns"][number] | undefined) => turns?.[turns.length - 1];
+  if (scope === "row") {
+    return session.rows.map((row, i) => {
+      const turns = session.turns[i] ?? [];
+      return {
+        ...base,
+        key: row.key,
+        rows: [row],
+        turns,
+        final_text: lastTurn(turns)?.text ?? null,
+        final_tool_calls: lastTurn(turns)?.toolCalls ?? null,
+        tokens: row.prompt_ids.length + row.response_ids.length,
+      };
+    });
+  }
+  if (session.rows.length === 0) return [];
+  // The session's answer is its last row's last turn (rows follow the tree, the newest branch last).
+  const turns = session.turns[session.turns.length - 1] ?? [];
+  return [
+    {
+      ...base,
+      key: `${session.uid}_${session.sessionId}`,
+      rows: session.rows,
+      turns,
+      final_text: lastTurn(turns)?.text ?? null,
+      final_tool_calls: lastTurn(turns)?.toolCalls ?? null,
+      tokens: session.rows.reduce((n, r) => n + r.prompt_ids.length + r.response_ids.length, 0),
+    },
+  ];
+}
+
+export class RewardTransform {
+  private readonly config: RewardsConfig;
+  private readonly ctx: RewardContext;
+  private readonly runners: Array<{ config: StageConfig; runner: StageRunner }>;
+  private window: Array<Promise<SessionOutput>> = [];
+
+  private constructor(config: RewardsConfig, ctx: RewardContext, runners: RewardTransform["runners"]) {
+    this.config = config;
+    this.ctx = ctx;
+    this.runners = runners;
+  }
+
+  /** Starts every stage (loads models, imports modules); fails with every stage that could not start. */
+  static async build(config: RewardsConfig, ctx: RewardContext): Promise<RewardTransform> {
+    const built = await Promise.allSettled(config.stages.map((s) => buildStage(s, ctx)));
+    const failures = built.flatMap((b, i) =>
+      b.status === "rejected" ? [`${config.stages[i]!.name}: ${(b.reason as Error).message}`] : [],
+    );
+    if (failures.length > 0) {
+      await Promise.all(built.map((b) => (b.status === "fulfilled" ? b.value.close?.() : undefined)));
+      throw new TrajflowError(
+        "REWARD_STAGE_UNAVAILABLE",
+        `reward stages could not start:\n  ${failures.join("\n  ")}`,
+      );
+    }
+    const runners = config.stages.map((stage, i) => ({
+      config: stage,
+      runner: new StageRunner(
+        stage.name,
+        (built[i] as PromiseFulfilledResult<RewardStage>).value,
+        stage.batch,
+        ctx,
+      ),
+    }));
+    return new RewardTransform(config, ctx, runners);
+  }
+
+  /**
+   * Submits a session; returns the sessions now ready, in submission order (waits only when
+   * `max_pending_sessions` are being scored).
+   */
+  async push(session: SessionOutput): Promise<SessionOutput[]> {
+    this.window.push(this.score(session));
+    const ready: SessionOutput[] = [];
+    while (this.window.length > this.config.max_pending_sessions) ready.push(await this.window.shift()!);
+    return ready;
+  }
+
+  /** Every session still being scored, in order. */
+  async drain(): Promise<SessionOutput[]> {
+    const rest = this.window;
+    this.window = [];
+    return Promise.all(rest);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.runners.map((r) => r.runner.close()));
+  }
+
+  /** Scores one session with every stage and fills its rows' reward columns. */
+  async score(session: SessionOutput): Promise<SessionOutput> {
+    const { metrics } = this.ctx;
+    const started = performance.now();
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<"timeout">((r) => {
+      timer = setTimeout(() => r("timeout"), this.config.timeout_ms);
+    });
+    // Per stage: one outcome per row (a session-scope outcome is broadcast).
+    const perStage = await Promise.all(
+      this.runners.map(async ({ config, runner }) => {
+        const scope = scopeOf(config);
+        const items = itemsOf(session, scope);
+        const outcomes = await Promise.all(items.map((item) => Promise.race([runner.score(item), timedOut])));
+        return session.rows.map((_, i) => outcomes[scope === "row" ? i : 0] ?? ("timeout" as const));
+      }),
+    );
+    clearTimeout(timer);
+    metrics.inc("reward_sessions");
+    metrics.inc("reward_session_ms", "", performance.now() - started);
+
+    session.rows.forEach((row, i) => {
+      const values: StageValue[] = [];
+      const info: Record<string, unknown> = {};
+      const flags = new Set<RowFlag>(row.flags);
+      this.runners.forEach(({ config }, s) => {
+        const outcome: RewardOutcome | "timeout" = perStage[s]![i]!;
+        if (outcome === "timeout") {
+          values.push({ name: config.name, value: null, required: config.required, skipped: false });
+          info[config.name] = { status: "timeout" };
+          if (config.required) {
+            flags.add(RowFlags.REWARD_TIMEOUT);
+            metrics.inc("reward_timeouts", config.name);
+            this.ctx.deadLetters.write(
+              makeDeadLetter(
+                "REWARD_TIMEOUT",
+                `reward stage ${config.name} did not score ${row.key} within ${this.config.timeout_ms} ms`,
+                `reward.${config.name}`,
+                {
+                  raw: JSON.stringify({ key: row.key, stage: config.name }),
+                  origin: { kind: "trajectory", key: row.key },
+                },
+                { uid: row.uid, session_id: row.session_id, details: { stage: config.name } },
+              ),
+            );
+          }
+        } else if (outcome.kind === "score") {
+          values.push({ name: config.name, value: outcome.score, required: config.required, skipped: false });
+          info[config.name] = {
+            status: "ok",
+            value: outcome.score,
+            components: outcome.components,
+            info: outcome.info,
+          };
+        } else if (outcome.kind === "skip") {
+          values.push({ name: config.name, value: null, required: config.required, skipped: true });
+          info[config.name] = { status: "skipped", reason: outcome.reason };
+        } else {
+          values.push({ name: config.name, value: null, required: config.required, skipped: false });
+          info[config.name] = { status: "failed", error: outcome.message };
+          flags.add(RowFlags.REWARD_FAILED);
+        }
+      });
+      row.reward_names = values.map((v) => v.name);
+      row.reward_values = values.map((v) => v.value);
+      row.reward_info = JSON.stringify(info);
+      row.reward = combine(values, this.config.combine, this.config.weights);
+      row.flags = [...flags].sort();
+    });
+    return session;
+  }
+}

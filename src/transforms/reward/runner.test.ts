@@ -1,0 +1,146 @@
+import { strict as assert } from "node:assert";
+import { describe, it } from "node:test";
+import { pino } from "pino";
+import { MemoryDeadLetters } from "../../core/dead-letters.ts";
+import { Metrics } from "../../core/metrics.ts";
+import type { RewardItem, RewardOutcome, RewardStage } from "./contract.ts";
+import { RewardStageError } from "./contract.ts";
+import { batchPolicySchema, StageRunner } from "./runner.ts";
+
+const item = (key: string, tokens = 10): RewardItem => ({
+  key,
+  uid: "u",
+  session_id: key,
+  rows: [],
+  turns: [],
+  final_text: key,
+  final_tool_calls: null,
+  metadata: null,
+  events: [],
+  tokens,
+});
+
+function runner(stage: RewardStage, policy: Record<string, unknown> = {}) {
+  const metrics = new Metrics();
+  const deadLetters = new MemoryDeadLetters();
+  const r = new StageRunner(
+    "s",
+    stage,
+    batchPolicySchema.parse({ backoff_ms: 1, max_wait_ms: 5, ...policy }),
+    { metrics, deadLetters, logger: pino({ level: "silent" }) },
+  );
+  return { r, metrics, deadLetters };
+}
+
+const scoreByLength = (items: readonly RewardItem[]): RewardOutcome[] =>
+  items.map((i) => ({ kind: "score", score: i.key.length }));
+
+describe("reward stage runner", () => {
+  it("batches up to max_batch_size and max_batch_tokens, in order", async () => {
+    const batches: string[][] = [];
+    const { r } = runner(
+      { score: async (items) => (batches.push(items.map((i) => i.key)), scoreByLength(items)) },
+      { max_batch_size: 3, max_batch_tokens: 25, concurrency: 1 },
+    );
+    const keys = ["a", "bb", "ccc", "dddd", "eeeee"];
+    const outcomes = await Promise.all(keys.map((k) => r.score(item(k))));
+    assert.deepEqual(
+      outcomes.map((o) => (o.kind === "score" ? o.score : null)),
+      [1, 2, 3, 4, 5],
+    );
+    // 10 tokens each: at most two fit in 25 tokens.
+    assert.deepEqual(batches, [["a", "bb"], ["ccc", "dddd"], ["eeeee"]]);
+  });
+
+  it("retries transient failures with backoff and then succeeds", async () => {
+    let calls = 0;
+    const { r, metrics } = runner({
+      score: async (items) => {
+        if (++calls < 3) throw new RewardStageError("503 from the server", true);
+        return scoreByLength(items);
+      },
+    });
+    const o = await r.score(item("abc"));
+    assert.deepEqual(o, { kind: "score", score: 3 });
+    assert.equal(metrics.total("reward_retries"), 2);
+  });
+
+  it("isolates a poison item by splitting the batch, dead-letters it, and scores the rest", async () => {
+    const { r, deadLetters, metrics } = runner(
+      {
+        score: async (items) => {
+          if (items.some((i) => i.key === "poison"))
+            throw new RewardStageError("token id past the vocabulary", false);
+          return scoreByLength(items);
+        },
+      },
+      { max_batch_size: 8, concurrency: 1 },
+    );
+    const keys = ["a", "bb", "poison", "dddd", "e", "ff", "g", "hh"];
+    const outcomes = await Promise.all(keys.map((k) => r.score(item(k))));
+    assert.deepEqual(
+      outcomes.map((o) => o.kind),
+      ["score", "score", "error", "score", "score", "score", "score", "score"],
+    );
+    // A failed score is an error outcome, never a 0.
+    assert.equal(outcomes[2]!.kind === "error" && "score" in outcomes[2]!, false);
+    assert.equal(deadLetters.letters.length, 1);
+    assert.equal(deadLetters.letters[0]!.code, "REWARD_FAILED");
+    assert.deepEqual(deadLetters.letters[0]!.origin, { kind: "trajectory", key: "poison" });
+    assert.match(deadLetters.letters[0]!.message, /token id past the vocabulary/);
+    assert.ok(metrics.total("reward_batch_splits") >= 3);
+  });
+
+  it("times out a hung call, retries it, and dead-letters it when it never answers", async () => {
+    const { r, deadLetters } = runner({ score: () => new Promise(() => {}) }, { timeout_ms: 20, retries: 1 });
+    const o = await r.score(item("slow"));
+    assert.equal(o.kind, "error");
+    assert.match(deadLetters.letters[0]!.message, /timed out after 20 ms/);
+  });
+
+  it("rejects a stage that returns the wrong number of outcomes or a non-finite score", async () => {
+    const short = runner({ score: async () => [] });
+    assert.equal((await short.r.score(item("a"))).kind, "error");
+    assert.match(short.deadLetters.letters[0]!.message, /one outcome per item/);
+    const nan = runner({ score: async () => [{ kind: "score", score: Number.NaN }] });
+    assert.equal((await nan.r.score(item("a"))).kind, "error");
+  });
+
+  it("retries items the stage failed as retryable, alone", async () => {
+    let calls = 0;
+    const { r } = runner(
+      {
+        score: async (items) =>
+          items.map((i) =>
+            i.key === "flaky" && calls++ === 0
+              ? { kind: "error", message: "busy", retryable: true }
+              : { kind: "score", score: 1 },
+          ),
+      },
+      { max_batch_size: 2 },
+    );
+    const outcomes = await Promise.all([r.score(item("flaky")), r.score(item("fine"))]);
+    assert.deepEqual(
+      outcomes.map((o) => o.kind),
+      ["score", "score"],
+    );
+  });
+
+  it("bounds the queue: submitting beyond max_queue waits for room", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const { r } = runner(
+      { score: async (items) => (await gate, scoreByLength(items)) },
+      { max_queue: 2, max_batch_size: 1, concurrency: 1 },
+    );
+    const first = r.score(item("a")); // taken into the one batch in flight
+    const queued = [r.score(item("b")), r.score(item("c"))];
+    let fourthQueued = false;
+    const fourth = r.score(item("d")).then((o) => ((fourthQueued = true), o));
+    await new Promise((res) => setTimeout(res, 30));
+    assert.equal(fourthQueued, false);
+    release();
+    await Promise.all([first, ...queued, fourth]);
+    await r.close();
+  });
+});

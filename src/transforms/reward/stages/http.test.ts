@@ -1,0 +1,127 @@
+import { strict as assert } from "node:assert";
+import { after, before, describe, it } from "node:test";
+import { pino } from "pino";
+import { MemoryDeadLetters } from "../../../core/dead-letters.ts";
+import { Metrics } from "../../../core/metrics.ts";
+import { judgeTokens, startRewardServer, type RewardServer } from "../../../../test/helpers/reward-server.ts";
+import type { RewardItem } from "../contract.ts";
+import { batchPolicySchema, StageRunner } from "../runner.ts";
+import { httpStage, httpStageOptionsSchema } from "./http.ts";
+import { referenceLogits, tinyWeights } from "./onnx/tiny-model.ts";
+
+const weights = tinyWeights();
+let server: RewardServer;
+before(async () => {
+  server = await startRewardServer(weights);
+});
+after(() => server.close());
+
+function item(key: string, tokens: number[], text: string | null = null): RewardItem {
+  const row = {
+    prompt_ids: Int32Array.from(tokens.slice(0, 1)),
+    response_ids: Int32Array.from(tokens.slice(1)),
+  };
+  return {
+    key,
+    uid: "u",
+    session_id: key,
+    rows: [row as RewardItem["rows"][number]],
+    turns: [],
+    final_text: text,
+    final_tool_calls: null,
+    metadata: { answer: "42" },
+    events: [],
+    tokens: tokens.length,
+  };
+}
+
+function runner(options: Record<string, unknown>, policy: Record<string, unknown> = {}) {
+  const deadLetters = new MemoryDeadLetters();
+  const metrics = new Metrics();
+  const stage = httpStage(httpStageOptionsSchema.parse({ url: server.url, ...options }));
+  const r = new StageRunner("remote", stage, batchPolicySchema.parse({ backoff_ms: 1, ...policy }), {
+    metrics,
+    deadLetters,
+    logger: pino({ level: "silent" }),
+  });
+  return { r, deadLetters, metrics };
+}
+
+describe("http reward stage", () => {
+  it("scores a batch over the KServe v2 protocol, equal to the model's reference", async () => {
+    const { r } = runner({ protocol: "kserve", model: "tiny" }, { max_batch_size: 4 });
+    const seqs = [
+      [1, 2, 3],
+      [10, 20, 30, 40, 50],
+      [7, 8],
+    ];
+    const before = server.requests;
+    const outcomes = await Promise.all(seqs.map((s, i) => r.score(item(`k${i}`, s))));
+    assert.equal(server.requests - before, 1, "one request for the batch");
+    outcomes.forEach((o, i) => {
+      const expected = referenceLogits(
+        weights,
+        seqs[i]!,
+        seqs[i]!.map(() => 1),
+      )[0]!;
+      assert.ok(o.kind === "score" && Math.abs(o.score - expected) < 1e-5);
+    });
+  });
+
+  it("asks an OpenAI-compatible judge with the rubric and parses its score", async () => {
+    const { r } = runner({ protocol: "openai_judge", model: "tiny-judge" });
+    const text = "The answer is 42.";
+    const o = await r.score(item("j", [1, 2], text));
+    const tokens = judgeTokens(text, weights.vocab);
+    const expected =
+      1 /
+      (1 +
+        Math.exp(
+          -referenceLogits(
+            weights,
+            tokens,
+            tokens.map(() => 1),
+          )[1]!,
+        ));
+    assert.ok(o.kind === "score" && Math.abs(o.score - expected) < 1e-5, JSON.stringify(o));
+    assert.equal((await r.score(item("no-text", [1, 2], null))).kind, "skip");
+  });
+
+  it("retries 5xx answers and succeeds; does not retry 4xx; dead-letters what still fails", async () => {
+    const ok = runner({ protocol: "kserve", model: "tiny" });
+    server.failNext = 2;
+    assert.equal((await ok.r.score(item("a", [1, 2]))).kind, "score");
+    assert.equal(ok.metrics.total("reward_retries"), 2);
+
+    const missing = runner({ protocol: "kserve", model: "nope" });
+    const before = server.requests;
+    const o = await missing.r.score(item("b", [1, 2]));
+    assert.equal(o.kind, "error");
+    assert.equal(server.requests - before, 1, "a 404 is not retried");
+    assert.equal(missing.deadLetters.letters[0]!.code, "REWARD_FAILED");
+    assert.match(missing.deadLetters.letters[0]!.message, /answered 404/);
+  });
+
+  it("times out a slow server and reports an error, never a 0", async () => {
+    const { r, deadLetters } = runner({ protocol: "kserve", model: "tiny" }, { timeout_ms: 50, retries: 0 });
+    server.delayMs = 300;
+    try {
+      const o = await r.score(item("slow", [1, 2]));
+      assert.equal(o.kind, "error");
+      assert.match(deadLetters.letters[0]!.message, /timed out/);
+    } finally {
+      server.delayMs = 0;
+    }
+  });
+
+  it("rate limits requests", async () => {
+    const { r } = runner(
+      { protocol: "kserve", model: "tiny", max_requests_per_second: 20 },
+      { max_batch_size: 1, concurrency: 4 },
+    );
+    const started = performance.now();
+    await Promise.all([0, 1, 2, 3, 4].map((i) => r.score(item(`r${i}`, [1, 2]))));
+    // 5 requests at 20/s: the last may start 200 ms after the first.
+    assert.ok(performance.now() - started >= 190, `took ${performance.now() - started} ms`);
+  });
+});
