@@ -33,7 +33,7 @@ const result = spawnSync(
   [
     "--test",
     "--test-concurrency=2",
-    ...(patterns.length > 0 ? patterns : ["src/**/*.test.ts", "test/**/*.test.ts"]),
+    ...(patterns.length > 0 ? patterns : ["src/**/*.test.ts", "test/**/*.test.ts", "examples/**/*.test.ts"]),
   ],
   { cwd: root, stdio: "inherit" },
 );

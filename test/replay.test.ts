@@ -73,6 +73,12 @@ describe("replay", () => {
       shared_prefix_len: "int32",
       sample_mask: "int8",
       ended_at_ms: "double",
+      last_trained_index: "int32",
+      reward_names: "list<element: string not null>",
+      reward_values: "list<element: double>",
+      reward_info: "string",
+      turn_end_indices: "list<element: int32 not null>",
+      turn_rewards: "list<element: double>",
     });
     assert.equal(view.nullable.rollout_log_probs, true);
     assert.equal(view.nullable.prompt_ids, false);
@@ -98,7 +104,7 @@ describe("replay", () => {
       expected.map((r) => [r.uid, r.session_id, String(r.index)]),
     );
     const meta = await readFileMetadata(join(out, "part-00001.parquet"));
-    assert.equal(meta["trajflow.schema_version"], "1");
+    assert.equal(meta["trajflow.schema_version"], "2");
     assert.equal(meta["trajflow.first_row"], "4");
   });
 

@@ -37,7 +37,10 @@ async function buildStage(config: StageConfig, ctx: RewardContext): Promise<Rewa
     case "rule":
       return ruleStage(config.options);
     case "onnx":
-      return onnxStage(config.options, logger);
+      return onnxStage(
+        { ...config.options, model: resolve(ctx.baseDir ?? process.cwd(), config.options.model) },
+        logger,
+      );
     case "http":
       return httpStage(config.options);
     case "module": {

@@ -229,7 +229,10 @@ export class StageRunner {
       return outcomes;
     } catch (err) {
       metrics.inc("reward_call_failures", this.name);
-      this.ctx.logger.warn({ err, stage: this.name, items: items.length }, "A reward stage call failed.");
+      this.ctx.logger.warn(
+        { stage: this.name, items: items.length, error: err instanceof Error ? err.message : String(err) },
+        "A reward stage call failed.",
+      );
       throw err;
     } finally {
       clearTimeout(timer);

@@ -108,12 +108,17 @@ function node(op: string, inputs: string[], outputs: string[], attrs: Writer[] =
 
 const intAttr = (name: string, v: number) => new Writer().string(1, name).int(3, v).int(20, 2);
 
-/** The ONNX model file (opset 17) for `weights`: inputs input_ids, attention_mask [batch, seq] int64. */
-export function tinyRewardModel(weights: TinyModelWeights): Uint8Array {
+/**
+ * The ONNX model file (opset 17) for `weights`: inputs input_ids, attention_mask [batch, seq] int64.
+ * With `hashIds`, ids are taken modulo the vocabulary first, so any tokenizer's ids are accepted (the
+ * example pipeline's); without it an id past the vocabulary fails the batch, as in a real model.
+ */
+export function tinyRewardModel(weights: TinyModelWeights, { hashIds = false } = {}): Uint8Array {
   const { vocab, dim, classes } = weights;
   const graph = new Writer();
   const nodes = [
-    node("Gather", ["embedding", "input_ids"], ["embedded"]),
+    ...(hashIds ? [node("Mod", ["input_ids", "vocab"], ["ids"])] : []),
+    node("Gather", ["embedding", hashIds ? "ids" : "input_ids"], ["embedded"]),
     node("Cast", ["attention_mask"], ["mask_f"], [intAttr("to", FLOAT)]),
     node("Unsqueeze", ["mask_f", "axis2"], ["mask3"]),
     node("Mul", ["embedded", "mask3"], ["masked"]),
@@ -132,6 +137,7 @@ export function tinyRewardModel(weights: TinyModelWeights): Uint8Array {
   graph.message(5, tensor("axis1", [1], INT64, BigInt64Array.from([1n])));
   graph.message(5, tensor("axis2", [1], INT64, BigInt64Array.from([2n])));
   graph.message(5, tensor("one", [1], FLOAT, Float32Array.from([1])));
+  if (hashIds) graph.message(5, tensor("vocab", [1], INT64, BigInt64Array.from([BigInt(vocab)])));
   graph.message(11, valueInfo("input_ids", INT64, ["batch", "seq"]));
   graph.message(11, valueInfo("attention_mask", INT64, ["batch", "seq"]));
   graph.message(12, valueInfo("logits", FLOAT, ["batch", classes]));
@@ -143,7 +149,7 @@ export function tinyRewardModel(weights: TinyModelWeights): Uint8Array {
     .finish();
 }
 
-/** The model's math in plain TypeScript (float64): logits for one sequence. Ids are taken modulo vocab. */
+/** The model's math in plain TypeScript (float64): logits for one sequence (ids modulo the vocabulary). */
 export function referenceLogits(weights: TinyModelWeights, ids: ArrayLike<number>, mask: ArrayLike<number>) {
   const { dim, classes, embedding, head, bias } = weights;
   const mean = new Float64Array(dim);
@@ -151,7 +157,7 @@ export function referenceLogits(weights: TinyModelWeights, ids: ArrayLike<number
   for (let t = 0; t < ids.length; t++) {
     if (mask[t] === 0) continue;
     count++;
-    const row = ids[t]! * dim;
+    const row = (ids[t]! % weights.vocab) * dim;
     for (let d = 0; d < dim; d++) mean[d]! += embedding[row + d]!;
   }
   for (let d = 0; d < dim; d++) mean[d]! /= Math.max(count, 1);
