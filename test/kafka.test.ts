@@ -172,4 +172,17 @@ describe("kafka", () => {
     assert.equal(code, 1, consumer.stderr());
     assert.match(consumer.stderr(), /SINK_WRITE_FAILED|ENOTDIR/);
   });
+
+  it("scores sessions with reward stages on the way, equal to a replay with the same stages", async () => {
+    const topic = freshName("rewards");
+    const rewards = new URL("../examples/rewards/rewards.json", import.meta.url).pathname;
+    assert.equal((await runCli(["produce", EXAMPLES, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
+    const out = join(scratch, topic);
+    const replayed = join(scratch, `${topic}-replay`);
+    await consumeAll(topic, out, "--rewards", rewards);
+    assert.equal((await runCli(["replay", EXAMPLES, "--out", replayed, "--rewards", rewards])).code, 0);
+    const scored = await rowsIn(out);
+    assert.deepEqual(scored, await rowsIn(replayed));
+    assert.ok(scored.every((r) => (r.reward_names as string[]).length === 4));
+  });
 });

@@ -10,6 +10,7 @@ import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
 import { fileSinkConfigSchema, type FileSinkConfigInput } from "../sinks/files/config.ts";
 import { trajectoryTopicConfigSchema, type TrajectoryTopicConfigInput } from "../sinks/kafka/config.ts";
+import { rewardsConfigSchema, type RewardsConfigInput } from "../transforms/reward/config.ts";
 import { kafkaSourceConfigSchema, type KafkaSourceConfigInput } from "../sources/kafka/config.ts";
 import { KafkaPipeline } from "../sources/kafka/consumer.ts";
 import { assembleConfigSchema, type AssembleConfigInput } from "../transforms/assemble/config.ts";
@@ -26,6 +27,10 @@ export interface ConsumeOptions {
   deadLetterTopic?: string;
   /** Also produce rows to a trajectory topic. */
   trajectoryTopic?: TrajectoryTopicConfigInput;
+  /** Reward stages scoring each session before it is written. */
+  rewards?: RewardsConfigInput;
+  /** Directory relative paths in `rewards` are resolved from. */
+  rewardsBaseDir?: string;
   assemble?: AssembleConfigInput;
   sink?: Omit<FileSinkConfigInput, "path">;
   /** Stop once no message arrived for this long (ms), writing open sessions too. */
@@ -53,6 +58,10 @@ export async function consume(options: ConsumeOptions): Promise<{ metrics: Metri
     options.trajectoryTopic === undefined
       ? undefined
       : problems.check("trajectory_topic", trajectoryTopicConfigSchema.safeParse(options.trajectoryTopic));
+  const rewards =
+    options.rewards === undefined
+      ? undefined
+      : problems.check("rewards", rewardsConfigSchema.safeParse(options.rewards));
   if (sink !== undefined && sink.partition_by !== "none")
     problems.add("sink.partition_by: not supported with Kafka yet");
   problems.throwIfAny();
@@ -64,6 +73,8 @@ export async function consume(options: ConsumeOptions): Promise<{ metrics: Metri
     sink: sink!,
     deadLetterTopic: options.deadLetterTopic ?? `${source!.topic}.dead-letter`,
     trajectoryTopic,
+    rewards,
+    rewardsBaseDir: options.rewardsBaseDir,
     metrics,
     logger: options.logger,
   });

@@ -204,6 +204,7 @@ Options:
   --trajectory-topic <t>    also produce every row to this topic, keyed uid_session_index (at least
                             once: acknowledged before the row's file is written)
   --trajectory-format <f>   json (default) or arrow (an Arrow IPC stream of one row per message)
+  --rewards <file.json>     reward stages scoring every session, as for replay
   --until-idle-ms <n>       stop after n ms without messages, writing open sessions too (drain a topic)
   --session-timeout-ms <n>  consumer group session timeout (default 30000): how soon a dead member's
                             partitions move to the others
@@ -270,6 +271,7 @@ async function runConsume(argv: string[]): Promise<number> {
     "dead-letter-topic": { type: "string" },
     "trajectory-topic": { type: "string" },
     "trajectory-format": { type: "string" },
+    rewards: { type: "string" },
     "until-idle-ms": { type: "string" },
     "session-timeout-ms": { type: "string" },
     "max-open-sessions": { type: "string" },
@@ -302,6 +304,7 @@ async function runConsume(argv: string[]): Promise<number> {
     process.on("SIGTERM", () => onSignal("SIGTERM"));
     process.on("SIGINT", () => onSignal("SIGINT"));
   });
+  const consumeRewards = jsonFileOption("rewards", values.rewards);
   const result = await consume({
     source: {
       connection: { brokers: brokers(values.brokers) },
@@ -313,6 +316,8 @@ async function runConsume(argv: string[]): Promise<number> {
     },
     out: values.out!,
     deadLetterTopic: values["dead-letter-topic"],
+    rewards: consumeRewards?.value as RewardsConfigInput | undefined,
+    rewardsBaseDir: consumeRewards?.dir,
     trajectoryTopic:
       values["trajectory-topic"] === undefined
         ? undefined

@@ -19,6 +19,8 @@ import type { FileSinkConfig } from "../../sinks/files/config.ts";
 import { EncoderPool } from "../../sinks/files/pool.ts";
 import type { TrajectoryTopicConfig } from "../../sinks/kafka/config.ts";
 import { TrajectoryTopicSink } from "../../sinks/kafka/topic.ts";
+import type { RewardsConfig } from "../../transforms/reward/config.ts";
+import { RewardTransform } from "../../transforms/reward/rewards.ts";
 import { FileSink } from "../../sinks/files/sink.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 import { Assembler, type SessionOutput } from "../../transforms/assemble/assembler.ts";
@@ -45,6 +47,10 @@ export interface KafkaPipelineOptions {
   deadLetterTopic: string;
   /** Also produce finished rows to a topic (acknowledged before the files are written). */
   trajectoryTopic?: TrajectoryTopicConfig;
+  /** Reward stages scoring each session before it is written. */
+  rewards?: RewardsConfig;
+  /** Directory relative model and module paths in `rewards` are resolved from. */
+  rewardsBaseDir?: string;
   staleness?: StalenessFilter;
   metrics: Metrics;
   logger: Logger;
@@ -86,6 +92,17 @@ export class KafkaPipeline {
   private pending: Array<{ state: PartitionState; rows: TrajectoryRow[]; key: string; tag: SessionSpan }> =
     [];
   private pendingRows = 0;
+  private rewarder: RewardTransform | null = null;
+  /** Sessions being scored: where their reward dead letters hold the partition's offset. */
+  private readonly scoringSessions = new Map<string, { progress: PartitionProgress; offset: number }>();
+  private rewardLetters = 0;
+  /** Sessions being scored by the reward stages, in the order they finished assembling. */
+  private scoring: Array<{
+    state: PartitionState;
+    key: string;
+    tag: SessionSpan;
+    scored: Promise<SessionOutput>;
+  }> = [];
 
   constructor(options: KafkaPipelineOptions) {
     this.options = options;
@@ -121,6 +138,15 @@ export class KafkaPipeline {
 
   async start(): Promise<void> {
     const { source } = this.options;
+    // Stages start (models load) before any connection opens: one that cannot start fails the run first.
+    if (this.options.rewards !== undefined) {
+      this.rewarder = await RewardTransform.build(this.options.rewards, {
+        metrics: this.options.metrics,
+        logger: this.options.logger,
+        baseDir: this.options.rewardsBaseDir,
+        deadLetters: { write: (letter) => this.rewardDeadLetter(letter) },
+      });
+    }
     this.log.info(
       { ...describeConnection(source.connection), topic: source.topic, group: source.group_id },
       "Connecting to Kafka.",
@@ -170,6 +196,8 @@ export class KafkaPipeline {
     }
     this.pending = [];
     this.pendingRows = 0;
+    this.scoring = [];
+    this.scoringSessions.clear();
     this.states = new Map();
     this.openBytes = 0;
     this.options.metrics.inc("kafka_rebalances");
@@ -242,6 +270,22 @@ export class KafkaPipeline {
   }
 
   /**
+   * A reward stage's dead letter (its row is still written, with the value null and a flag) goes to the
+   * dead-letter topic and holds its session's first offset until the topic acknowledged it.
+   */
+  private rewardDeadLetter(letter: DeadLetter): void {
+    this.options.metrics.inc("dead_letters", letter.code);
+    const session = this.scoringSessions.get(sessionKey(letter.uid ?? "", letter.session_id ?? ""));
+    const token = `rw:${this.rewardLetters++}`;
+    session?.progress.hold(token, session.offset);
+    const message = { key: letter.uid ?? null, value: JSON.stringify(letter) };
+    this.sendUntilAcknowledged(this.options.deadLetterTopic, message).then(
+      () => session?.progress.release(token),
+      () => {},
+    );
+  }
+
+  /**
    * Sends one message, retrying with backoff for as long as the pipeline runs: the offset it holds stays
    * uncommitted meanwhile, so a broker away for minutes delays commits but loses nothing.
    */
@@ -282,6 +326,7 @@ export class KafkaPipeline {
         state.progress.next = offset + 1;
         payload.resolveOffset(message.offset);
       }
+      await this.releaseScored();
       await this.flushPending();
     } catch (err) {
       // kafkajs retries a failing handler and restarts the consumer, which is right for its own errors
@@ -391,6 +436,29 @@ export class KafkaPipeline {
     state.spans.delete(key);
     this.openBytes -= span[2];
     const tag: SessionSpan = [o.uid, o.sessionId, span[0], span[1]];
+    if (this.rewarder !== null) {
+      // Scored concurrently (the stages batch across sessions); written in order at the end of the batch.
+      this.scoringSessions.set(key, { progress: state.progress, offset: span[0] });
+      this.scoring.push({ state, key, tag, scored: this.rewarder.score(o) });
+      if (this.scoring.length >= this.options.rewards!.max_pending_sessions) await this.releaseScored();
+      return;
+    }
+    await this.emitRows(state, o, key, tag);
+  }
+
+  /** Writes sessions whose scoring was started, in the order they finished assembling. */
+  private async releaseScored(): Promise<void> {
+    const scoring = this.scoring;
+    this.scoring = [];
+    this.scoringSessions.clear();
+    for (const s of scoring) {
+      const scored = await s.scored;
+      this.scoringSessions.delete(s.key);
+      await this.emitRows(s.state, scored, s.key, s.tag);
+    }
+  }
+
+  private async emitRows(state: PartitionState, o: SessionOutput, key: string, tag: SessionSpan) {
     let rows = o.rows;
     const staleness = this.options.staleness;
     if (staleness !== undefined) {
@@ -419,6 +487,8 @@ export class KafkaPipeline {
     const pending = this.pending;
     this.pending = [];
     this.pendingRows = 0;
+    this.scoring = [];
+    this.scoringSessions.clear();
     await this.topicSink!.write(pending.flatMap((p) => p.rows));
     this.options.metrics.inc(
       "topic_rows_produced",
@@ -455,6 +525,7 @@ export class KafkaPipeline {
       const outputs = flushOpen ? state.assembler.flush() : [];
       for (const o of outputs) await this.emit(state, o);
     }
+    await this.releaseScored();
     await this.flushPending();
     for (const state of this.states.values()) await state.sink.cut();
   }
@@ -498,5 +569,6 @@ export class KafkaPipeline {
     await this.consumer.disconnect();
     await this.producer.disconnect();
     await this.pool.close();
+    await this.rewarder?.close();
   }
 }

@@ -64,15 +64,24 @@ try {
       let longest = 1;
       for (const s of sequences) longest = Math.max(longest, Math.min(s.length, options.max_length));
       const width = bucketFor(longest);
-      const ids = new BigInt64Array(n * width).fill(BigInt(options.pad_id));
+      // int64 tensors written through int32 views (little-endian: low word, then the sign word), which
+      // avoids a BigInt per token. measured: bench/rewards.ts, see BENCHMARKS.md.
+      const ids = new BigInt64Array(n * width);
       const mask = new BigInt64Array(n * width);
+      const ids32 = new Int32Array(ids.buffer);
+      const mask32 = new Int32Array(mask.buffer);
+      const pad = options.pad_id;
       sequences.forEach((s, i) => {
         const keep = Math.min(s.length, width);
         const from = options.truncation === "left" ? s.length - keep : 0;
+        const row = i * width;
         for (let t = 0; t < keep; t++) {
-          ids[i * width + t] = BigInt(s[from + t]!);
-          mask[i * width + t] = 1n;
+          const id = s[from + t]!;
+          ids32[2 * (row + t)] = id;
+          ids32[2 * (row + t) + 1] = id < 0 ? -1 : 0;
+          mask32[2 * (row + t)] = 1;
         }
+        for (let t = keep; t < width; t++) ids32[2 * (row + t)] = pad;
       });
       const out = await session.run({
         [options.input_ids]: new ort.Tensor("int64", ids, [n, width]),
