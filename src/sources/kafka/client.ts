@@ -44,8 +44,27 @@ function logCreator(logger: Logger) {
     };
 }
 
+let warningFilterInstalled = false;
+
+/**
+ * kafkajs 2.2 computes a negative delay in one of its timers on Node >= 23 (harmless: Node clamps it to 1 ms)
+ * and Node prints a TimeoutNegativeWarning for it: that one warning is dropped, every other one is printed.
+ */
+function dropKafkajsTimeoutWarning(): void {
+  if (warningFilterInstalled) return;
+  warningFilterInstalled = true;
+  const listeners = process.listeners("warning");
+  process.removeAllListeners("warning");
+  process.on("warning", (warning) => {
+    if (warning.name === "TimeoutNegativeWarning") return;
+    if (listeners.length === 0) process.stderr.write(`${warning.name}: ${warning.message}\n`);
+    for (const l of listeners) l(warning);
+  });
+}
+
 export function createKafka(connection: KafkaConnection, logger: Logger): InstanceType<typeof Kafka> {
   registerKafkaCodecs();
+  dropKafkajsTimeoutWarning();
   const config: KafkaConfig = {
     clientId: connection.client_id,
     brokers: connection.brokers,
