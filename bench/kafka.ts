@@ -21,7 +21,7 @@ import { fileSinkConfigSchema } from "../src/sinks/files/config.ts";
 import { kafkaSourceConfigSchema } from "../src/sources/kafka/config.ts";
 import { KafkaPipeline } from "../src/sources/kafka/consumer.ts";
 import { assembleConfigSchema } from "../src/transforms/assemble/config.ts";
-import { record, tokensOfLines } from "./harness.ts";
+import { gc, record, tokensOfLines } from "./harness.ts";
 import { linearSession } from "./workloads.ts";
 
 const silent = pino({ level: "silent" });
@@ -69,7 +69,8 @@ async function consumeTopic(
     void admin.fetchTopicOffsets(topic).then((offsets) => {
       const positions = pipeline.positions();
       let behind = 0;
-      for (const o of offsets) behind += Number(o.high) - (positions[o.partition]?.next ?? 0);
+      // The watermarks were fetched a moment before the positions: a partition can read as ahead of them.
+      for (const o of offsets) behind += Math.max(0, Number(o.high) - (positions[o.partition]?.next ?? 0));
       lag.push([(performance.now() - t0) / 1000, behind]);
     });
   }, 500);
@@ -109,35 +110,45 @@ try {
     }
   }
   const tokens = tokensOfLines(lines);
+  const events = lines.length;
   const input = join(dir, "events.jsonl");
   writeFileSync(input, `${lines.join("\n")}\n`);
-  const workload = `${SESSIONS} sessions, ${lines.length} events, ${(tokens / 1e6).toFixed(1)} M token values`;
-  console.log(`workload: ${workload}`);
+  lines.length = 0; // both paths read the file: keep the bench's own copy out of their heap
+  gc();
+  console.log(
+    `workload: ${SESSIONS} sessions, ${events} events, ${(tokens / 1e6).toFixed(1)} M token values`,
+  );
 
-  const r = await replay({
-    inputs: [input],
-    out: join(dir, "replay"),
-    assemble: { reward_grace_ms: 0 },
-    logger: silent,
-  });
+  // Best of two runs of each path: this 2-core machine is noisy (see BENCHMARKS.md).
+  const replayOnce = (run: number) =>
+    replay({
+      inputs: [input],
+      out: join(dir, `replay-${run}`),
+      assemble: { reward_grace_ms: 0 },
+      logger: silent,
+    });
+  const r = [await replayOnce(0), await replayOnce(1)].sort((a, b) => a.seconds - b.seconds)[0]!;
   record({
     bench: "kafka",
     case: "replay: JSONL file → Parquet files",
     value: tokens / r.seconds / 1e6,
     unit: "M tokens/s",
-    note: `${(lines.length / r.seconds).toFixed(0)} events/s, ${r.metrics.total("rows_written")} rows`,
+    note: `${(events / r.seconds).toFixed(0)} events/s, ${r.metrics.total("rows_written")} rows`,
   });
 
-  const topic = `bench-${Date.now()}`;
   const connection = { brokers: [brokers], client_id: "bench", connection_timeout_ms: 10_000 };
-  await produce({ inputs: [input], topic, connection, compression: "zstd", logger: silent });
-  const k = await consumeTopic(topic, join(dir, "kafka"), lines.length);
+  const kafkaOnce = async (run: number) => {
+    const topic = `bench-${Date.now()}-${run}`;
+    await produce({ inputs: [input], topic, connection, compression: "zstd", logger: silent });
+    return consumeTopic(topic, join(dir, `kafka-${run}`), events);
+  };
+  const k = [await kafkaOnce(0), await kafkaOnce(1)].sort((a, b) => a.seconds - b.seconds)[0]!;
   record({
     bench: "kafka",
     case: "topic (zstd batches) → Parquet files, committed",
     value: tokens / k.seconds / 1e6,
     unit: "M tokens/s",
-    note: `${(lines.length / k.seconds).toFixed(0)} events/s, ${k.metrics.total("rows_written")} rows`,
+    note: `${(events / k.seconds).toFixed(0)} events/s, ${k.metrics.total("rows_written")} rows`,
   });
   record({
     bench: "kafka",
@@ -154,7 +165,7 @@ try {
   await admin.createTopics({ topics: [{ topic: live, numPartitions: 4 }] });
   await admin.disconnect();
   let produceSeconds = 0;
-  const l = await consumeTopic(live, join(dir, "live"), lines.length, async () => {
+  const l = await consumeTopic(live, join(dir, "live"), events, async () => {
     const started = performance.now();
     await new Promise<void>((resolve, reject) => {
       const child = spawn(

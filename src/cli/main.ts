@@ -40,7 +40,7 @@ Files:
   --engine <e>              parquet-wasm (default) or parquetjs-lite
   --compression <c>         zstd (default for parquet-wasm), snappy (default for parquetjs-lite), gzip, lz4, none
   --rows-per-file <n>       cut a file after n rows (default 10000)
-  --tokens-per-file <n>     cut a file once it holds n tokens (default 16000000)
+  --tokens-per-file <n>     cut a file once it holds n tokens (default 4000000)
   --file-age-ms <n>         write buffered rows after n ms of wall-clock time even if the file is small
                             (off by default, so replays stay deterministic)
   --partition-by <p>        none (default), date (date=YYYY-MM-DD) or policy (policy=<version>)
