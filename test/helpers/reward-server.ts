@@ -1,6 +1,6 @@
 /**
- * A reward server for tests, on 127.0.0.1, speaking the KServe v2 inference protocol and an
- * OpenAI-compatible chat endpoint, backed by the real tiny ONNX model (onnxruntime in this process).
+ * A reward server for tests, on 127.0.0.1, speaking the KServe v2 inference protocol, vLLM's /classify
+ * and an OpenAI-compatible chat endpoint, backed by the real tiny ONNX model (onnxruntime in this process).
  * `failNext` makes the next n requests answer 503; `delayMs` slows every answer.
  */
 import { createServer, type Server } from "node:http";
@@ -68,6 +68,28 @@ export async function startRewardServer(weights: TinyModelWeights): Promise<Rewa
           model_name: "tiny",
           outputs: [{ name: "logits", shape: [n, weights.classes], datatype: "FP32", data: [...logits] }],
         });
+      }
+      if (req.url === "/classify" && json.model === "tiny") {
+        const input = json.input as number[][];
+        const width = Math.max(1, ...input.map((s) => s.length));
+        const ids = new BigInt64Array(input.length * width);
+        const mask = new BigInt64Array(input.length * width);
+        input.forEach((s, i) =>
+          s.forEach((id, t) => {
+            ids[i * width + t] = BigInt(id);
+            mask[i * width + t] = 1n;
+          }),
+        );
+        const logits = await run(ids, mask, input.length, width);
+        const k = weights.classes;
+        const data = input.map((_, i) => {
+          const row = [...logits.subarray(i * k, (i + 1) * k)];
+          const max = Math.max(...row);
+          const exp = row.map((x) => Math.exp(x - max));
+          const sum = exp.reduce((a, b) => a + b, 0);
+          return { index: i, label: "x", probs: exp.map((e) => e / sum), num_classes: k };
+        });
+        return reply(200, { object: "list", model: "tiny", data });
       }
       if (req.url === "/v1/chat/completions" && json.model === "tiny-judge") {
         const user = (json.messages as Array<{ role: string; content: string }>).find(

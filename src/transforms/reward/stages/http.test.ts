@@ -68,6 +68,27 @@ describe("http reward stage", () => {
     });
   });
 
+  it("scores a batch over vLLM's /classify with token ids: the probability of the chosen class", async () => {
+    const { r } = runner(
+      { protocol: "vllm_classify", model: "tiny", score: { class: 1 } },
+      { max_batch_size: 4 },
+    );
+    const seqs = [
+      [1, 2, 3],
+      [10, 20, 30, 40, 50],
+    ];
+    const outcomes = await Promise.all(seqs.map((s, i) => r.score(item(`c${i}`, s))));
+    outcomes.forEach((o, i) => {
+      const [l0, l1] = referenceLogits(
+        weights,
+        seqs[i]!,
+        seqs[i]!.map(() => 1),
+      );
+      const expected = Math.exp(l1!) / (Math.exp(l0!) + Math.exp(l1!));
+      assert.ok(o.kind === "score" && Math.abs(o.score - expected) < 1e-5, JSON.stringify(o));
+    });
+  });
+
   it("asks an OpenAI-compatible judge with the rubric and parses its score", async () => {
     const { r } = runner({ protocol: "openai_judge", model: "tiny-judge" });
     const text = "The answer is 42.";

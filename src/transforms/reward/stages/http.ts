@@ -2,6 +2,8 @@
  * `http`: remote GPU-backed scorers.
  * - `kserve`: the KServe v2 / Triton inference protocol (`POST {url}/v2/models/{model}/infer`) with int64
  *   `input_ids` / `attention_mask` tensors, a batch per request, logits mapped to a score.
+ * - `vllm_classify`: vLLM's classification endpoint (`POST {url}/classify`, also served by SGLang at
+ *   `/v1/classify`) with token-id inputs, a batch per request; the score is the probability of a class.
  * - `openai_judge`: an OpenAI-compatible chat endpoint judging the final answer with a rubric prompt; the
  *   score is parsed from the reply (one request per item, concurrently).
  * Connections are reused (fetch keeps them alive), each request has the runner's timeout, 5xx and network
@@ -20,7 +22,11 @@ const scoreSchema = z
   .describe("kserve: how the output logits become a score (as for the onnx stage).");
 
 export const httpStageOptionsSchema = z.strictObject({
-  protocol: z.enum(["kserve", "openai_judge"]).describe("The server's protocol."),
+  protocol: z.enum(["kserve", "vllm_classify", "openai_judge"]).describe("The server's protocol."),
+  path: z
+    .string()
+    .optional()
+    .describe("vllm_classify: the endpoint path (default /classify; SGLang serves /v1/classify)."),
   url: z.url().describe("Base URL of the server, e.g. http://rm:8000."),
   model: z.string().min(1).describe("Model name (kserve: in the path; openai_judge: the `model` field)."),
   headers: z
@@ -147,6 +153,34 @@ export function httpStage(options: HttpStageOptions): RewardStage {
     return items.map((_, i) => ({ kind: "score", score: mapScore(out.data, i, classes, options.score) }));
   };
 
+  const classify = async (items: readonly RewardItem[], signal: AbortSignal): Promise<RewardOutcome[]> => {
+    const input = items.map((i) => {
+      const s = sequenceOf(i);
+      return Array.from(s.length > options.max_length ? s.subarray(s.length - options.max_length) : s);
+    });
+    await limit?.take();
+    const reply = (await post(
+      `${base}${options.path ?? "/classify"}`,
+      { model: options.model, input },
+      options.headers,
+      signal,
+    )) as { data?: Array<{ index: number; probs: number[] }> };
+    const data = reply.data;
+    if (!Array.isArray(data) || data.length !== items.length) {
+      throw new RewardStageError(
+        `the reply has ${data?.length ?? "no"} results for ${items.length} inputs`,
+        false,
+      );
+    }
+    const byIndex = [...data].sort((a, b) => a.index - b.index);
+    return byIndex.map((d) => {
+      const p = d.probs[options.score.class];
+      return p === undefined
+        ? { kind: "error", message: `no class ${options.score.class} in ${d.probs.length} probabilities` }
+        : { kind: "score", score: p };
+    });
+  };
+
   const pattern = new RegExp(options.score_pattern);
   const judgeOne = async (item: RewardItem, signal: AbortSignal): Promise<RewardOutcome> => {
     if (item.final_text === null) return { kind: "skip", reason: "the session's last turn has no text" };
@@ -183,6 +217,8 @@ export function httpStage(options: HttpStageOptions): RewardStage {
     score: (items, signal) =>
       options.protocol === "kserve"
         ? kserve(items, signal)
-        : Promise.all(items.map((i) => judgeOne(i, signal))),
+        : options.protocol === "vllm_classify"
+          ? classify(items, signal)
+          : Promise.all(items.map((i) => judgeOne(i, signal))),
   };
 }
