@@ -9,11 +9,15 @@ import { ExitCode, intOption, jsonFileOption, parse, usageError } from "./args.t
 import { inspect } from "./inspect.ts";
 import { formatSummary, replay } from "./replay.ts";
 import { consume } from "./consume.ts";
+import { runPipelineCommand } from "./pipeline.ts";
 import { produce, type ProduceCompression } from "./produce.ts";
+import { stopOnSignals } from "./signals.ts";
 
 const HELP = `trajflow: LLM agent gateway events → training-ready RL trajectories (Parquet)
 
 Usage:
+  trajflow run <pipeline.yaml> [--set path=value]... [--until-idle-ms <n>] [--json]
+  trajflow validate <pipeline.yaml> [--set path=value]...
   trajflow replay <events.jsonl[.gz]...> --out <dir> [options]
   trajflow inspect <file|dir> [--uid <uid>] [--session <id>] [--limit <n>] [--tokens]
   trajflow produce <events.jsonl[.gz]...> --topic <t> [--brokers <list>] [--compression <c>]
@@ -290,20 +294,7 @@ async function runConsume(argv: string[]): Promise<number> {
     if (values[required] === undefined) throw usageError(`consume needs --${required}`);
   }
   const logger = createLogger({ level: values["log-level"] });
-  const stopSignal = new Promise<void>((resolve) => {
-    let signals = 0;
-    const onSignal = (signal: string) => {
-      signals++;
-      if (signals > 1) {
-        // A second signal exits at once; committed files are whole, and the offsets only cover them.
-        process.exit(130);
-      }
-      logger.info({ signal }, "Stopping: finishing files in flight and committing offsets.");
-      resolve();
-    };
-    process.on("SIGTERM", () => onSignal("SIGTERM"));
-    process.on("SIGINT", () => onSignal("SIGINT"));
-  });
+  const stopSignal = stopOnSignals(logger);
   const consumeRewards = jsonFileOption("rewards", values.rewards);
   const result = await consume({
     source: {
@@ -385,6 +376,9 @@ export async function main(argv: string[]): Promise<number> {
         return await runProduce(rest);
       case "consume":
         return await runConsume(rest);
+      case "validate":
+      case "run":
+        return await runPipelineCommand(command, rest);
       case undefined:
       case "help":
       case "--help":

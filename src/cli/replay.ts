@@ -29,6 +29,8 @@ import {
 export interface ReplayOptions {
   inputs: string[];
   out: string;
+  /** Where rejected events go; default `<out>/dead-letter`. */
+  deadLetterDir?: string;
   assemble?: AssembleConfigInput;
   /** The file sink (format, engine, codec, rotation, partitioning); `path` is `out`. */
   sink?: Omit<FileSinkConfigInput, "path">;
@@ -79,7 +81,10 @@ export async function replay(options: ReplayOptions): Promise<ReplayResult> {
   const metrics = new Metrics();
   const out = resolve(options.out);
   let position: Origin | null = null;
-  const deadLetterSink = new DeadLetterFileSink({ dir: join(out, "dead-letter") }, metrics);
+  const deadLetterSink = new DeadLetterFileSink(
+    { dir: options.deadLetterDir ?? join(out, "dead-letter") },
+    metrics,
+  );
   const deadLetters = new CountingDeadLetters(metrics, deadLetterSink);
   // Stages start (models load, modules import) before any output is opened: a stage that cannot start
   // fails the run with nothing written.

@@ -1,0 +1,123 @@
+/**
+ * Reading a pipeline file: YAML (JSON is YAML too), `${VAR}` / `${VAR:-default}` environment interpolation
+ * in string values, and `--set path=value` overrides. Problems are collected with where they are
+ * (`file:line: path: message`), never thrown one at a time.
+ */
+import { readFileSync } from "node:fs";
+import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } from "yaml";
+
+export interface LoadedPipeline {
+  file: string;
+  /** The document as plain data; null when the file could not be read or parsed. */
+  value: unknown;
+  /** `file:line` of a path in the document, or just `file` when the path is not in it. */
+  where(path: ReadonlyArray<string | number>): string;
+}
+
+const VAR = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
+
+/** A scalar written in YAML syntax (`--set x=3` gives a number, `--set x=true` a boolean). */
+function scalar(text: string): unknown {
+  const doc = parseDocument(text);
+  return doc.errors.length > 0 ? text : (doc.toJS() as unknown);
+}
+
+type Problem = { path: Array<string | number>; message: string };
+
+function interpolate(
+  value: unknown,
+  path: Array<string | number>,
+  env: NodeJS.ProcessEnv,
+  problems: Problem[],
+): unknown {
+  if (typeof value === "string") {
+    let missing = false;
+    const replaced = value.replace(VAR, (_, name: string, fallback: string | undefined) => {
+      const v = env[name];
+      if (v !== undefined && v !== "") return v;
+      if (fallback !== undefined) return fallback;
+      missing = true;
+      problems.push({
+        path,
+        message: `environment variable ${name} is not set (write \${${name}:-default} for a default)`,
+      });
+      return "";
+    });
+    if (missing || replaced === value) return value;
+    // A value that is one variable alone keeps its type: `rows: ${ROWS}` with ROWS=5 is the number 5.
+    return /^\$\{[^}]+\}$/.test(value) ? scalar(replaced) : replaced;
+  }
+  if (Array.isArray(value)) return value.map((v, i) => interpolate(v, [...path, i], env, problems));
+  if (typeof value === "object" && value !== null) {
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]): [string, unknown] => [
+        k,
+        interpolate(v, [...path, k], env, problems),
+      ]),
+    );
+  }
+  return value;
+}
+
+/** Applies `a.b.c=value` (objects are created along the path; a numeric segment indexes an array). */
+function applySet(root: Record<string, unknown>, assignment: string, problems: string[]): void {
+  const eq = assignment.indexOf("=");
+  if (eq <= 0) {
+    problems.push(`--set ${assignment}: expected path=value, e.g. sinks.files.path=/data/out`);
+    return;
+  }
+  const path = assignment.slice(0, eq).split(".");
+  let node: Record<string, unknown> = root;
+  for (const part of path.slice(0, -1)) {
+    const next = node[part];
+    if (typeof next !== "object" || next === null) node[part] = {};
+    node = node[part] as Record<string, unknown>;
+  }
+  node[path[path.length - 1]!] = scalar(assignment.slice(eq + 1));
+}
+
+export function loadPipeline(
+  file: string,
+  options: { set?: string[]; env?: NodeJS.ProcessEnv } = {},
+): { pipeline: LoadedPipeline; problems: string[] } {
+  const problems: string[] = [];
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (err) {
+    return {
+      pipeline: { file, value: null, where: () => file },
+      problems: [`${file}: cannot read: ${(err as Error).message}`],
+    };
+  }
+  const lines = new LineCounter();
+  const doc: Document = parseDocument(text, { lineCounter: lines, prettyErrors: true });
+  for (const e of doc.errors) {
+    const at = e.linePos?.[0];
+    problems.push(`${file}${at === undefined ? "" : `:${at.line}`}: ${e.message.split("\n")[0]}`);
+  }
+  const where = (path: ReadonlyArray<string | number>): string => {
+    // The deepest node of the path that exists in the document.
+    for (let n = path.length; n >= 0; n--) {
+      const node = n === 0 ? doc.contents : doc.getIn(path.slice(0, n), true);
+      const range =
+        node !== undefined && node !== null && (isScalar(node) || isMap(node) || isSeq(node))
+          ? node.range
+          : undefined;
+      if (range !== undefined && range !== null) return `${file}:${lines.linePos(range[0]).line}`;
+    }
+    return file;
+  };
+  if (doc.errors.length > 0) return { pipeline: { file, value: null, where: () => file }, problems };
+  let value = doc.toJS() as unknown;
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    if (doc.errors.length === 0)
+      problems.push(`${file}: a pipeline is a mapping with sources, transforms and sinks`);
+    value = {};
+  }
+  const unset: Problem[] = [];
+  value = interpolate(value, [], options.env ?? process.env, unset);
+  for (const p of unset) problems.push(`${where(p.path)}: ${p.path.join(".")}: ${p.message}`);
+  for (const s of options.set ?? []) applySet(value as Record<string, unknown>, s, problems);
+  return { pipeline: { file, value, where }, problems };
+}
