@@ -15,7 +15,7 @@ import { tableToRows } from "../src/schemas/trajectory-arrow.ts";
 import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { killRunning, runCli, startCli } from "./helpers/cli.ts";
-import { brokers, freshName, readTopic } from "./helpers/kafka.ts";
+import { brokers, freshName, readTopic, waitFor } from "./helpers/kafka.ts";
 import { PYTHON } from "./helpers/python.ts";
 import { assemble, plain } from "./helpers/sessions.ts";
 
@@ -184,5 +184,37 @@ describe("kafka", () => {
     const scored = await rowsIn(out);
     assert.deepEqual(scored, await rowsIn(replayed));
     assert.ok(scored.every((r) => (r.reward_names as string[]).length === 4));
+  });
+
+  it("serves /metrics, /healthz and /readyz while consuming, and stops cleanly on SIGTERM", async () => {
+    const topic = freshName("ops");
+    assert.equal((await runCli(["produce", EXAMPLES, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
+    const running = startCli(
+      [
+        "consume",
+        ...["--topic", topic, "--group", freshName("g"), "--out", join(scratch, topic)],
+        ...["--metrics-address", "127.0.0.1:0", "--status-interval-ms", "500"],
+        ...["--reward-grace-ms", "0", "--file-age-ms", "500"],
+      ],
+      { KAFKA_BROKERS: broker, TRAJFLOW_LOG_LEVEL: "info" },
+    );
+    let address = "";
+    await waitFor("the endpoint's address in the log", () => {
+      const m = /"address":"([^"]+)".*Serving \/metrics/.exec(running.stderr());
+      if (m !== null) address = m[1]!;
+      return address !== "";
+    });
+    await waitFor("ready", async () => (await fetch(`http://${address}/readyz`)).status === 200);
+    await waitFor("rows written", async () =>
+      /trajflow_rows_written_total 9/.test(await (await fetch(`http://${address}/metrics`)).text()),
+    );
+    const text = await (await fetch(`http://${address}/metrics`)).text();
+    assert.match(text, /trajflow_kafka_messages_total 55/);
+    assert.match(text, /# TYPE trajflow_open_sessions gauge/);
+    assert.match(text, /trajflow_offsets_held\{partition="\d"\} 0/);
+    assert.equal((await fetch(`http://${address}/healthz`)).status, 200);
+    await waitFor("a status line", () => /"msg":"status"/.test(running.stderr()));
+    running.child.kill("SIGTERM");
+    assert.equal(await running.exited, 0, running.stderr());
   });
 });

@@ -13,6 +13,7 @@ import { trajectoryTopicConfigSchema, type TrajectoryTopicConfigInput } from "..
 import { rewardsConfigSchema, type RewardsConfigInput } from "../transforms/reward/config.ts";
 import { kafkaSourceConfigSchema, type KafkaSourceConfigInput } from "../sources/kafka/config.ts";
 import { KafkaPipeline } from "../sources/kafka/consumer.ts";
+import { startOperations, type OperationsOptions } from "./operations.ts";
 import { assembleConfigSchema, type AssembleConfigInput } from "../transforms/assemble/config.ts";
 
 /** Default `max_file_age_ms` of the Kafka path. */
@@ -36,6 +37,8 @@ export interface ConsumeOptions {
   /** Stop once no message arrived for this long (ms), writing open sessions too. */
   untilIdleMs?: number;
   logger: Logger;
+  /** Metrics endpoint and status line (docs/operations.md). */
+  operations?: OperationsOptions;
   /** Resolves when the run should stop (a signal); absent: only untilIdleMs ends it. */
   stopSignal?: Promise<void>;
 }
@@ -78,7 +81,34 @@ export async function consume(options: ConsumeOptions): Promise<{ metrics: Metri
     metrics,
     logger: options.logger,
   });
-  await pipeline.start();
+  const ops = await startOperations(options.operations, metrics, options.logger, () => ({
+    open_sessions: pipeline.openSessions,
+    lag: [...pipeline.lag().values()].reduce((a, b) => a + b, 0),
+  }));
+  ops.gauges.set("open_sessions", () => pipeline.openSessions);
+  ops.gauges.set("consumer_lag", () =>
+    [...pipeline.lag()].map(([partition, value]) => ({ labels: { partition: String(partition) }, value })),
+  );
+  ops.gauges.set("offsets_held", () =>
+    Object.entries(pipeline.positions()).map(([partition, p]) => ({ labels: { partition }, value: p.held })),
+  );
+  try {
+    await pipeline.start();
+    ops.ready(true);
+    await runUntilDone(pipeline, metrics, options, () => ops.ready(false));
+  } finally {
+    ops.ready(false);
+    await ops.close();
+  }
+  return { metrics, seconds: (performance.now() - started) / 1000 };
+}
+
+async function runUntilDone(
+  pipeline: KafkaPipeline,
+  metrics: Metrics,
+  options: ConsumeOptions,
+  onStopping: () => void,
+): Promise<void> {
   let lastCount = -1;
   let quietSince = Date.now();
   const stopped = options.stopSignal?.then(() => "signal" as const);
@@ -95,6 +125,7 @@ export async function consume(options: ConsumeOptions): Promise<{ metrics: Metri
     const tick = new Promise<"tick">((r) => setTimeout(() => r("tick"), 100));
     const why = await (stopped === undefined ? tick : Promise.race([tick, stopped]));
     if (why === "signal") {
+      onStopping();
       await pipeline.stop(false);
       break;
     }
@@ -107,5 +138,4 @@ export async function consume(options: ConsumeOptions): Promise<{ metrics: Metri
       break;
     }
   }
-  return { metrics, seconds: (performance.now() - started) / 1000 };
 }

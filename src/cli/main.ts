@@ -11,6 +11,8 @@ import { formatSummary, replay } from "./replay.ts";
 import { consume } from "./consume.ts";
 import { runPipelineCommand } from "./pipeline.ts";
 import { produce, type ProduceCompression } from "./produce.ts";
+import { OPERATIONS_FLAGS, operationsOptions } from "./operations.ts";
+import { progressBar } from "./progress.ts";
 import { stopOnSignals } from "./signals.ts";
 
 const HELP = `trajflow: LLM agent gateway events → training-ready RL trajectories (Parquet)
@@ -58,6 +60,10 @@ Trainer-shaped batches:
 Rewards:
   --rewards <file.json>     reward stages scoring every session (docs/rewards.md); relative model and
                             module paths are resolved from the file's directory
+Operations:
+  --metrics-address <h:p>   serve Prometheus /metrics, /healthz and /readyz there (docs/operations.md)
+  --status-interval-ms <n>  log a status line every n ms (default 5000; 0: off); a progress bar with ETA
+                            is drawn on stderr when it is a terminal
 Output:
   --json                    print the summary as JSON instead of text
   --log-level <level>       trace, debug, info (default), warn, error, silent
@@ -91,7 +97,8 @@ const ASSEMBLE_AND_FILE_FLAGS = {
   "file-age-ms": { type: "string" },
 } as const;
 
-type Values = Record<string, string | boolean | undefined>;
+type Values = Record<string, string | boolean | string[] | undefined>;
+
 const str = (values: Values, name: string) => values[name] as string | undefined;
 
 /** Assembly options shared by replay and consume. */
@@ -127,6 +134,7 @@ async function runReplay(argv: string[]): Promise<number> {
     "group-timeout-ms": { type: "string" },
     "max-policy-lag": { type: "string" },
     rewards: { type: "string" },
+    ...OPERATIONS_FLAGS,
     "current-policy": { type: "string" },
     json: { type: "boolean" },
     "log-level": { type: "string" },
@@ -149,6 +157,8 @@ async function runReplay(argv: string[]): Promise<number> {
     logger,
     rewards: rewards?.value as RewardsConfigInput | undefined,
     rewardsBaseDir: rewards?.dir,
+    operations: operationsOptions(values),
+    onProgress: progressBar(positionals),
     assemble: assembleOptions(values),
     sink: {
       ...fileOptions(values),
@@ -170,6 +180,8 @@ async function runReplay(argv: string[]): Promise<number> {
           }
         : undefined,
   });
+  // Clear the progress bar's line before the summary.
+  if (process.stderr.isTTY === true) process.stderr.write("\r\x1b[K");
   if (values.json === true) {
     process.stdout.write(
       `${JSON.stringify({ events: result.events, seconds: result.seconds, files: result.files, dead_letter_files: result.deadLetterFiles, metrics: result.metrics.snapshot() }, null, 2)}\n`,
@@ -209,6 +221,8 @@ Options:
                             once: acknowledged before the row's file is written)
   --trajectory-format <f>   json (default) or arrow (an Arrow IPC stream of one row per message)
   --rewards <file.json>     reward stages scoring every session, as for replay
+  --metrics-address <h:p>   serve Prometheus /metrics, /healthz and /readyz there
+  --status-interval-ms <n>  log a status line every n ms (default 5000; 0: off)
   --until-idle-ms <n>       stop after n ms without messages, writing open sessions too (drain a topic)
   --session-timeout-ms <n>  consumer group session timeout (default 30000): how soon a dead member's
                             partitions move to the others
@@ -276,6 +290,7 @@ async function runConsume(argv: string[]): Promise<number> {
     "trajectory-topic": { type: "string" },
     "trajectory-format": { type: "string" },
     rewards: { type: "string" },
+    ...OPERATIONS_FLAGS,
     "until-idle-ms": { type: "string" },
     "session-timeout-ms": { type: "string" },
     "max-open-sessions": { type: "string" },
@@ -309,6 +324,7 @@ async function runConsume(argv: string[]): Promise<number> {
     deadLetterTopic: values["dead-letter-topic"],
     rewards: consumeRewards?.value as RewardsConfigInput | undefined,
     rewardsBaseDir: consumeRewards?.dir,
+    operations: operationsOptions(values),
     trajectoryTopic:
       values["trajectory-topic"] === undefined
         ? undefined

@@ -8,6 +8,7 @@ import { loadPipeline } from "../pipeline/load.ts";
 import { planPipeline } from "../pipeline/plan.ts";
 import { describePlan, runPlan } from "../pipeline/run.ts";
 import { ExitCode, intOption, parse, usageError } from "./args.ts";
+import { OPERATIONS_FLAGS, operationsOptions } from "./operations.ts";
 import { formatSummary } from "./replay.ts";
 import { stopOnSignals } from "./signals.ts";
 
@@ -26,6 +27,8 @@ source runs until SIGTERM or SIGINT (as consume; a second signal exits at once).
 Options:
   --set <path=value>     override a value, e.g. --set sinks.files.path=/data/out (repeatable)
   --until-idle-ms <n>    kafka: stop after n ms without messages, writing open sessions too
+  --metrics-address <h:p>  serve Prometheus /metrics, /healthz and /readyz there (docs/operations.md)
+  --status-interval-ms <n> log a status line every n ms (default 5000; 0: off)
   --json                 print the summary as JSON
   --log-level <level>    trace, debug, info (default), warn, error, silent
   -h, --help             show this help
@@ -35,6 +38,7 @@ export async function runPipelineCommand(command: "validate" | "run", argv: stri
   const { values, positionals } = parse(argv, {
     set: { type: "string", multiple: true },
     "until-idle-ms": { type: "string" },
+    ...OPERATIONS_FLAGS,
     json: { type: "boolean" },
     "log-level": { type: "string" },
     help: { type: "boolean", short: "h" },
@@ -60,6 +64,7 @@ export async function runPipelineCommand(command: "validate" | "run", argv: stri
     logger,
     untilIdleMs: intOption("until-idle-ms", values["until-idle-ms"]),
     stopSignal: plan.source.type === "kafka" ? stopOnSignals(logger) : undefined,
+    operations: operationsOptions(values),
   });
   if (result.kind === "replay") {
     const r = result.result;

@@ -16,6 +16,7 @@ import { readJsonl, type JsonlProgress } from "../sources/jsonl/jsonl.ts";
 import { Assembler, type SessionOutput } from "../transforms/assemble/assembler.ts";
 import { assembleConfigSchema, type AssembleConfigInput } from "../transforms/assemble/config.ts";
 import { decodeEvent } from "../transforms/decode/decode.ts";
+import { startOperations, type OperationsOptions } from "./operations.ts";
 import { rewardsConfigSchema, type RewardsConfigInput } from "../transforms/reward/config.ts";
 import { RewardTransform } from "../transforms/reward/rewards.ts";
 import { groupConfigSchema, type GroupConfigInput } from "../transforms/group/config.ts";
@@ -43,6 +44,8 @@ export interface ReplayOptions {
   /** Directory that relative paths in `rewards` (models, modules) are resolved from; default the cwd. */
   rewardsBaseDir?: string;
   logger: Logger;
+  /** Metrics endpoint and status line (docs/operations.md). */
+  operations?: OperationsOptions;
   /** Called every few thousand events with the source's progress. */
   onProgress?: (progress: JsonlProgress, metrics: Metrics) => void;
 }
@@ -140,12 +143,18 @@ export async function replay(options: ReplayOptions): Promise<ReplayResult> {
   };
 
   const progress: JsonlProgress = { bytesRead: 0 };
+  const ops = await startOperations(options.operations, metrics, options.logger, () => ({
+    open_sessions: assembler.openSessions,
+  }));
+  ops.gauges.set("open_sessions", () => assembler.openSessions);
+  ops.ready(true);
   let events = 0;
   try {
     await sink.open();
     await deadLetterSink.open();
     for await (const record of readJsonl({ paths: options.inputs }, progress)) {
       events++;
+      metrics.inc("events_read");
       position = record.origin;
       const decoded = decodeEvent(record);
       if (decoded.kind === "control") {
@@ -164,11 +173,12 @@ export async function replay(options: ReplayOptions): Promise<ReplayResult> {
     if (rewarder !== null) await write(await rewarder.drain());
     if (grouper !== null) await writeBatches(grouper.flush(assembler.eventTime));
   } finally {
+    ops.ready(false);
+    await ops.close();
     await rewarder?.close();
     await sink.close();
     await deadLetterSink.close();
   }
-  metrics.inc("events_read", "", events);
   return {
     metrics,
     files: sink.files,

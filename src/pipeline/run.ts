@@ -6,6 +6,7 @@ import { dirname, resolve } from "node:path";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { consume } from "../cli/consume.ts";
+import type { OperationsOptions } from "../cli/operations.ts";
 import { replay, type ReplayResult } from "../cli/replay.ts";
 import type { Plan } from "./plan.ts";
 
@@ -17,6 +18,7 @@ export interface RunOptions {
   untilIdleMs?: number;
   /** Kafka: resolves when the run should stop (a signal). */
   stopSignal?: Promise<void>;
+  operations?: OperationsOptions;
 }
 
 export type RunResult =
@@ -38,6 +40,7 @@ export async function runPlan(plan: Plan, options: RunOptions): Promise<RunResul
       rewards: plan.rewards ?? undefined,
       rewardsBaseDir,
       logger: options.logger,
+      operations: options.operations,
     });
     return { kind: "replay", result, out };
   }
@@ -53,6 +56,7 @@ export async function runPlan(plan: Plan, options: RunOptions): Promise<RunResul
     untilIdleMs: options.untilIdleMs,
     logger: options.logger,
     stopSignal: options.stopSignal,
+    operations: options.operations,
   });
   return { kind: "kafka", metrics, seconds };
 }

@@ -43,6 +43,19 @@ export const kafkaSourceConfigSchema = z.strictObject({
     .default(100_000)
     .describe("Open sessions per process; past it the oldest open sessions are cut (flag session_cut)."),
   session_timeout_ms: z.int().positive().default(30_000).describe("Consumer group session timeout."),
+  lag_interval_ms: z
+    .int()
+    .positive()
+    .default(5_000)
+    .describe("How often the partitions' high watermarks are fetched, for the lag gauge and the watchdog."),
+  watchdog_ms: z
+    .int()
+    .nonnegative()
+    .default(120_000)
+    .describe(
+      "Restart the consumer when it received nothing for this long while its partitions have lag (kafkajs " +
+        "and librdkafka clients have both had silent stalls); 0 turns the watchdog off.",
+    ),
 });
 export type KafkaSourceConfig = z.output<typeof kafkaSourceConfigSchema>;
 export type KafkaSourceConfigInput = z.input<typeof kafkaSourceConfigSchema>;

@@ -83,6 +83,13 @@ export class KafkaPipeline {
   /** Sinks of earlier generations still finishing their files. */
   private retiring: FileSink[] = [];
   private commitTimer: NodeJS.Timeout | null = null;
+  private lagTimer: NodeJS.Timeout | null = null;
+  private readonly admin: ReturnType<ReturnType<typeof createKafka>["admin"]>;
+  /** Messages behind the high watermark, per assigned partition (refreshed every lag_interval_ms). */
+  private lagByPartition = new Map<number, number>();
+  /** For the watchdog: the message count at the last progress, and when that was. */
+  private lastProgress = { messages: 0, at: Date.now() };
+  private restarting = false;
   private failure: Error | null = null;
   private stopping = false;
   private readonly log: Logger;
@@ -109,6 +116,7 @@ export class KafkaPipeline {
     this.log = options.logger.child({ component: "kafka" });
     this.heartbeatIntervalMs = Math.max(100, Math.floor(options.source.session_timeout_ms / 3));
     const kafka = createKafka(options.source.connection, options.logger);
+    this.admin = kafka.admin();
     this.consumer = kafka.consumer({
       groupId: options.source.group_id,
       sessionTimeout: options.source.session_timeout_ms,
@@ -152,6 +160,7 @@ export class KafkaPipeline {
       "Connecting to Kafka.",
     );
     await this.producer.connect();
+    await this.admin.connect();
     await this.consumer.connect();
     await this.consumer.subscribe({ topic: source.topic, fromBeginning: source.from_beginning });
     // Every (re)join restarts all assigned partitions at their committed offsets (kafkajs drops resolved
@@ -163,11 +172,8 @@ export class KafkaPipeline {
       if (e.payload.restart) this.log.warn({ err: e.payload.error }, "The Kafka consumer restarts.");
       else this.fail(e.payload.error);
     });
-    await this.consumer.run({
-      autoCommit: false,
-      eachBatchAutoResolve: false,
-      eachBatch: (payload) => this.onBatch(payload),
-    });
+    await this.runConsumer();
+    this.lagTimer = setInterval(() => void this.checkLag(), source.lag_interval_ms);
     // A failed commit (broker away, group rebalancing) is retried by the next one; until then the
     // next owner would only re-read more, never write twice.
     this.commitTimer = setInterval(
@@ -178,6 +184,59 @@ export class KafkaPipeline {
         }),
       source.commit_interval_ms,
     );
+  }
+
+  private runConsumer(): Promise<void> {
+    return this.consumer.run({
+      autoCommit: false,
+      eachBatchAutoResolve: false,
+      eachBatch: (payload) => this.onBatch(payload),
+    });
+  }
+
+  /** Messages behind the high watermarks of the assigned partitions (as of the last refresh). */
+  lag(): Map<number, number> {
+    return this.lagByPartition;
+  }
+
+  /** Refreshes the lag and restarts a consumer that stalled while messages wait (the watchdog). */
+  private async checkLag(): Promise<void> {
+    if (this.stopping || this.restarting) return;
+    const { topic, watchdog_ms } = this.options.source;
+    try {
+      const offsets = await this.admin.fetchTopicOffsets(topic);
+      const lag = new Map<number, number>();
+      for (const o of offsets) {
+        const state = this.states.get(o.partition);
+        if (state !== undefined) lag.set(o.partition, Math.max(0, Number(o.high) - state.progress.next));
+      }
+      this.lagByPartition = lag;
+    } catch (err) {
+      this.log.warn({ err }, "Could not fetch the topic's offsets for the lag.");
+      return;
+    }
+    const messages = this.options.metrics.total("kafka_messages");
+    const now = Date.now();
+    if (messages !== this.lastProgress.messages) this.lastProgress = { messages, at: now };
+    let behind = 0;
+    for (const v of this.lagByPartition.values()) behind += v;
+    if (watchdogShouldRestart({ behind, stalledMs: now - this.lastProgress.at, watchdogMs: watchdog_ms })) {
+      this.restarting = true;
+      this.options.metrics.inc("kafka_watchdog_restarts");
+      this.log.error(
+        { behind, stalled_ms: now - this.lastProgress.at },
+        "The consumer received nothing while messages wait; restarting it.",
+      );
+      try {
+        await this.consumer.stop();
+        await this.runConsumer();
+      } catch (err) {
+        this.fail(err as Error);
+      } finally {
+        this.lastProgress = { messages, at: Date.now() };
+        this.restarting = false;
+      }
+    }
   }
 
   private fail(err: Error): void {
@@ -553,6 +612,7 @@ export class KafkaPipeline {
   async stop(flushOpen = false): Promise<void> {
     this.stopping = true;
     if (this.commitTimer !== null) clearInterval(this.commitTimer);
+    if (this.lagTimer !== null) clearInterval(this.lagTimer);
     // Batch handlers return at once now; files and offsets are settled while the group is still joined
     // (kafkajs cannot commit after the consumer stopped).
     await this.flushIdle(flushOpen);
@@ -568,7 +628,16 @@ export class KafkaPipeline {
       this.log.warn("Could not commit offsets while stopping; the next owner re-reads from the last commit.");
     await this.consumer.disconnect();
     await this.producer.disconnect();
+    await this.admin.disconnect();
     await this.pool.close();
     await this.rewarder?.close();
   }
+}
+
+/**
+ * The watchdog's decision: restart when messages wait (lag) and none arrived for `watchdogMs` (0: never).
+ * A consumer that is merely slow still receives messages, so it is never restarted.
+ */
+export function watchdogShouldRestart(s: { behind: number; stalledMs: number; watchdogMs: number }): boolean {
+  return s.watchdogMs > 0 && s.behind > 0 && s.stalledMs >= s.watchdogMs;
 }

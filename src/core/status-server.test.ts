@@ -1,0 +1,62 @@
+import { strict as assert } from "node:assert";
+import { it } from "node:test";
+import { pino } from "pino";
+import { watchdogShouldRestart } from "../sources/kafka/consumer.ts";
+import { Metrics } from "./metrics.ts";
+import { prometheusText, StatusServer, type Gauge } from "./status-server.ts";
+
+it("exposes counters with their label names, and gauges, in the Prometheus text format", () => {
+  const m = new Metrics();
+  m.inc("rows_written", "", 12);
+  m.inc("dead_letters", "MALFORMED_JSON", 2);
+  m.inc("dead_letters", 'we"ird');
+  const gauges = new Map<string, Gauge>([
+    ["open_sessions", () => 3],
+    ["consumer_lag", () => [{ labels: { partition: "0" }, value: 7 }]],
+  ]);
+  assert.equal(
+    prometheusText(m, gauges),
+    [
+      "# TYPE trajflow_dead_letters_total counter",
+      'trajflow_dead_letters_total{code="MALFORMED_JSON"} 2',
+      'trajflow_dead_letters_total{code="we\\"ird"} 1',
+      "# TYPE trajflow_rows_written_total counter",
+      "trajflow_rows_written_total 12",
+      "# TYPE trajflow_open_sessions gauge",
+      "trajflow_open_sessions 3",
+      "# TYPE trajflow_consumer_lag gauge",
+      'trajflow_consumer_lag{partition="0"} 7',
+      "",
+    ].join("\n"),
+  );
+});
+
+it("answers /healthz always and /readyz only while ready", async () => {
+  const server = new StatusServer(new Metrics(), pino({ level: "silent" }));
+  const address = await server.listen("127.0.0.1:0");
+  try {
+    assert.equal((await fetch(`http://${address}/healthz`)).status, 200);
+    assert.equal((await fetch(`http://${address}/readyz`)).status, 503);
+    server.ready = true;
+    assert.equal((await fetch(`http://${address}/readyz`)).status, 200);
+    assert.equal(await (await fetch(`http://${address}/metrics`)).text(), "");
+    assert.equal((await fetch(`http://${address}/nope`)).status, 404);
+  } finally {
+    await server.close();
+  }
+});
+
+it("the watchdog restarts only a consumer that receives nothing while messages wait", () => {
+  assert.equal(watchdogShouldRestart({ behind: 10, stalledMs: 120_000, watchdogMs: 120_000 }), true);
+  assert.equal(
+    watchdogShouldRestart({ behind: 0, stalledMs: 600_000, watchdogMs: 120_000 }),
+    false,
+    "idle topic",
+  );
+  assert.equal(
+    watchdogShouldRestart({ behind: 10, stalledMs: 5_000, watchdogMs: 120_000 }),
+    false,
+    "slow, not stalled",
+  );
+  assert.equal(watchdogShouldRestart({ behind: 10, stalledMs: 600_000, watchdogMs: 0 }), false, "turned off");
+});
