@@ -53,10 +53,23 @@ export function formatRow(row: TrajectoryRow, showTokens: boolean): string {
   return lines.join("\n");
 }
 
+/** Reads the rows `inspect` would print, for the HTML view. */
+export async function selectRows(path: string, filter: InspectFilter): Promise<TrajectoryRow[]> {
+  const out: TrajectoryRow[] = [];
+  await inspect(
+    path,
+    filter,
+    () => {},
+    (row) => out.push(row),
+  );
+  return out;
+}
+
 export async function inspect(
   path: string,
   filter: InspectFilter,
   print: (line: string) => void,
+  onRow?: (row: TrajectoryRow) => void,
 ): Promise<number> {
   const files = await listDataFiles(path);
   let shown = 0;
@@ -66,6 +79,7 @@ export async function inspect(
       if (filter.session !== undefined && row.session_id !== filter.session) continue;
       if (filter.limit !== undefined && shown >= filter.limit) return shown;
       print(formatRow(row, filter.tokens === true));
+      onRow?.(row);
       shown++;
     }
   }

@@ -6,7 +6,9 @@ import { isTrajflowError } from "../core/errors.ts";
 import { createLogger } from "../core/logger.ts";
 import type { RewardsConfigInput } from "../transforms/reward/config.ts";
 import { ExitCode, intOption, jsonFileOption, parse, usageError } from "./args.ts";
-import { inspect } from "./inspect.ts";
+import { writeFileSync } from "node:fs";
+import { isTokenizerName, renderHtml, tokenDecoder, type TokenizerName } from "./inspect-html.ts";
+import { inspect, selectRows } from "./inspect.ts";
 import { formatSummary, replay } from "./replay.ts";
 import { consume } from "./consume.ts";
 import { runPipelineCommand } from "./pipeline.ts";
@@ -80,6 +82,10 @@ Options:
   --session <id>       only rows of this session_id
   --limit <n>          at most n rows
   --tokens             also print the token ids and the mask
+  --html <out.html>    write a page instead: each session's tree of rows, tokens coloured by mask,
+                       logprobs on hover, rewards, flags and finish reasons
+  --tokenizer <name>   with --html, show text: cl100k_base, o200k_base, p50k_base or r50k_base
+                       (gpt-tokenizer's encodings; other tokenizers' ids are shown as ids)
   -h, --help           show this help
 `;
 
@@ -359,6 +365,8 @@ async function runInspect(argv: string[]): Promise<number> {
     session: { type: "string" },
     limit: { type: "string" },
     tokens: { type: "boolean" },
+    html: { type: "string" },
+    tokenizer: { type: "string" },
     help: { type: "boolean", short: "h" },
   });
   if (values.help === true) {
@@ -366,16 +374,27 @@ async function runInspect(argv: string[]): Promise<number> {
     return ExitCode.OK;
   }
   if (positionals.length !== 1) throw usageError("inspect needs exactly one file or directory");
-  const shown = await inspect(
-    positionals[0]!,
-    {
-      uid: values.uid,
-      session: values.session,
-      limit: intOption("limit", values.limit),
-      tokens: values.tokens,
-    },
-    (line) => process.stdout.write(`${line}\n`),
-  );
+  const filter = {
+    uid: values.uid,
+    session: values.session,
+    limit: intOption("limit", values.limit),
+    tokens: values.tokens,
+  };
+  if (values.tokenizer !== undefined && !isTokenizerName(values.tokenizer)) {
+    throw usageError(
+      `--tokenizer must be cl100k_base, o200k_base, p50k_base or r50k_base, got ${values.tokenizer}`,
+    );
+  }
+  if (values.html !== undefined) {
+    const rows = await selectRows(positionals[0]!, filter);
+    const decode =
+      values.tokenizer === undefined ? null : await tokenDecoder(values.tokenizer as TokenizerName);
+    writeFileSync(values.html, renderHtml(rows, decode));
+    process.stderr.write(`${rows.length} row(s) in ${values.html}\n`);
+    return ExitCode.OK;
+  }
+  if (values.tokenizer !== undefined) throw usageError("--tokenizer is for --html");
+  const shown = await inspect(positionals[0]!, filter, (line) => process.stdout.write(`${line}\n`));
   process.stderr.write(`${shown} row(s)\n`);
   return ExitCode.OK;
 }

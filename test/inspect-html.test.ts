@@ -1,0 +1,95 @@
+/**
+ * `trajflow inspect --html`: the page opened in headless Chromium (Debian's package, driven by
+ * playwright-core) shows each session's tree, every row's tokens coloured by mask, decoded text,
+ * logprobs on hover, rewards and flags.
+ */
+import { strict as assert } from "node:assert";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, it } from "node:test";
+import { chromium, type Browser } from "playwright-core";
+import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
+import { runCli } from "./helpers/cli.ts";
+
+const EXAMPLES = new URL("../examples/sessions.jsonl", import.meta.url).pathname;
+const REWARDS = new URL("../examples/rewards/rewards.json", import.meta.url).pathname;
+const CHROMIUM = process.env.TRAJFLOW_CHROMIUM ?? "/usr/bin/chromium";
+const scratch = mkdtempSync(join(tmpdir(), "trajflow-html-"));
+let browser: Browser;
+before(async () => {
+  assert.ok(
+    existsSync(CHROMIUM),
+    `Chromium is needed at ${CHROMIUM} (Debian: apt-get install chromium; .ci/run installs it)`,
+  );
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+});
+after(async () => {
+  await browser?.close();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+it("draws each session's tree and every row's tokens, with logprobs on hover", async () => {
+  const out = join(scratch, "out");
+  assert.equal((await runCli(["replay", EXAMPLES, "--out", out, "--rewards", REWARDS])).code, 0);
+  const html = join(scratch, "sessions.html");
+  const r = await runCli(["inspect", out, "--html", html, "--tokenizer", "cl100k_base"]);
+  assert.equal(r.code, 0, r.stderr);
+  const rows = [];
+  for (const f of await listDataFiles(out)) rows.push(...(await readRows(f)));
+
+  const page = await browser.newPage();
+  await page.goto(`file://${html}`);
+  assert.equal(await page.locator("section.session").count(), 6);
+  assert.equal(await page.locator("article.row").count(), rows.length);
+
+  for (const row of rows) {
+    const card = page.locator(`article.row[data-key="${row.key}"]`);
+    assert.equal(await card.locator(".tok.p").count(), row.prompt_ids.length, row.key);
+    assert.equal(await card.locator(".tok.g").count(), row.num_trained_tokens, row.key);
+    assert.equal(
+      await card.locator(".tok.c").count(),
+      row.response_ids.length - row.num_trained_tokens,
+      row.key,
+    );
+    assert.match(await card.locator("dd.reward").innerText(), /env .*correct .*rm .*brevity/);
+    for (const flag of row.flags) assert.ok((await card.locator(".flag").allInnerTexts()).includes(flag));
+  }
+
+  // The branch: row 1 of swe-0007/main hangs under row 0 in the tree and says what it shares.
+  const swe = page.locator('section.session[data-uid="swe-0007"][data-session="main"]');
+  assert.equal(await swe.locator('.tree li[data-row="0"] li[data-row="1"]').count(), 1);
+  assert.match(
+    await swe.locator('article[data-index="1"] dd.branch').innerText(),
+    /from row 0 after 6 shared tokens/,
+  );
+
+  // Decoded text, and the trained tokens' colour and hover title.
+  const answer = page.locator('article.row[data-key="gsm8k-0042_rollout-0_0"]');
+  assert.match(await answer.locator(".seq").innerText(), /391/);
+  const trained = answer.locator(".tok.g").first();
+  assert.equal(
+    await trained.evaluate((el) => el.ownerDocument.defaultView!.getComputedStyle(el).backgroundColor),
+    "rgb(200, 240, 200)",
+  );
+  await trained.hover();
+  assert.match((await trained.getAttribute("title"))!, /^#\d+ id \d+ · logprob -?\d+\.\d{4}$/);
+  const lp = Number(await trained.getAttribute("data-logprob"));
+  const row = rows.find((x) => x.key === "gsm8k-0042_rollout-0_0")!;
+  const first = row.response_mask.indexOf(1);
+  assert.ok(Math.abs(lp - row.rollout_log_probs![first]!) < 1e-6);
+  await page.close();
+});
+
+it("shows token ids when no tokenizer is given", async () => {
+  const out = join(scratch, "ids");
+  assert.equal((await runCli(["replay", EXAMPLES, "--out", out])).code, 0);
+  const html = join(scratch, "ids.html");
+  assert.equal((await runCli(["inspect", out, "--html", html, "--uid", "math-0500"])).code, 0);
+  const page = await browser.newPage();
+  await page.goto(`file://${html}`);
+  assert.equal(await page.locator("section.session").count(), 1);
+  const text = await page.locator("article .tok.p").first().innerText();
+  assert.match(text.trim(), /^\d+$/);
+  await page.close();
+});
