@@ -13,12 +13,12 @@ import { pino } from "pino";
 import { MemoryDeadLetters } from "../src/core/dead-letters.ts";
 import { Metrics } from "../src/core/metrics.ts";
 import { mulberry32 } from "../src/core/prng.ts";
-import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
 import type { RewardItem } from "../src/transforms/reward/contract.ts";
 import { batchPolicySchema, StageRunner } from "../src/transforms/reward/runner.ts";
 import { onnxStageOptionsSchema } from "../src/transforms/reward/stages/onnx/options.ts";
 import { onnxStage } from "../src/transforms/reward/stages/onnx/stage.ts";
 import { tinyRewardModel, tinyWeights } from "../src/transforms/reward/stages/onnx/tiny-model.ts";
+import { rewardItem } from "../test/helpers/reward-items.ts";
 import { record } from "./harness.ts";
 
 const SEQ = 512;
@@ -28,22 +28,7 @@ function items(n: number): RewardItem[] {
   const random = mulberry32(11);
   return Array.from({ length: n }, (_, i) => {
     const ids = Int32Array.from({ length: SEQ }, () => Math.floor(random() * 4096));
-    const row = {
-      prompt_ids: ids.subarray(0, 256),
-      response_ids: ids.subarray(256),
-    } as unknown as TrajectoryRow;
-    return {
-      key: `k${i}`,
-      uid: "u",
-      session_id: `s${i}`,
-      rows: [row],
-      turns: [],
-      final_text: null,
-      final_tool_calls: null,
-      metadata: null,
-      events: [],
-      tokens: SEQ,
-    };
+    return rewardItem(`k${i}`, ids.subarray(0, 256), ids.subarray(256));
   });
 }
 

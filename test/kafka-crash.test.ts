@@ -5,14 +5,14 @@
  */
 import { strict as assert } from "node:assert";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { mulberry32 } from "../src/core/prng.ts";
 import { runCli } from "./helpers/cli.ts";
 import { brokers, freshName } from "./helpers/kafka.ts";
-import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
+import { parquetFiles, rowsIn, twoPartWorkload } from "./helpers/workload.ts";
 
 const BIN = new URL("../bin/trajflow.js", import.meta.url).pathname;
 const KILLS = 10;
@@ -23,17 +23,9 @@ before(() => {
   broker = brokers();
 });
 
-function visibleFiles(dir: string): number {
-  try {
-    return readdirSync(dir).filter((n) => n.endsWith(".parquet")).length;
-  } catch {
-    return 0;
-  }
-}
-
 /** Runs a consumer; kills it with SIGKILL once `files` more files are visible (+ `extraMs`). */
 function consumeAndKill(args: string[], out: string, files: number, extraMs: number): Promise<void> {
-  const startFiles = visibleFiles(out);
+  const startFiles = parquetFiles(out);
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [BIN, ...args], {
       env: {
@@ -46,7 +38,7 @@ function consumeAndKill(args: string[], out: string, files: number, extraMs: num
     });
     let timer: NodeJS.Timeout | undefined;
     const poll = setInterval(() => {
-      if (timer === undefined && visibleFiles(out) - startFiles >= files)
+      if (timer === undefined && parquetFiles(out) - startFiles >= files)
         timer = setTimeout(() => child.kill("SIGKILL"), extraMs);
     }, 5);
     child.on("error", reject);

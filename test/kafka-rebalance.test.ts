@@ -5,13 +5,13 @@
  */
 import { strict as assert } from "node:assert";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { killRunning, runCli, startCli, type RunningCli } from "./helpers/cli.ts";
 import { brokers, freshName, waitFor } from "./helpers/kafka.ts";
-import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
+import { parquetFiles, rowsIn, twoPartWorkload } from "./helpers/workload.ts";
 
 const KAFKA_SCRIPT = new URL("../scripts/kafka.sh", import.meta.url).pathname;
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-kafka-rebalance-"));
@@ -26,14 +26,6 @@ let broker = "";
 before(() => {
   broker = brokers();
 });
-
-function files(dir: string): number {
-  try {
-    return readdirSync(dir).filter((n) => n.endsWith(".parquet")).length;
-  } catch {
-    return 0;
-  }
-}
 
 function consumeArgs(topic: string, group: string, out: string): string[] {
   return [
@@ -54,7 +46,7 @@ async function waitForRows(out: string, count: number, consumers: RunningCli[], 
     await waitFor(
       `${count} rows in ${out}`,
       async () => {
-        const n = files(out);
+        const n = parquetFiles(out);
         if (n !== seen) {
           seen = n;
           rows = (await rowsIn(out)).length;
@@ -97,13 +89,13 @@ it("writes every row exactly once while a second consumer joins and leaves mid-s
   assert.equal((await runCli(["produce", first, "--topic", topic], env)).code, 0);
 
   const a = startCli(consumeArgs(topic, group, out), logs);
-  await waitFor("consumer A's first files", () => files(out) >= 2);
+  await waitFor("consumer A's first files", () => parquetFiles(out) >= 2);
   const b = startCli(consumeArgs(topic, group, out), logs);
   // B gets partitions (the group rebalanced) and works on them while the second half arrives.
   await waitFor("consumer B to start a partition", () => b.stderr().includes("Started a partition"));
-  const before = files(out);
+  const before = parquetFiles(out);
   assert.equal((await runCli(["produce", second, "--topic", topic], env)).code, 0);
-  await waitFor("files written after B joined", () => files(out) >= before + 2);
+  await waitFor("files written after B joined", () => parquetFiles(out) >= before + 2);
   await stopGracefully(b, "consumer B");
   // A takes B's partitions back and finishes the stream.
   await waitForRows(out, expected.length, [a, b]);
@@ -133,7 +125,7 @@ it("waits through a broker restart mid-stream and resumes, losing nothing", asyn
     TRAJFLOW_LOG_LEVEL: "info",
     KAFKAJS_NO_PARTITIONER_WARNING: "1",
   });
-  await waitFor("the consumer's first files", () => files(out) >= 2);
+  await waitFor("the consumer's first files", () => parquetFiles(out) >= 2);
   kafka("restart");
   assert.equal((await runCli(["produce", second, "--topic", topic], env)).code, 0);
   await waitForRows(out, expected.length, [consumer]);

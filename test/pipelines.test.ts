@@ -3,13 +3,13 @@
  * SIGTERM mid-stream and a restart give every row exactly once.
  */
 import { strict as assert } from "node:assert";
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { killRunning, runCli, startCli } from "./helpers/cli.ts";
 import { brokers, freshName, readTopic, waitFor } from "./helpers/kafka.ts";
-import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
+import { parquetFiles, rowsIn, twoPartWorkload } from "./helpers/workload.ts";
 
 const root = new URL("..", import.meta.url).pathname;
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-pipelines-"));
@@ -180,19 +180,7 @@ describe("shipped pipelines", () => {
       "transforms.assemble.reward_grace_ms=0",
     ];
     const running = startCli(["run", pipeline, ...overrides], env);
-    const files = () =>
-      readdirSync(out, { withFileTypes: true }).filter((f) => f.name.endsWith(".parquet")).length;
-    await waitFor(
-      "the first files",
-      () => {
-        try {
-          return files() >= 3;
-        } catch {
-          return false;
-        }
-      },
-      60_000,
-    );
+    await waitFor("the first files", () => parquetFiles(out) >= 3, 60_000);
     running.child.kill("SIGTERM");
     assert.equal(await running.exited, 0, running.stderr());
     assert.equal((await runCli(["produce", second, "--topic", topic], env)).code, 0);

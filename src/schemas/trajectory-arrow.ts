@@ -67,6 +67,13 @@ function nullableUtf8Data(name: string, values: Array<string | null>): Data {
 
 type NumericArray = Int32Array | Int8Array | Float32Array;
 
+/** List offsets: row i's values are [offsets[i], offsets[i + 1]) of the flat child; a null row is empty. */
+function listOffsets(rows: ArrayLike<{ length: number } | null>): Int32Array {
+  const offsets = new Int32Array(rows.length + 1);
+  for (let i = 0; i < rows.length; i++) offsets[i + 1] = offsets[i]! + (rows[i]?.length ?? 0);
+  return offsets;
+}
+
 /** A list column of numbers from per-row typed arrays (`null` entries allowed when the column is nullable). */
 function numericListData(
   name: string,
@@ -75,12 +82,8 @@ function numericListData(
 ): Data {
   const type = field(name).type as List;
   const n = rows.length;
-  const offsets = new Int32Array(n + 1);
-  let total = 0;
-  for (let i = 0; i < n; i++) {
-    total += rows[i]?.length ?? 0;
-    offsets[i + 1] = total;
-  }
+  const offsets = listOffsets(rows);
+  const total = offsets[n]!;
   const flat = new Ctor(total);
   for (let i = 0; i < n; i++) {
     const r = rows[i];
@@ -95,12 +98,8 @@ function numericListData(
 function nullableFloatListData(name: string, rows: Array<Array<number | null> | null>): Data {
   const type = field(name).type as List;
   const n = rows.length;
-  const offsets = new Int32Array(n + 1);
-  let total = 0;
-  for (let i = 0; i < n; i++) {
-    total += rows[i]?.length ?? 0;
-    offsets[i + 1] = total;
-  }
+  const offsets = listOffsets(rows);
+  const total = offsets[n]!;
   const flat = new Float64Array(total);
   const present: boolean[] = new Array<boolean>(total);
   for (let i = 0; i < n; i++) {

@@ -3,22 +3,12 @@ import { describe, it } from "node:test";
 import { pino } from "pino";
 import { MemoryDeadLetters } from "../../core/dead-letters.ts";
 import { Metrics } from "../../core/metrics.ts";
+import { rewardItem } from "../../../test/helpers/reward-items.ts";
 import type { RewardItem, RewardOutcome, RewardStage } from "./contract.ts";
 import { RewardStageError } from "./contract.ts";
 import { batchPolicySchema, StageRunner } from "./runner.ts";
 
-const item = (key: string, tokens = 10): RewardItem => ({
-  key,
-  uid: "u",
-  session_id: key,
-  rows: [],
-  turns: [],
-  final_text: key,
-  final_tool_calls: null,
-  metadata: null,
-  events: [],
-  tokens,
-});
+const item = (key: string, tokens = 10) => rewardItem(key, [], [], { final_text: key, tokens });
 
 function runner(stage: RewardStage, policy: Record<string, unknown> = {}) {
   const metrics = new Metrics();

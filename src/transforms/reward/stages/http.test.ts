@@ -4,7 +4,7 @@ import { pino } from "pino";
 import { MemoryDeadLetters } from "../../../core/dead-letters.ts";
 import { Metrics } from "../../../core/metrics.ts";
 import { judgeTokens, startRewardServer, type RewardServer } from "../../../../test/helpers/reward-server.ts";
-import type { RewardItem } from "../contract.ts";
+import { rewardItem } from "../../../../test/helpers/reward-items.ts";
 import { batchPolicySchema, StageRunner } from "../runner.ts";
 import { httpStage, httpStageOptionsSchema } from "./http.ts";
 import { referenceLogits, tinyWeights } from "./onnx/tiny-model.ts";
@@ -16,24 +16,8 @@ before(async () => {
 });
 after(() => server.close());
 
-function item(key: string, tokens: number[], text: string | null = null): RewardItem {
-  const row = {
-    prompt_ids: Int32Array.from(tokens.slice(0, 1)),
-    response_ids: Int32Array.from(tokens.slice(1)),
-  };
-  return {
-    key,
-    uid: "u",
-    session_id: key,
-    rows: [row as RewardItem["rows"][number]],
-    turns: [],
-    final_text: text,
-    final_tool_calls: null,
-    metadata: { answer: "42" },
-    events: [],
-    tokens: tokens.length,
-  };
-}
+const item = (key: string, tokens: number[], text: string | null = null) =>
+  rewardItem(key, tokens.slice(0, 1), tokens.slice(1), { final_text: text, metadata: { answer: "42" } });
 
 function runner(options: Record<string, unknown>, policy: Record<string, unknown> = {}) {
   const deadLetters = new MemoryDeadLetters();

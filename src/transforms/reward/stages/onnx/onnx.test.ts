@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { pino } from "pino";
 import { isTrajflowError } from "../../../../core/errors.ts";
-import type { RewardItem } from "../../contract.ts";
+import { rewardItem } from "../../../../../test/helpers/reward-items.ts";
 import { onnxStageOptionsSchema } from "./options.ts";
 import { onnxStage } from "./stage.ts";
 import { referenceLogits, tinyRewardModel, tinyWeights } from "./tiny-model.ts";
@@ -16,24 +16,7 @@ const weights = tinyWeights();
 const model = join(dir, "tiny.onnx");
 writeFileSync(model, tinyRewardModel(weights));
 
-function item(prompt: number[], response: number[]): RewardItem {
-  const row = {
-    prompt_ids: Int32Array.from(prompt),
-    response_ids: Int32Array.from(response),
-  } as RewardItem["rows"][number];
-  return {
-    key: "k",
-    uid: "u",
-    session_id: "s",
-    rows: [row],
-    turns: [],
-    final_text: null,
-    final_tool_calls: null,
-    metadata: null,
-    events: [],
-    tokens: prompt.length + response.length,
-  };
-}
+const item = (prompt: number[], response: number[]) => rewardItem("k", prompt, response);
 
 const sigmoid = (x: number) => 1 / (1 + Math.exp(-x));
 const warnings: string[] = [];
