@@ -14,14 +14,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import kafkajs from "kafkajs";
 import { pino } from "pino";
-import { Metrics } from "../src/core/metrics.ts";
 import { produce } from "../src/cli/produce.ts";
 import { replay } from "../src/cli/replay.ts";
-import { fileSinkConfigSchema } from "../src/sinks/files/config.ts";
-import { kafkaSourceConfigSchema } from "../src/sources/kafka/config.ts";
-import { KafkaPipeline } from "../src/sources/kafka/consumer.ts";
-import { assembleConfigSchema } from "../src/transforms/assemble/config.ts";
 import { gc, record, tokensOfLines } from "./harness.ts";
+import { consumeTopic } from "./kafka-harness.ts";
 import { linearSession } from "./workloads.ts";
 
 const silent = pino({ level: "silent" });
@@ -32,67 +28,6 @@ const brokers =
     encoding: "utf8",
   }).trim();
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 2_000);
-
-interface Run {
-  seconds: number;
-  metrics: Metrics;
-  lag: Array<[number, number]>;
-}
-
-/** Consumes `topic` until every session is written (or `idleMs` without messages); samples lag. */
-async function consumeTopic(
-  topic: string,
-  out: string,
-  messages: number,
-  whileRunning?: () => Promise<void>,
-) {
-  const metrics = new Metrics();
-  const pipeline = new KafkaPipeline({
-    source: kafkaSourceConfigSchema.parse({
-      connection: { brokers: [brokers] },
-      topic,
-      group_id: `${topic}-g`,
-      session_timeout_ms: 10_000,
-    }),
-    assemble: assembleConfigSchema.parse({ reward_grace_ms: 0 }),
-    sink: fileSinkConfigSchema.parse({ path: out, max_file_age_ms: 1_000 }),
-    deadLetterTopic: `${topic}.dead-letter`,
-    metrics,
-    logger: silent,
-  });
-  const admin = new kafkajs.Kafka({ brokers: [brokers], logLevel: kafkajs.logLevel.NOTHING }).admin();
-  await admin.connect();
-  const lag: Array<[number, number]> = [];
-  const t0 = performance.now();
-  let firstMessage = 0;
-  const sampler = setInterval(() => {
-    void admin.fetchTopicOffsets(topic).then((offsets) => {
-      const positions = pipeline.positions();
-      let behind = 0;
-      // The watermarks were fetched a moment before the positions: a partition can read as ahead of them.
-      for (const o of offsets) behind += Math.max(0, Number(o.high) - (positions[o.partition]?.next ?? 0));
-      lag.push([(performance.now() - t0) / 1000, behind]);
-    });
-  }, 500);
-  await pipeline.start();
-  const producing = whileRunning?.();
-  while (metrics.total("kafka_messages") === 0) await new Promise((r) => setTimeout(r, 5));
-  firstMessage = performance.now();
-  await producing;
-  // Done when every message is consumed and every session's rows are durable and committed.
-  for (;;) {
-    const positions = Object.values(pipeline.positions());
-    const consumed = metrics.total("kafka_messages");
-    if (consumed >= messages && positions.every((p) => p.held === 0 && p.committed === p.next)) break;
-    await pipeline.commit().catch(() => {});
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  const seconds = (performance.now() - firstMessage) / 1000;
-  clearInterval(sampler);
-  await pipeline.stop(true);
-  await admin.disconnect();
-  return { seconds, metrics, lag } satisfies Run;
-}
 
 const dir = mkdtempSync(join(tmpdir(), "trajflow-bench-kafka-"));
 try {
@@ -140,7 +75,7 @@ try {
   const kafkaOnce = async (run: number) => {
     const topic = `bench-${Date.now()}-${run}`;
     await produce({ inputs: [input], topic, connection, compression: "zstd", logger: silent });
-    return consumeTopic(topic, join(dir, `kafka-${run}`), events);
+    return consumeTopic(brokers, topic, join(dir, `kafka-${run}`), events);
   };
   const k = [await kafkaOnce(0), await kafkaOnce(1)].sort((a, b) => a.seconds - b.seconds)[0]!;
   record({
@@ -165,20 +100,22 @@ try {
   await admin.createTopics({ topics: [{ topic: live, numPartitions: 4 }] });
   await admin.disconnect();
   let produceSeconds = 0;
-  const l = await consumeTopic(live, join(dir, "live"), events, async () => {
-    const started = performance.now();
-    await new Promise<void>((resolve, reject) => {
-      const child = spawn(
-        process.execPath,
-        [BIN, "produce", input, "--topic", live, "--compression", "zstd"],
-        {
-          env: { ...process.env, KAFKA_BROKERS: brokers, TRAJFLOW_LOG_LEVEL: "warn" },
-          stdio: "ignore",
-        },
-      );
-      child.on("exit", (code) => (code === 0 ? resolve() : reject(new Error(`produce exited ${code}`))));
-    });
-    produceSeconds = (performance.now() - started) / 1000;
+  const l = await consumeTopic(brokers, live, join(dir, "live"), events, {
+    whileRunning: async () => {
+      const started = performance.now();
+      await new Promise<void>((resolve, reject) => {
+        const child = spawn(
+          process.execPath,
+          [BIN, "produce", input, "--topic", live, "--compression", "zstd"],
+          {
+            env: { ...process.env, KAFKA_BROKERS: brokers, TRAJFLOW_LOG_LEVEL: "warn" },
+            stdio: "ignore",
+          },
+        );
+        child.on("exit", (code) => (code === 0 ? resolve() : reject(new Error(`produce exited ${code}`))));
+      });
+      produceSeconds = (performance.now() - started) / 1000;
+    },
   });
   const maxLag = Math.max(0, ...l.lag.map(([, v]) => v));
   record({

@@ -82,3 +82,47 @@ export function linearSession(
   events.push({ ...base(), type: "session.end", status: "ok" });
   return events;
 }
+
+/**
+ * A branchy agent session (full prompts): a main agent whose third call is aborted and retried with the
+ * same prompt (the orphan must not be trained), a sub-agent interleaved after the fourth call (its own
+ * prompts), and two branches from the last main call (different tool results).
+ */
+export function branchySession(opts: { uid: string; sessionId: string; seed: number; t0?: number }) {
+  const random = mulberry32(opts.seed);
+  const events: Array<Record<string, unknown>> = [];
+  let seq = 0;
+  let ts = opts.t0 ?? 1_767_225_600_000;
+  const base = () => ({ v: 1, uid: opts.uid, session_id: opts.sessionId, seq: seq++, ts: (ts += 100) });
+  let calls = 0;
+  const call = (prompt: number[], finish = "tool_calls") => {
+    const callId = `c${calls++}`;
+    const output = ids(random, 64);
+    events.push({ ...base(), type: "request", call_id: callId, prompt_ids: prompt, weight_version: 1 });
+    events.push({
+      ...base(),
+      type: "response",
+      call_id: callId,
+      output_ids: output,
+      logprobs: output.map(() => Math.fround(-random())),
+      finish_reason: finish,
+      weight_version: 1,
+    });
+    return output;
+  };
+  events.push({ ...base(), type: "session.start", sample_index: 0, group_size: 1 });
+  let main = ids(random, 512);
+  for (let turn = 0; turn < 6; turn++) {
+    if (turn === 2) call(main, "abort"); // preempted; retried below with the same prompt
+    const output = call(main);
+    main = [...main, ...output, ...ids(random, 32)];
+    if (turn === 3) {
+      let sub = ids(random, 256);
+      for (let s = 0; s < 2; s++) sub = [...sub, ...call(sub), ...ids(random, 32)];
+    }
+  }
+  for (let b = 0; b < 2; b++) call([...main, ...ids(random, 16)], "stop");
+  events.push({ ...base(), type: "reward", value: 1 });
+  events.push({ ...base(), type: "session.end", status: "ok" });
+  return events;
+}

@@ -1,0 +1,91 @@
+/**
+ * The Kafka side of the benchmarks: consume a topic with trajflow's KafkaPipeline in process, timed from
+ * the first message consumed (the group join is not ingest work) to the last file renamed into place and
+ * its offsets committed, with the lag sampled every 500 ms and the process's peak RSS.
+ */
+import kafkajs from "kafkajs";
+import { pino } from "pino";
+import { Metrics } from "../src/core/metrics.ts";
+import { fileSinkConfigSchema, type FileSinkConfigInput } from "../src/sinks/files/config.ts";
+import { kafkaSourceConfigSchema } from "../src/sources/kafka/config.ts";
+import { KafkaPipeline } from "../src/sources/kafka/consumer.ts";
+import { assembleConfigSchema } from "../src/transforms/assemble/config.ts";
+
+const silent = pino({ level: "silent" });
+
+export interface Run {
+  seconds: number;
+  metrics: Metrics;
+  lag: Array<[number, number]>;
+  peakRss: number;
+}
+
+/** Consumes `topic` until `messages` are consumed and every session is written and committed. */
+export async function consumeTopic(
+  brokers: string,
+  topic: string,
+  out: string,
+  messages: number,
+  options: {
+    sink?: Omit<FileSinkConfigInput, "path">;
+    /** Consumer group; default `<topic>-g`. */
+    group?: string;
+    /** Runs once the consumer started (e.g. a producer writing the topic meanwhile). */
+    whileRunning?: () => Promise<void>;
+  } = {},
+): Promise<Run> {
+  const { sink = {}, whileRunning } = options;
+  const metrics = new Metrics();
+  const pipeline = new KafkaPipeline({
+    source: kafkaSourceConfigSchema.parse({
+      connection: { brokers: [brokers] },
+      topic,
+      group_id: options.group ?? `${topic}-g`,
+      session_timeout_ms: 10_000,
+    }),
+    assemble: assembleConfigSchema.parse({ reward_grace_ms: 0 }),
+    sink: fileSinkConfigSchema.parse({ max_file_age_ms: 1_000, ...sink, path: out }),
+    deadLetterTopic: `${topic}.dead-letter`,
+    metrics,
+    logger: silent,
+  });
+  const admin = new kafkajs.Kafka({ brokers: [brokers], logLevel: kafkajs.logLevel.NOTHING }).admin();
+  await admin.connect();
+  const lag: Array<[number, number]> = [];
+  let peakRss = process.memoryUsage.rss();
+  const t0 = performance.now();
+  const sampler = setInterval(() => {
+    peakRss = Math.max(peakRss, process.memoryUsage.rss());
+    void admin.fetchTopicOffsets(topic).then((offsets) => {
+      const positions = pipeline.positions();
+      let behind = 0;
+      // The watermarks were fetched a moment before the positions: a partition can read as ahead of them.
+      for (const o of offsets) behind += Math.max(0, Number(o.high) - (positions[o.partition]?.next ?? 0));
+      lag.push([(performance.now() - t0) / 1000, behind]);
+    });
+  }, 500);
+  await pipeline.start();
+  const producing = whileRunning?.();
+  while (metrics.total("kafka_messages") === 0) await new Promise((r) => setTimeout(r, 5));
+  const firstMessage = performance.now();
+  await producing;
+  let drained = false;
+  for (;;) {
+    peakRss = Math.max(peakRss, process.memoryUsage.rss());
+    const positions = Object.values(pipeline.positions());
+    const consumed = metrics.total("kafka_messages");
+    if (consumed >= messages && !drained) {
+      // Everything is consumed: write the partial files now instead of waiting for their age cut.
+      drained = true;
+      await pipeline.flushIdle(false);
+    }
+    if (consumed >= messages && positions.every((p) => p.held === 0 && p.committed === p.next)) break;
+    await pipeline.commit().catch(() => {});
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  const seconds = (performance.now() - firstMessage) / 1000;
+  clearInterval(sampler);
+  await pipeline.stop(true);
+  await admin.disconnect();
+  return { seconds, metrics, lag, peakRss };
+}

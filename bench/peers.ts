@@ -1,0 +1,240 @@
+/**
+ * `npm run bench:peers`: trajflow against what users would otherwise run, on the same workloads, in the
+ * same run, on this machine (docs in BENCHMARKS.md). For each workload the events are produced to a
+ * fresh topic (zstd), then consumed by:
+ * - trajflow (parquet-wasm, the default) and trajflow with the parquetjs-lite engine, in process, timed
+ *   from the first message to the last file committed;
+ * - the Python peer (bench/peers/linear_merger.py: confluent-kafka + a linear merger + pyarrow Parquet
+ *   zstd), timed the same way by itself;
+ * - raw ceilings: reading the topic with no processing (kafkajs), and writing the same rows as Arrow IPC
+ *   with no assembly.
+ * Correctness side by side: the token columns of both for linear workloads; rows and trained tokens for
+ * the branchy one.
+ */
+import { execFile, execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { tableToIPC } from "apache-arrow";
+import kafkajs from "kafkajs";
+import { pino } from "pino";
+import { produce } from "../src/cli/produce.ts";
+import { mulberry32 } from "../src/core/prng.ts";
+import { rowsToTable } from "../src/schemas/trajectory-arrow.ts";
+import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
+import { registerKafkaCodecs } from "../src/sources/kafka/codecs.ts";
+import { assemble } from "../test/helpers/sessions.ts";
+import { consumeTopic } from "./kafka-harness.ts";
+import { branchySession, linearSession } from "./workloads.ts";
+
+const silent = pino({ level: "silent" });
+const root = new URL("..", import.meta.url).pathname;
+const PYTHON = join(root, ".cache/python/bin/python");
+const PEER = join(root, "bench/peers/linear_merger.py");
+const brokers =
+  process.env.KAFKA_BROKERS ??
+  execFileSync("bash", [join(root, "scripts/kafka.sh"), "start"], { encoding: "utf8" })
+    .trim()
+    .split("\n")
+    .pop()!;
+
+interface Workload {
+  name: string;
+  linear: boolean;
+  events: () => Array<Record<string, unknown>>;
+  sessions: number;
+}
+
+const SCALE = Number(process.env.BENCH_SCALE ?? 1);
+
+function workloads(): Workload[] {
+  const many = (n: number, f: (s: number) => Array<Record<string, unknown>>) => () => {
+    const out: Array<Record<string, unknown>> = [];
+    for (let s = 0; s < n; s++) out.push(...f(s));
+    return out;
+  };
+  const shortN = Math.round(1_500 * SCALE);
+  const longN = Math.round(24 * SCALE);
+  const branchyN = Math.round(400 * SCALE);
+  const groups = Math.round(120 * SCALE);
+  const random = mulberry32(5);
+  const turns = Array.from({ length: shortN }, () => 2 + Math.floor(random() * 3));
+  const long = { initialPrompt: 2_048, turns: 48, outputTokens: 512, observationTokens: 128 }; // to ~32.7k
+  return [
+    {
+      name: "short sessions (2-4 turns, 1k prompts)",
+      linear: true,
+      sessions: shortN,
+      events: many(shortN, (s) =>
+        linearSession(
+          { initialPrompt: 1_024, turns: turns[s]!, outputTokens: 128, observationTokens: 64 },
+          "full",
+          {
+            uid: `short-${s % 300}`,
+            sessionId: `s${s}`,
+            seed: s + 1,
+          },
+        ),
+      ),
+    },
+    {
+      name: "long sessions (48 turns to 32k), full prompts",
+      linear: true,
+      sessions: longN,
+      events: many(longN, (s) =>
+        linearSession(long, "full", { uid: `long-${s}`, sessionId: "main", seed: s + 1 }),
+      ),
+    },
+    {
+      name: "long sessions (48 turns to 32k), delta form",
+      linear: true,
+      sessions: longN,
+      events: many(longN, (s) =>
+        linearSession(long, "delta", { uid: `long-${s}`, sessionId: "main", seed: s + 1 }),
+      ),
+    },
+    {
+      name: "branchy sessions (sub-agent, retry, branches)",
+      linear: false,
+      sessions: branchyN,
+      events: many(branchyN, (s) =>
+        branchySession({ uid: `branchy-${s % 100}`, sessionId: `b${s}`, seed: s + 1 }),
+      ),
+    },
+    {
+      name: "GRPO groups of 8 sessions per uid",
+      linear: true,
+      sessions: groups * 8,
+      events: many(groups * 8, (s) =>
+        linearSession({ initialPrompt: 512, turns: 3, outputTokens: 256, observationTokens: 64 }, "full", {
+          uid: `grpo-${Math.floor(s / 8)}`,
+          sessionId: `r${s % 8}`,
+          seed: s + 1,
+        }),
+      ),
+    },
+  ];
+}
+
+async function readTopicRaw(topic: string, expected: number): Promise<number> {
+  registerKafkaCodecs();
+  const kafka = new kafkajs.Kafka({ brokers: [brokers], logLevel: kafkajs.logLevel.NOTHING });
+  const consumer = kafka.consumer({ groupId: `${topic}-raw`, maxWaitTimeInMs: 100 });
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  let n = 0;
+  let first = 0;
+  let done!: () => void;
+  const finished = new Promise<void>((r) => (done = r));
+  await consumer.run({
+    eachBatch: async ({ batch }) => {
+      if (first === 0) first = performance.now();
+      n += batch.messages.length;
+      if (n >= expected) done();
+    },
+  });
+  await finished;
+  const seconds = (performance.now() - first) / 1000;
+  await consumer.disconnect();
+  return seconds;
+}
+
+const tokenKey = (r: Record<string, unknown>) =>
+  JSON.stringify([
+    r.key,
+    [...(r.prompt_ids as Iterable<number>)],
+    [...(r.response_ids as Iterable<number>)],
+    [...(r.response_mask as Iterable<number>)],
+  ]);
+
+const dir = mkdtempSync(join(tmpdir(), "trajflow-bench-peers-"));
+const fmt = (n: number, digits = 2) => (n >= 100 ? Math.round(n).toLocaleString("en-US") : n.toFixed(digits));
+const table: string[] = [];
+const correctness: string[] = [];
+try {
+  console.log(`brokers ${brokers}; scale ${SCALE}`);
+  for (const [w, workload] of workloads().entries()) {
+    const events = workload.events();
+    const lines = events.map((e) => JSON.stringify(e));
+    const input = join(dir, `w${w}.jsonl`);
+    writeFileSync(input, `${lines.join("\n")}\n`);
+    const wireBytes = lines.reduce((n, l) => n + Buffer.byteLength(l), 0);
+    const expected = assemble(lines).rows;
+    const tokens = expected.reduce((n, r) => n + r.prompt_ids.length + r.response_ids.length, 0);
+    const topic = `peers-${Date.now()}-${w}`;
+    await produce({
+      inputs: [input],
+      topic,
+      connection: { brokers: [brokers], client_id: "bench", connection_timeout_ms: 10_000 },
+      compression: "zstd",
+      logger: silent,
+    });
+    const n = lines.length;
+    const wasm = await consumeTopic(brokers, topic, join(dir, `w${w}-wasm`), n);
+    const pjs = await consumeTopic(brokers, topic, join(dir, `w${w}-pjs`), n, {
+      sink: { engine: "parquetjs-lite" },
+      group: `${topic}-parquetjs`,
+    });
+    const { stdout } = await promisify(execFile)(
+      PYTHON,
+      [PEER, brokers, topic, join(dir, `w${w}-py`), String(n)],
+      {
+        maxBuffer: 1 << 20,
+      },
+    );
+    const py = JSON.parse(stdout) as { events: number; rows: number; seconds: number; peak_rss: number };
+    const raw = await readTopicRaw(topic, n);
+    const ipcStarted = performance.now();
+    writeFileSync(join(dir, `w${w}.arrow`), tableToIPC(rowsToTable(expected), "file"));
+    const ipcSeconds = (performance.now() - ipcStarted) / 1000;
+
+    const row = (name: string, seconds: number, peak: number | null) =>
+      `| ${workload.name} | ${name} | ${fmt(n / seconds)} | ${fmt(tokens / seconds / 1e6)} M | ${peak === null ? "" : `${Math.round(peak / 2 ** 20)} MiB`} | ${(py.seconds / seconds).toFixed(2)}x |`;
+    table.push(row("trajflow (parquet-wasm)", wasm.seconds, wasm.peakRss));
+    table.push(row("trajflow (parquetjs-lite)", pjs.seconds, pjs.peakRss));
+    table.push(row("Python peer (confluent-kafka + pyarrow)", py.seconds, py.peak_rss));
+    table.push(row("ceiling: read the topic, no processing", raw, null));
+    table.push(row("ceiling: Arrow IPC write of the rows, no assembly", ipcSeconds, null));
+    console.log(table.slice(-5).join("\n"));
+    console.log(`  wire: ${fmt(wireBytes / workload.sessions / 1024, 1)} KiB per session`);
+
+    const ours = [];
+    for (const f of await listDataFiles(join(dir, `w${w}-wasm`))) ours.push(...(await readRows(f)));
+    const theirs = JSON.parse(
+      execFileSync(
+        PYTHON,
+        [
+          "-c",
+          "import sys,json,pyarrow.dataset as ds; t=ds.dataset(sys.argv[1]).to_table(columns=['key','prompt_ids','response_ids','response_mask']); print(json.dumps(t.to_pylist()))",
+          join(dir, `w${w}-py`),
+        ],
+        { maxBuffer: 1 << 30, encoding: "utf8" },
+      ),
+    ) as Array<Record<string, unknown>>;
+    const trained = (rows: Array<Record<string, unknown>>) =>
+      rows.reduce((s, r) => s + [...(r.response_mask as Iterable<number>)].reduce((a, b) => a + b, 0), 0);
+    if (workload.linear) {
+      const a = new Set(ours.map((r) => tokenKey(r as unknown as Record<string, unknown>)));
+      const same = theirs.every((r) => a.has(tokenKey(r))) && theirs.length === ours.length;
+      correctness.push(
+        `| ${workload.name} | ${ours.length} | ${theirs.length} | ${same ? "identical token columns" : "DIFFERENT"} |`,
+      );
+    } else {
+      correctness.push(
+        `| ${workload.name} | ${ours.length} rows, ${trained(ours as unknown as Array<Record<string, unknown>>)} trained tokens | ` +
+          `${theirs.length} rows, ${trained(theirs)} trained tokens | see BENCHMARKS.md |`,
+      );
+    }
+    console.log(correctness[correctness.length - 1]);
+    console.log(`  wire bytes/session ${fmt(wireBytes / workload.sessions / 1024, 1)} KiB`);
+  }
+  console.log(
+    "\n| workload | pipeline | events/s | tokens/s | peak RSS | vs Python |\n| --- | --- | --- | --- | --- | --- |",
+  );
+  console.log(table.join("\n"));
+  console.log("\n| workload | trajflow | Python peer | token columns |\n| --- | --- | --- | --- |");
+  console.log(correctness.join("\n"));
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
