@@ -15,6 +15,8 @@ const silent = pino({ level: "silent" });
 
 export interface Run {
   seconds: number;
+  /** Of `seconds`, the part after the last message was consumed: the last files and the commit. */
+  drainSeconds: number;
   metrics: Metrics;
   lag: Array<[number, number]>;
   peakRss: number;
@@ -70,6 +72,7 @@ export async function consumeTopic(
   const firstMessage = performance.now();
   await producing;
   let drained = false;
+  let consumedAt = 0;
   for (;;) {
     peakRss = Math.max(peakRss, process.memoryUsage.rss());
     const positions = Object.values(pipeline.positions());
@@ -77,6 +80,7 @@ export async function consumeTopic(
     if (consumed >= messages && !drained) {
       // Everything is consumed: write the partial files now instead of waiting for their age cut.
       drained = true;
+      consumedAt = performance.now();
       await pipeline.flushIdle(false);
     }
     if (consumed >= messages && positions.every((p) => p.held === 0 && p.committed === p.next)) break;
@@ -84,8 +88,9 @@ export async function consumeTopic(
     await new Promise((r) => setTimeout(r, 5));
   }
   const seconds = (performance.now() - firstMessage) / 1000;
+  const drainSeconds = (performance.now() - consumedAt) / 1000;
   clearInterval(sampler);
   await pipeline.stop(true);
   await admin.disconnect();
-  return { seconds, metrics, lag, peakRss };
+  return { seconds, drainSeconds, metrics, lag, peakRss };
 }

@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
 import { tableFromIPC } from "apache-arrow";
+import { linearSession } from "../bench/workloads.ts";
 import { tableToRows } from "../src/schemas/trajectory-arrow.ts";
 import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
@@ -216,5 +217,23 @@ describe("kafka", () => {
     await waitFor("a status line", () => /"msg":"status"/.test(running.stderr()));
     running.child.kill("SIGTERM");
     assert.equal(await running.exited, 0, running.stderr());
+  });
+
+  // Regression: 500 large events of one uid made a record batch over the broker's 1 MiB limit
+  // (MESSAGE_TOO_LARGE) and the whole produce failed.
+  it("produces large events in batches the broker accepts", async () => {
+    const topic = freshName("large");
+    const shape = { initialPrompt: 60_000, turns: 8, outputTokens: 256, observationTokens: 64 };
+    const lines = linearSession(shape, "full", { uid: "one-uid", sessionId: "big", seed: 3 }).map((e) =>
+      JSON.stringify(e),
+    );
+    assert.ok(lines.reduce((n, l) => n + l.length, 0) > 2 * 2 ** 20, "the events must exceed 2 MiB together");
+    const input = join(scratch, "large.jsonl");
+    writeFileSync(input, `${lines.join("\n")}\n`);
+    const produced = await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker });
+    assert.equal(produced.code, 0, produced.stderr);
+    const out = join(scratch, topic);
+    await consumeAll(topic, out);
+    assert.deepEqual(await rowsIn(out), assemble(lines).rows.map(plain).sort(byKey));
   });
 });

@@ -22,6 +22,11 @@ export interface ProduceOptions {
   compression: ProduceCompression;
   /** Messages per produce request. */
   batchSize?: number;
+  /**
+   * Bytes (uncompressed) per produce request at most: a record batch over the broker's
+   * `message.max.bytes` (1 MiB by default) is refused whole, so large events must not be batched past it.
+   */
+  maxBatchBytes?: number;
   logger: Logger;
 }
 
@@ -55,7 +60,9 @@ export async function produce(options: ProduceOptions): Promise<{ messages: numb
   try {
     let partitions: number[] | null = null;
     const batchSize = options.batchSize ?? 500;
+    const maxBatchBytes = options.maxBatchBytes ?? 768 * 1024;
     let batch: Array<{ key: string | null; value: Buffer; partition?: number }> = [];
+    let batchBytes = 0;
     const flush = async () => {
       if (batch.length === 0) return;
       await producer.send({
@@ -66,6 +73,7 @@ export async function produce(options: ProduceOptions): Promise<{ messages: numb
       });
       messages += batch.length;
       batch = [];
+      batchBytes = 0;
     };
     for await (const record of readJsonl({ paths: options.inputs })) {
       const raw = Buffer.from(record.raw as Uint8Array);
@@ -79,7 +87,9 @@ export async function produce(options: ProduceOptions): Promise<{ messages: numb
         await flush();
         continue;
       }
+      if (batch.length > 0 && batchBytes + raw.length > maxBatchBytes) await flush();
       batch.push({ key, value: raw });
+      batchBytes += raw.length;
       if (batch.length >= batchSize) await flush();
     }
     await flush();
