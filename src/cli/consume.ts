@@ -57,14 +57,12 @@ export async function consume(options: ConsumeOptions): Promise<{ metrics: Metri
       path: options.out,
     }),
   );
-  const trajectoryTopic =
-    options.trajectoryTopic === undefined
-      ? undefined
-      : problems.check("trajectory_topic", trajectoryTopicConfigSchema.safeParse(options.trajectoryTopic));
-  const rewards =
-    options.rewards === undefined
-      ? undefined
-      : problems.check("rewards", rewardsConfigSchema.safeParse(options.rewards));
+  const trajectoryTopic = problems.optional(
+    "trajectory_topic",
+    trajectoryTopicConfigSchema,
+    options.trajectoryTopic,
+  );
+  const rewards = problems.optional("rewards", rewardsConfigSchema, options.rewards);
   if (sink !== undefined && sink.partition_by !== "none")
     problems.add("sink.partition_by: not supported with Kafka yet");
   problems.throwIfAny();
@@ -75,8 +73,8 @@ export async function consume(options: ConsumeOptions): Promise<{ metrics: Metri
     assemble: assemble!,
     sink: sink!,
     deadLetterTopic: options.deadLetterTopic ?? `${source!.topic}.dead-letter`,
-    trajectoryTopic,
-    rewards,
+    trajectoryTopic: trajectoryTopic ?? undefined,
+    rewards: rewards ?? undefined,
     rewardsBaseDir: options.rewardsBaseDir,
     metrics,
     logger: options.logger,

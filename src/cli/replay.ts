@@ -63,19 +63,12 @@ function validate(options: ReplayOptions) {
   const problems = new ConfigProblems();
   const assemble = problems.check("assemble", assembleConfigSchema.safeParse(options.assemble ?? {}));
   const sink = problems.check("sink", fileSinkConfigSchema.safeParse({ ...options.sink, path: options.out }));
-  const group =
-    options.group === undefined ? null : problems.check("group", groupConfigSchema.safeParse(options.group));
-  const staleness =
-    options.staleness === undefined
-      ? null
-      : problems.check("staleness", stalenessConfigSchema.safeParse(options.staleness));
-  const rewards =
-    options.rewards === undefined
-      ? null
-      : problems.check("rewards", rewardsConfigSchema.safeParse(options.rewards));
+  const group = problems.optional("group", groupConfigSchema, options.group);
+  const staleness = problems.optional("staleness", stalenessConfigSchema, options.staleness);
+  const rewards = problems.optional("rewards", rewardsConfigSchema, options.rewards);
   if (options.inputs.length === 0) problems.add("no input files: give at least one events .jsonl file");
   problems.throwIfAny();
-  return { assemble: assemble!, sink: sink!, group: group!, staleness: staleness!, rewards: rewards! };
+  return { assemble: assemble!, sink: sink!, group, staleness, rewards };
 }
 
 export async function replay(options: ReplayOptions): Promise<ReplayResult> {

@@ -20,6 +20,12 @@ export class ConfigProblems {
     return undefined;
   }
 
+  /** Parses an optional section: null when absent, otherwise as `check`. */
+  optional<T>(name: string, schema: { safeParse(v: unknown): ParseResult<T> }, value: unknown): T | null {
+    if (value === undefined) return null;
+    return this.check(name, schema.safeParse(value)) ?? null;
+  }
+
   add(problem: string): void {
     this.problems.push(problem);
   }
