@@ -5,16 +5,14 @@
  */
 import { mulberry32 } from "../src/core/prng.ts";
 import { strict as assert } from "node:assert";
-import { spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { linearSession } from "../bench/workloads.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
-import { runCli } from "./helpers/cli.ts";
+import { killAfterFiles, runCli } from "./helpers/cli.ts";
 
-const BIN = new URL("../bin/trajflow.js", import.meta.url).pathname;
 const RUNS = 20;
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-crash-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
@@ -34,39 +32,6 @@ function snapshot(dir: string): Map<string, Buffer> {
   };
   walk(dir);
   return out;
-}
-
-function visibleFiles(out: string): number {
-  try {
-    return readdirSync(out).filter((n) => !n.startsWith(".") && n.endsWith(".parquet")).length;
-  } catch {
-    return 0;
-  }
-}
-
-/**
- * Starts a replay and kills it with SIGKILL once `files` files are visible plus `extraMs` (so kills land
- * before, between and inside commits), or after `extraMs` when `files` is 0.
- */
-function runAndKill(out: string, files: number, extraMs: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, "replay", input, "--out", out, ...ARGS], {
-      env: { ...process.env, TRAJFLOW_LOG_LEVEL: "silent" },
-      stdio: "ignore",
-    });
-    let timer: NodeJS.Timeout | undefined;
-    const poll = setInterval(() => {
-      if (timer === undefined && visibleFiles(out) >= files) {
-        timer = setTimeout(() => child.kill("SIGKILL"), extraMs);
-      }
-    }, 2);
-    child.on("error", reject);
-    child.on("exit", () => {
-      clearInterval(poll);
-      clearTimeout(timer);
-      resolve();
-    });
-  });
 }
 
 describe("crash and restart", () => {
@@ -106,7 +71,7 @@ describe("crash and restart", () => {
       const wait = Math.floor(random() * (reference.size - 1));
       const extra = Math.floor(random() * 40);
       const killAt = `after ${wait} files + ${extra} ms`;
-      await runAndKill(out, wait, extra);
+      await killAfterFiles(["replay", input, "--out", out, ...ARGS], {}, out, wait, extra);
       // Whatever a reader lists right after the crash is complete and readable.
       let files: string[] = [];
       try {

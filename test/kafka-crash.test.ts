@@ -4,17 +4,15 @@
  * same events.
  */
 import { strict as assert } from "node:assert";
-import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { mulberry32 } from "../src/core/prng.ts";
-import { runCli } from "./helpers/cli.ts";
+import { killAfterFiles, parquetFiles, runCli } from "./helpers/cli.ts";
 import { brokers, freshName } from "./helpers/kafka.ts";
-import { parquetFiles, rowsIn, twoPartWorkload } from "./helpers/workload.ts";
+import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
 
-const BIN = new URL("../bin/trajflow.js", import.meta.url).pathname;
 const KILLS = 10;
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-kafka-crash-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
@@ -22,33 +20,6 @@ let broker = "";
 before(() => {
   broker = brokers();
 });
-
-/** Runs a consumer; kills it with SIGKILL once `files` more files are visible (+ `extraMs`). */
-function consumeAndKill(args: string[], out: string, files: number, extraMs: number): Promise<void> {
-  const startFiles = parquetFiles(out);
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], {
-      env: {
-        ...process.env,
-        KAFKA_BROKERS: broker,
-        TRAJFLOW_LOG_LEVEL: "silent",
-        KAFKAJS_NO_PARTITIONER_WARNING: "1",
-      },
-      stdio: "ignore",
-    });
-    let timer: NodeJS.Timeout | undefined;
-    const poll = setInterval(() => {
-      if (timer === undefined && parquetFiles(out) - startFiles >= files)
-        timer = setTimeout(() => child.kill("SIGKILL"), extraMs);
-    }, 5);
-    child.on("error", reject);
-    child.on("exit", () => {
-      clearInterval(poll);
-      clearTimeout(timer);
-      resolve();
-    });
-  });
-}
 
 it(`writes every row exactly once through ${KILLS} SIGKILLs while events flow`, async () => {
   const topic = freshName("crash");
@@ -77,7 +48,13 @@ it(`writes every row exactly once through ${KILLS} SIGKILLs while events flow`, 
   const random = mulberry32(424242);
   let produced = false;
   for (let run = 0; run < KILLS; run++) {
-    const killing = consumeAndKill(args, out, 1 + Math.floor(random() * 4), Math.floor(random() * 30));
+    const killing = killAfterFiles(
+      args,
+      { KAFKA_BROKERS: broker, KAFKAJS_NO_PARTITIONER_WARNING: "1" },
+      out,
+      parquetFiles(out) + 1 + Math.floor(random() * 4),
+      Math.floor(random() * 30),
+    );
     if (run === 3 && !produced) {
       // The second half arrives while consumers are being killed and restarted.
       assert.equal((await runCli(["produce", input2, "--topic", topic], env)).code, 0);

@@ -9,9 +9,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
-import { killRunning, runCli, startCli, type RunningCli } from "./helpers/cli.ts";
+import { killRunning, parquetFiles, runCli, type RunningCli, startCli } from "./helpers/cli.ts";
 import { brokers, freshName, waitFor } from "./helpers/kafka.ts";
-import { parquetFiles, rowsIn, twoPartWorkload } from "./helpers/workload.ts";
+import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
 
 const KAFKA_SCRIPT = new URL("../scripts/kafka.sh", import.meta.url).pathname;
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-kafka-rebalance-"));

@@ -7,9 +7,9 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { killRunning, runCli, startCli } from "./helpers/cli.ts";
+import { killRunning, parquetFiles, runCli, startCli } from "./helpers/cli.ts";
 import { brokers, freshName, readTopic, waitFor } from "./helpers/kafka.ts";
-import { parquetFiles, rowsIn, twoPartWorkload } from "./helpers/workload.ts";
+import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
 
 const root = new URL("..", import.meta.url).pathname;
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-pipelines-"));

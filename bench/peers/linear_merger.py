@@ -48,13 +48,16 @@ def merge(session):
             gap = prompt[len(context):]
             current["response_ids"] += gap + output
             current["response_mask"] += [0] * len(gap) + [1] * len(output)
-            current["rollout_log_probs"] += [0.0] * len(gap) + (logprobs or [0.0] * len(output))
+            if logprobs is None or current["rollout_log_probs"] is None:
+                current["rollout_log_probs"] = None  # never invent a logprob
+            else:
+                current["rollout_log_probs"] += [0.0] * len(gap) + logprobs
         else:
             current = {
                 "prompt_ids": list(prompt),
                 "response_ids": list(output),
                 "response_mask": [1] * len(output),
-                "rollout_log_probs": list(logprobs or [0.0] * len(output)),
+                "rollout_log_probs": None if logprobs is None else list(logprobs),
             }
             rows.append(current)
     for i, row in enumerate(rows):

@@ -9,7 +9,8 @@ import { ExitCode, intOption, jsonFileOption, parse, usageError } from "./args.t
 import { writeFileSync } from "node:fs";
 import { isTokenizerName, renderHtml, tokenDecoder, type TokenizerName } from "./inspect-html.ts";
 import { inspect, selectRows } from "./inspect.ts";
-import { formatSummary, replay } from "./replay.ts";
+import { replay } from "./replay.ts";
+import { consumeReport, replayReport } from "./report.ts";
 import { consume } from "./consume.ts";
 import { runPipelineCommand } from "./pipeline.ts";
 import { produce, type ProduceCompression } from "./produce.ts";
@@ -188,13 +189,7 @@ async function runReplay(argv: string[]): Promise<number> {
   });
   // Clear the progress bar's line before the summary.
   if (process.stderr.isTTY === true) process.stderr.write("\r\x1b[K");
-  if (values.json === true) {
-    process.stdout.write(
-      `${JSON.stringify({ events: result.events, seconds: result.seconds, files: result.files, dead_letter_files: result.deadLetterFiles, metrics: result.metrics.snapshot() }, null, 2)}\n`,
-    );
-  } else {
-    process.stdout.write(`${formatSummary(result, values.out)}\n`);
-  }
+  process.stdout.write(replayReport(result, values.out, values.json === true));
   return ExitCode.OK;
 }
 
@@ -345,17 +340,7 @@ async function runConsume(argv: string[]): Promise<number> {
     logger,
     stopSignal,
   });
-  if (values.json === true) {
-    process.stdout.write(
-      `${JSON.stringify({ seconds: result.seconds, metrics: result.metrics.snapshot() }, null, 2)}\n`,
-    );
-  } else {
-    const m = result.metrics;
-    process.stdout.write(
-      `trajflow consume: ${m.total("kafka_messages")} messages in ${result.seconds.toFixed(1)} s, ${m.total("rows_written")} rows in ` +
-        `${m.total("files_committed")} file(s), ${m.total("dead_letters")} dead letters\n`,
-    );
-  }
+  process.stdout.write(consumeReport("consume", result.metrics, result.seconds, values.json === true));
   return ExitCode.OK;
 }
 

@@ -9,7 +9,7 @@ import { planPipeline } from "../pipeline/plan.ts";
 import { describePlan, runPlan } from "../pipeline/run.ts";
 import { ExitCode, intOption, parse, usageError } from "./args.ts";
 import { OPERATIONS_FLAGS, operationsOptions } from "./operations.ts";
-import { formatSummary } from "./replay.ts";
+import { consumeReport, replayReport } from "./report.ts";
 import { stopOnSignals } from "./signals.ts";
 
 export const VALIDATE_HELP = `trajflow validate <pipeline.yaml> [--set path=value]...
@@ -66,20 +66,11 @@ export async function runPipelineCommand(command: "validate" | "run", argv: stri
     stopSignal: plan.source.type === "kafka" ? stopOnSignals(logger) : undefined,
     operations: operationsOptions(values),
   });
-  if (result.kind === "replay") {
-    const r = result.result;
-    process.stdout.write(
-      values.json === true
-        ? `${JSON.stringify({ events: r.events, seconds: r.seconds, files: r.files, dead_letter_files: r.deadLetterFiles, metrics: r.metrics.snapshot() }, null, 2)}\n`
-        : `${formatSummary(r, result.out)}\n`,
-    );
-  } else {
-    const m = result.metrics;
-    process.stdout.write(
-      values.json === true
-        ? `${JSON.stringify({ seconds: result.seconds, metrics: m.snapshot() }, null, 2)}\n`
-        : `trajflow run: ${m.total("kafka_messages")} messages in ${result.seconds.toFixed(1)} s, ${m.total("rows_written")} rows, ${m.total("dead_letters")} dead letters\n`,
-    );
-  }
+  const json = values.json === true;
+  process.stdout.write(
+    result.kind === "replay"
+      ? replayReport(result.result, result.out, json)
+      : consumeReport("run", result.metrics, result.seconds, json),
+  );
   return ExitCode.OK;
 }

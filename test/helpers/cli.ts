@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { readdirSync } from "node:fs";
 
 const BIN = new URL("../../bin/trajflow.js", import.meta.url).pathname;
 
@@ -55,4 +56,39 @@ export function startCli(args: string[], env: NodeJS.ProcessEnv = {}): RunningCl
 
 export function killRunning(): void {
   for (const child of running) child.kill("SIGKILL");
+}
+
+/** Parquet files visible in `dir` right now (0 when it does not exist yet); temporaries are hidden. */
+export function parquetFiles(dir: string): number {
+  try {
+    return readdirSync(dir).filter((n) => !n.startsWith(".") && n.endsWith(".parquet")).length;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * Runs the CLI and kills it with SIGKILL once `files` Parquet files are visible in `out`, `extraMs` later
+ * (so kills land before, between and inside commits); resolves when it is gone.
+ */
+export async function killAfterFiles(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  out: string,
+  files: number,
+  extraMs: number,
+): Promise<void> {
+  const running = startCli(args, { TRAJFLOW_LOG_LEVEL: "silent", ...env });
+  let timer: NodeJS.Timeout | undefined;
+  const poll = setInterval(() => {
+    if (timer === undefined && parquetFiles(out) >= files) {
+      timer = setTimeout(() => running.child.kill("SIGKILL"), extraMs);
+    }
+  }, 2);
+  try {
+    await running.exited;
+  } finally {
+    clearInterval(poll);
+    clearTimeout(timer);
+  }
 }

@@ -2,7 +2,7 @@
  * A two-part stream of linear agent sessions for the Kafka crash, rebalance and broker-restart tests,
  * with the rows a replay of it gives.
  */
-import { readdirSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { linearSession } from "../../bench/workloads.ts";
 import { listDataFiles, readRows } from "../../src/sinks/files/read.ts";
@@ -40,13 +40,4 @@ export async function rowsIn(dir: string): Promise<Array<Record<string, unknown>
   const rows = [];
   for (const f of await listDataFiles(dir)) rows.push(...(await readRows(f)));
   return rows.map(plain).sort(byKey);
-}
-
-/** Parquet files in `dir` right now (0 when it does not exist yet): progress of a running consumer. */
-export function parquetFiles(dir: string): number {
-  try {
-    return readdirSync(dir).filter((n) => n.endsWith(".parquet")).length;
-  } catch {
-    return 0;
-  }
 }
