@@ -83,9 +83,12 @@ start() {
   local cp="$libs/*"
   local jvm=(-Xms256m -Xmx1g -Dlog4j2.configurationFile="$dir/log4j2.properties" -cp "$cp")
   if [ ! -f "$data/meta.properties" ]; then
-    # A cluster id is a base64url-encoded 16-byte UUID.
-    local id
-    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+    # A cluster id is a base64url-encoded 16-byte UUID. One starting with "-" would be read as an option
+    # by the storage tool (Kafka's own Uuid.randomUuid() skips those too), so draw until it does not.
+    local id="-"
+    while [ "${id:0:1}" = "-" ]; do
+      id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+    done
     java "${jvm[@]}" kafka.tools.StorageTool format -t "$id" -c "$props" >/dev/null
   fi
   : > "$log"
