@@ -48,6 +48,7 @@ interface Workload {
 }
 
 const SCALE = Number(process.env.BENCH_SCALE ?? 1);
+const LONG = { initialPrompt: 2_048, turns: 48, outputTokens: 512, observationTokens: 128 }; // to ~32.7k
 
 function workloads(): Workload[] {
   const many = (n: number, f: (s: number) => Array<Record<string, unknown>>) => () => {
@@ -61,7 +62,6 @@ function workloads(): Workload[] {
   const groups = Math.round(120 * SCALE);
   const random = mulberry32(5);
   const turns = Array.from({ length: shortN }, () => 2 + Math.floor(random() * 3));
-  const long = { initialPrompt: 2_048, turns: 48, outputTokens: 512, observationTokens: 128 }; // to ~32.7k
   return [
     {
       name: "short sessions (2-4 turns, 1k prompts)",
@@ -84,7 +84,7 @@ function workloads(): Workload[] {
       linear: true,
       sessions: longN,
       events: many(longN, (s) =>
-        linearSession(long, "full", { uid: `long-${s}`, sessionId: "main", seed: s + 1 }),
+        linearSession(LONG, "full", { uid: `long-${s}`, sessionId: "main", seed: s + 1 }),
       ),
     },
     {
@@ -92,7 +92,7 @@ function workloads(): Workload[] {
       linear: true,
       sessions: longN,
       events: many(longN, (s) =>
-        linearSession(long, "delta", { uid: `long-${s}`, sessionId: "main", seed: s + 1 }),
+        linearSession(LONG, "delta", { uid: `long-${s}`, sessionId: "main", seed: s + 1 }),
       ),
     },
     {
@@ -153,6 +153,7 @@ const dir = mkdtempSync(join(tmpdir(), "trajflow-bench-peers-"));
 const fmt = (n: number, digits = 2) => (n >= 100 ? Math.round(n).toLocaleString("en-US") : n.toFixed(digits));
 const table: string[] = [];
 const correctness: string[] = [];
+const wire: string[] = [];
 try {
   console.log(`brokers ${brokers}; scale ${SCALE}`);
   for (const [w, workload] of workloads().entries()) {
@@ -193,16 +194,42 @@ try {
         maxBuffer: 1 << 20,
       },
     );
-    const py = JSON.parse(stdout) as { events: number; rows: number; seconds: number; peak_rss: number };
+    const py = JSON.parse(stdout) as {
+      events: number;
+      rows: number;
+      seconds: number;
+      peak_rss: number;
+      latency_p50: number | null;
+      latency_p99: number | null;
+    };
     const raw = await readTopicRaw(topic, n);
 
-    const row = (name: string, seconds: number, peak: number | null) =>
-      `| ${workload.name} | ${name} | ${fmt(n / seconds)} | ${fmt(tokens / seconds / 1e6)} M | ${peak === null ? "" : `${Math.round(peak / 2 ** 20)} MiB`} | ${(py.seconds / seconds).toFixed(2)}x |`;
-    table.push(row("trajflow (parquet-wasm)", wasm.seconds, wasm.peakRss));
-    table.push(row("trajflow (parquetjs-lite)", pjs.seconds, pjs.peakRss));
-    table.push(row("Python peer (confluent-kafka + pyarrow)", py.seconds, py.peak_rss));
+    const ms = (s: number | null) => (s === null ? "" : `${Math.round(s * 1000)} ms`);
+    const latencyOf = (run: typeof wasm) =>
+      [
+        run.metrics.quantile("session_durable_seconds", 0.5),
+        run.metrics.quantile("session_durable_seconds", 0.99),
+      ] as const;
+    const row = (
+      name: string,
+      seconds: number,
+      peak: number | null,
+      [p50, p99]: readonly [number | null, number | null] = [null, null],
+    ) =>
+      `| ${workload.name} | ${name} | ${fmt(n / seconds)} | ${fmt(tokens / seconds / 1e6)} M | ` +
+      `${peak === null ? "" : `${Math.round(peak / 2 ** 20)} MiB`} | ${ms(p50)} | ${ms(p99)} | ` +
+      `${(py.seconds / seconds).toFixed(2)}x |`;
+    table.push(row("trajflow (parquet-wasm)", wasm.seconds, wasm.peakRss, latencyOf(wasm)));
+    table.push(row("trajflow (parquetjs-lite)", pjs.seconds, pjs.peakRss, latencyOf(pjs)));
+    table.push(
+      row("Python peer (confluent-kafka + pyarrow)", py.seconds, py.peak_rss, [
+        py.latency_p50,
+        py.latency_p99,
+      ]),
+    );
     table.push(row("ceiling: read the topic, no processing", raw, null));
     table.push(row("ceiling: Arrow IPC write of the rows, no assembly", ipcSeconds, null));
+    wire.push(`| ${workload.name} | ${fmt(wireBytes / workload.sessions / 1024, 1)} KiB |`);
     console.log(table.slice(-5).join("\n"));
     console.log(
       `  wire: ${fmt(wireBytes / workload.sessions / 1024, 1)} KiB per session; trajflow's last files and ` +
@@ -239,9 +266,26 @@ try {
     console.log(correctness[correctness.length - 1]);
   }
   console.log(
-    "\n| workload | pipeline | events/s | tokens/s | peak RSS | vs Python |\n| --- | --- | --- | --- | --- | --- |",
+    "\n| workload | pipeline | events/s | tokens/s | peak RSS | session end → file p50 | p99 | vs Python |\n" +
+      "| --- | --- | --- | --- | --- | --- | --- | --- |",
   );
   console.log(table.join("\n"));
+  console.log("\n| workload | bytes on the wire per session (JSON arrays, as produced) |\n| --- | --- |");
+  console.log(wire.join("\n"));
+  // The delta form's saving with each array encoding, on one long session.
+  const bytesOf = (form: "full" | "delta", packed: boolean) =>
+    linearSession(LONG, form, { uid: "long-0", sessionId: "main", seed: 1, packed }).reduce(
+      (sum, e) => sum + Buffer.byteLength(JSON.stringify(e)),
+      0,
+    );
+  for (const packed of [false, true]) {
+    const full = bytesOf("full", packed);
+    const delta = bytesOf("delta", packed);
+    console.log(
+      `long session, ${packed ? "packed" : "JSON"} arrays: full-prompt form ${fmt(full / 1024, 1)} KiB, ` +
+        `delta form ${fmt(delta / 1024, 1)} KiB (${(full / delta).toFixed(1)}x fewer bytes)`,
+    );
+  }
   console.log("\n| workload | trajflow | Python peer | token columns |\n| --- | --- | --- | --- |");
   console.log(correctness.join("\n"));
 } finally {

@@ -106,24 +106,28 @@ describe("kafka", () => {
     assert.deepEqual(await rowsIn(out), expected);
   });
 
-  it("sends bad messages to the dead-letter topic with code, origin and raw bytes", async () => {
-    const topic = freshName("bad");
-    const input = join(scratch, "bad.jsonl");
-    const good = readFileSync(EXAMPLES, "utf8").trimEnd().split("\n").slice(0, 8);
-    writeFileSync(input, `${[...good.slice(0, 3), "{broken", ...good.slice(3)].join("\n")}\n`);
-    assert.equal((await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
-    const out = join(scratch, topic);
-    const metrics = await consumeAll(topic, out);
-    assert.deepEqual(metrics.dead_letters, { MALFORMED_JSON: 1 });
-    const letters = (await readTopic(broker, `${topic}.dead-letter`, 1)).map(
-      (m) => JSON.parse(m.value.toString()) as Record<string, unknown>,
-    );
-    assert.equal(letters.length, 1);
-    assert.equal(letters[0]!.code, "MALFORMED_JSON");
-    assert.equal(letters[0]!.raw, "{broken");
-    assert.deepEqual(Object.keys(letters[0]!.origin as object), ["kind", "topic", "partition", "offset"]);
-    assert.equal((letters[0]!.origin as { topic: string }).topic, topic);
-  });
+  for (const workers of ["0", "1"]) {
+    it(`sends bad messages to the dead-letter topic with code, origin and raw bytes (decode workers: ${workers})`, async () => {
+      const topic = freshName("bad");
+      const input = join(scratch, "bad.jsonl");
+      const good = readFileSync(EXAMPLES, "utf8").trimEnd().split("\n").slice(0, 8);
+      writeFileSync(input, `${[...good.slice(0, 3), "{broken", ...good.slice(3)].join("\n")}\n`);
+      assert.equal((await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
+      const out = join(scratch, topic);
+      const metrics = await consumeAll(topic, out, "--decode-workers", workers);
+      assert.deepEqual(metrics.dead_letters, { MALFORMED_JSON: 1 });
+      assert.deepEqual(await rowsIn(out), assemble(good).rows.map(plain).sort(byKey));
+      const letters = (await readTopic(broker, `${topic}.dead-letter`, 1)).map(
+        (m) => JSON.parse(m.value.toString()) as Record<string, unknown>,
+      );
+      assert.equal(letters.length, 1);
+      assert.equal(letters[0]!.code, "MALFORMED_JSON");
+      assert.equal(letters[0]!.raw, "{broken");
+      assert.deepEqual(Object.keys(letters[0]!.origin as object), ["kind", "topic", "partition", "offset"]);
+      assert.equal((letters[0]!.origin as { topic: string }).topic, topic);
+      assert.match((letters[0]!.origin as { offset: string }).offset, /^\d+$/);
+    });
+  }
 
   for (const format of ["json", "arrow"] as const) {
     it(`produces every row to the trajectory topic as ${format}, keyed uid_session_index`, async () => {

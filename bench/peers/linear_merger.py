@@ -6,12 +6,14 @@ context continues the row (the tokens in between are context, mask 0; the output
 any other prompt starts a new row. Rows are written with pyarrow as Parquet (zstd), with the same token
 columns trajflow writes. Straightforward and idiomatic; not deliberately slow.
 
-usage: linear_merger.py <brokers> <topic> <out-dir> <expected-events> [--rows-per-file N]
-Prints JSON: events, rows, seconds (first message to last file written), peak RSS.
+usage: linear_merger.py <brokers> <topic> <out-dir> <expected-events> [--rows-per-file N] [--max-file-age S]
+Prints JSON: events, rows, seconds (first message to last file written), peak RSS, and the latency from
+each session's end (its session.end consumed) to the file holding it written (p50, p99).
 """
 import argparse
 import base64
 import json
+import math
 import os
 import resource
 import time
@@ -91,6 +93,8 @@ def main():
     parser.add_argument("out")
     parser.add_argument("expected", type=int)
     parser.add_argument("--rows-per-file", type=int, default=1000)
+    # A file is also written once its oldest row waited this long, as trajflow's max_file_age_ms does.
+    parser.add_argument("--max-file-age", type=float, default=1.0)
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -105,20 +109,25 @@ def main():
     consumer.subscribe([args.topic])
     sessions = {}
     pending_rows = []
+    pending_ended = []  # when each session in pending_rows ended
+    latencies = []
     files = 0
     events = 0
     rows_written = 0
     started = None
 
     def flush():
-        nonlocal pending_rows, files, rows_written
+        nonlocal pending_rows, pending_ended, files, rows_written
         if not pending_rows:
             return
         table = pa.Table.from_pylist(pending_rows, schema=SCHEMA)
         pq.write_table(table, os.path.join(args.out, f"part-{files:05d}.parquet"), compression="zstd")
+        now = time.perf_counter()
+        latencies.extend(now - ended for ended in pending_ended)
         files += 1
         rows_written += len(pending_rows)
         pending_rows = []
+        pending_ended = []
 
     while events < args.expected:
         batch = consumer.consume(num_messages=1000, timeout=1.0)
@@ -151,13 +160,32 @@ def main():
                 s["reward"] = (s["reward"] or 0.0) + e["value"]
             elif t == "session.end":
                 pending_rows.extend(merge(sessions.pop(key)))
+                pending_ended.append(time.perf_counter())
                 if len(pending_rows) >= args.rows_per_file:
                     flush()
+        if pending_ended and time.perf_counter() - pending_ended[0] >= args.max_file_age:
+            flush()
     flush()
     seconds = time.perf_counter() - (started or time.perf_counter())
     consumer.close()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"events": events, "rows": rows_written, "seconds": seconds, "peak_rss": peak}))
+    latencies.sort()
+
+    def rank(q):  # nearest rank, as trajflow's Metrics.quantile
+        return latencies[max(0, math.ceil(q * len(latencies)) - 1)]
+
+    print(
+        json.dumps(
+            {
+                "events": events,
+                "rows": rows_written,
+                "seconds": seconds,
+                "peak_rss": peak,
+                "latency_p50": rank(0.5) if latencies else None,
+                "latency_p99": rank(0.99) if latencies else None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,65 @@
+/** Upper bounds (seconds) of the latency histograms' buckets, as Prometheus histograms have them. */
+export const LATENCY_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+
+/** Observations kept for exact quantiles: the most recent ones, a fixed amount of memory per histogram. */
+const RECENT = 10_000;
+
+export interface Histogram {
+  /** Upper bounds, ascending; the last bucket (+Inf) is implied. */
+  bounds: number[];
+  /** Observations per bucket (not cumulative); one more entry than `bounds`, for +Inf. */
+  counts: number[];
+  sum: number;
+  count: number;
+  /** The latest observations, a ring of up to RECENT. */
+  recent: Float64Array;
+}
+
 /**
- * Counters keyed by name and an optional label. Deliberately tiny: the summary printed by the CLI and the
- * Prometheus endpoint both read from here, so every component counts through one registry.
+ * Counters keyed by name and an optional label, and latency histograms. Deliberately tiny: the summary
+ * printed by the CLI and the Prometheus endpoint both read from here, so every component counts through
+ * one registry.
  */
 export class Metrics {
   private readonly counters = new Map<string, Map<string, number>>();
+  private readonly histograms = new Map<string, Histogram>();
+
+  /** Records one observation (e.g. a latency in seconds) in histogram `name`. */
+  observe(name: string, value: number, bounds: number[] = LATENCY_BUCKETS): void {
+    let h = this.histograms.get(name);
+    if (h === undefined) {
+      h = {
+        bounds,
+        counts: new Array(bounds.length + 1).fill(0),
+        sum: 0,
+        count: 0,
+        recent: new Float64Array(RECENT),
+      };
+      this.histograms.set(name, h);
+    }
+    let bucket = 0;
+    while (bucket < h.bounds.length && value > h.bounds[bucket]!) bucket++;
+    h.counts[bucket]!++;
+    h.recent[h.count % RECENT] = value;
+    h.sum += value;
+    h.count++;
+  }
+
+  /** Histograms by name, sorted by name. */
+  histogramEntries(): Array<[string, Histogram]> {
+    return [...this.histograms.entries()].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  }
+
+  /**
+   * The q-quantile (0..1) of the latest observations of histogram `name` (up to the last 10,000), by the
+   * nearest-rank method; null when nothing was observed.
+   */
+  quantile(name: string, q: number): number | null {
+    const h = this.histograms.get(name);
+    if (h === undefined || h.count === 0) return null;
+    const sorted = h.recent.slice(0, Math.min(h.count, RECENT)).sort();
+    return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
+  }
 
   /** Adds `by` to counter `name` (with optional label value, e.g. an error code). */
   inc(name: string, label = "", by = 1): void {

@@ -10,6 +10,9 @@ it("exposes counters with their label names, and gauges, in the Prometheus text 
   m.inc("rows_written", "", 12);
   m.inc("dead_letters", "MALFORMED_JSON", 2);
   m.inc("dead_letters", 'we"ird');
+  m.observe("session_durable_seconds", 0.2, [0.1, 1]);
+  m.observe("session_durable_seconds", 0.5, [0.1, 1]);
+  m.observe("session_durable_seconds", 3, [0.1, 1]);
   const gauges = new Map<string, Gauge>([
     ["open_sessions", () => 3],
     ["consumer_lag", () => [{ labels: { partition: "0" }, value: 7 }]],
@@ -22,6 +25,12 @@ it("exposes counters with their label names, and gauges, in the Prometheus text 
       'trajflow_dead_letters_total{code="we\\"ird"} 1',
       "# TYPE trajflow_rows_written_total counter",
       "trajflow_rows_written_total 12",
+      "# TYPE trajflow_session_durable_seconds histogram",
+      'trajflow_session_durable_seconds_bucket{le="0.1"} 0',
+      'trajflow_session_durable_seconds_bucket{le="1"} 2',
+      'trajflow_session_durable_seconds_bucket{le="+Inf"} 3',
+      "trajflow_session_durable_seconds_sum 3.7",
+      "trajflow_session_durable_seconds_count 3",
       "# TYPE trajflow_open_sessions gauge",
       "trajflow_open_sessions 3",
       "# TYPE trajflow_consumer_lag gauge",
@@ -29,6 +38,19 @@ it("exposes counters with their label names, and gauges, in the Prometheus text 
       "",
     ].join("\n"),
   );
+});
+
+it("gives exact quantiles of the latest observations", () => {
+  const m = new Metrics();
+  assert.equal(m.quantile("lat", 0.5), null);
+  for (let i = 100; i >= 1; i--) m.observe("lat", i / 1000);
+  assert.equal(m.quantile("lat", 0.5), 0.05);
+  assert.equal(m.quantile("lat", 0.99), 0.099);
+  assert.equal(m.quantile("lat", 1), 0.1);
+  // Only the latest 10,000 observations count: older ones drop out of the quantiles, not the buckets.
+  for (let i = 0; i < 10_000; i++) m.observe("lat", 7);
+  assert.equal(m.quantile("lat", 0.01), 7);
+  assert.equal(m.histogramEntries()[0]![1].count, 10_100);
 });
 
 it("answers /healthz always and /readyz only while ready", async () => {

@@ -33,7 +33,7 @@ const labelText = (labels: Record<string, string>) => {
   return parts.length === 0 ? "" : `{${parts.join(",")}}`;
 };
 
-/** The Prometheus text exposition of the counters and gauges. */
+/** The Prometheus text exposition of the counters, histograms and gauges. */
 export function prometheusText(metrics: Metrics, gauges: Map<string, Gauge>): string {
   const lines: string[] = [];
   for (const [name, series] of Object.entries(metrics.snapshot())) {
@@ -45,6 +45,17 @@ export function prometheusText(metrics: Metrics, gauges: Map<string, Gauge>): st
       for (const [value, n] of Object.entries(series))
         lines.push(`${metric}${labelText({ [label]: value })} ${n}`);
     }
+  }
+  for (const [name, h] of metrics.histogramEntries()) {
+    const metric = `trajflow_${name}`;
+    lines.push(`# TYPE ${metric} histogram`);
+    let cumulative = 0;
+    for (let i = 0; i <= h.bounds.length; i++) {
+      cumulative += h.counts[i]!;
+      const le = i < h.bounds.length ? String(h.bounds[i]) : "+Inf";
+      lines.push(`${metric}_bucket{le="${le}"} ${cumulative}`);
+    }
+    lines.push(`${metric}_sum ${h.sum}`, `${metric}_count ${h.count}`);
   }
   for (const [name, gauge] of gauges) {
     const metric = `trajflow_${name}`;

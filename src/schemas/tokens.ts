@@ -24,13 +24,17 @@ function isPacked(value: unknown): value is PackedArray {
   );
 }
 
-/** Copies base64 bytes into a fresh, aligned buffer: pooled Buffers may start at an odd offset. */
+/**
+ * Decodes base64 straight into a fresh ArrayBuffer of its own (aligned, transferable), without the
+ * intermediate Buffer: this runs once per token array.
+ */
 function unpack(b64: string): ArrayBuffer | string {
-  const bytes = Buffer.from(b64, "base64");
-  if (bytes.length % 4 !== 0) return `packed array has ${bytes.length} bytes, not a multiple of 4`;
-  const out = new ArrayBuffer(bytes.length);
-  new Uint8Array(out).set(bytes);
-  return out;
+  // Node's decoder skips characters outside the alphabet (whitespace, "="), so the size is an upper bound.
+  const bound = Buffer.byteLength(b64, "base64");
+  const out = new ArrayBuffer(bound);
+  const length = Buffer.from(out).write(b64, "base64");
+  if (length % 4 !== 0) return `packed array has ${length} bytes, not a multiple of 4`;
+  return length === bound ? out : out.slice(0, length);
 }
 
 function byteSwap32(buf: ArrayBuffer): void {

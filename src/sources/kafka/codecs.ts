@@ -92,6 +92,8 @@ export function registerKafkaCodecs(): void {
     decompress: async (buffer: Buffer) => Buffer.from(lz4.decompress(buffer)),
   });
   CompressionCodecs[CompressionTypes.ZSTD] = () => ({
+    // Synchronous on purpose: on libuv's thread pool, decompression made consuming ~15% slower (measured
+    // on 2 cores: the hop costs more than the work it moves while the other threads are busy).
     compress: async (encoder: Encoder) => zstdCompressSync(encoder.buffer),
     decompress: async (buffer: Buffer) => zstdDecompressSync(buffer),
   });

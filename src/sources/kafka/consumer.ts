@@ -25,7 +25,8 @@ import { FileSink } from "../../sinks/files/sink.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 import { Assembler, type SessionOutput } from "../../transforms/assemble/assembler.ts";
 import type { AssembleConfig } from "../../transforms/assemble/config.ts";
-import { decodeEvent } from "../../transforms/decode/decode.ts";
+import type { DecodeResult } from "../../transforms/decode/decode.ts";
+import { DecodePool } from "../../transforms/decode/pool.ts";
 import type { StalenessFilter } from "../../transforms/staleness/staleness.ts";
 import {
   createKafka,
@@ -70,11 +71,25 @@ interface PartitionState {
 
 const sessionKey = (uid: string, sessionId: string) => `${uid}\u0000${sessionId}`;
 
+interface KafkaRecord {
+  raw: Buffer;
+  origin: { kind: "kafka"; topic: string; partition: number; offset: string };
+}
+
+const EMPTY = Buffer.alloc(0);
+/**
+ * Chunks a batch is decoded in: small enough that the ingest thread starts assembling soon, large enough
+ * that the hand-over to a worker is a small part of the chunk's cost.
+ */
+const DECODE_CHUNK_EVENTS = 256;
+const DECODE_CHUNK_BYTES = 1 << 20;
+
 export class KafkaPipeline {
   private readonly options: KafkaPipelineOptions;
   private readonly consumer: Consumer;
   private readonly producer: Producer;
   private readonly pool: EncoderPool;
+  private readonly decoders: DecodePool;
   private states = new Map<number, PartitionState>();
   /** Bytes of events held by open sessions, all partitions. */
   private openBytes = 0;
@@ -103,6 +118,8 @@ export class KafkaPipeline {
   /** Sessions being scored: where their reward dead letters hold the partition's offset. */
   private readonly scoringSessions = new Map<string, { progress: PartitionProgress; offset: number }>();
   private rewardLetters = 0;
+  /** When each session in flight to the files ended (was finalized), for the latency histogram. */
+  private readonly endedAt = new Map<string, number>();
   /** Sessions being scored by the reward stages, in the order they finished assembling. */
   private scoring: Array<{
     state: PartitionState;
@@ -134,6 +151,7 @@ export class KafkaPipeline {
       createPartitioner: Partitioners.DefaultPartitioner,
     });
     this.pool = new EncoderPool(options.sink.encode_workers);
+    this.decoders = new DecodePool(options.source.decode_workers);
     this.topicSink =
       options.trajectoryTopic === undefined
         ? null
@@ -257,6 +275,7 @@ export class KafkaPipeline {
     this.pendingRows = 0;
     this.scoring = [];
     this.scoringSessions.clear();
+    this.endedAt.clear();
     this.states = new Map();
     this.openBytes = 0;
     this.options.metrics.inc("kafka_rebalances");
@@ -376,15 +395,26 @@ export class KafkaPipeline {
     }, this.heartbeatIntervalMs);
     try {
       const state = await this.partitionState(batch.partition, Number(batch.messages[0]!.offset));
-      for (const message of batch.messages) {
-        if (!isRunning() || isStale() || this.stopping || rebalancing) break;
-        if (this.failure !== null) throw this.failure;
-        const offset = Number(message.offset);
-        if (offset < state.progress.next) continue; // redelivered within this generation
-        await this.onMessage(state, offset, message.value ?? Buffer.alloc(0));
-        state.progress.next = offset + 1;
-        payload.resolveOffset(message.offset);
+      // Every chunk goes to the decoders at once: they decode the next chunk while this thread assembles one.
+      const chunks = this.decodeChunks(state.partition, batch.messages);
+      // Offsets are resolved once per chunk, not per message: kafkajs only needs them to know where to
+      // fetch next, and anything it delivers again is skipped by progress.next.
+      let resolved: string | null = null;
+      batch: for (const chunk of chunks) {
+        const decoded = await chunk.results;
+        for (let i = 0; i < chunk.records.length; i++) {
+          if (!isRunning() || isStale() || this.stopping || rebalancing) break batch;
+          if (this.failure !== null) throw this.failure;
+          const record = chunk.records[i]!;
+          const offset = Number(record.origin.offset);
+          if (offset < state.progress.next) continue; // redelivered within this generation
+          await this.onMessage(state, offset, record, decoded[i]!);
+          state.progress.next = offset + 1;
+          resolved = record.origin.offset;
+        }
+        if (resolved !== null) payload.resolveOffset(resolved);
       }
+      if (resolved !== null) payload.resolveOffset(resolved);
       await this.releaseScored();
       await this.flushPending();
     } catch (err) {
@@ -397,16 +427,43 @@ export class KafkaPipeline {
     }
   }
 
-  private async onMessage(state: PartitionState, offset: number, value: Buffer): Promise<void> {
+  /** A batch's messages as records, in chunks handed to the decoders. */
+  private decodeChunks(
+    partition: number,
+    messages: EachBatchPayload["batch"]["messages"],
+  ): Array<{ records: KafkaRecord[]; results: Promise<DecodeResult[]> }> {
     const { topic } = this.options.source;
-    const { metrics } = this.options;
-    const record = {
-      raw: value,
-      origin: { kind: "kafka" as const, topic, partition: state.partition, offset: String(offset) },
+    const chunks: Array<{ records: KafkaRecord[]; results: Promise<DecodeResult[]> }> = [];
+    let records: KafkaRecord[] = [];
+    let bytes = 0;
+    const cut = () => {
+      const results = this.decoders.decode(records);
+      // A chunk left behind by a rebalance may fail after nobody awaits it any more.
+      results.catch(() => {});
+      chunks.push({ records, results });
+      records = [];
+      bytes = 0;
     };
+    for (const message of messages) {
+      const raw = message.value ?? EMPTY;
+      records.push({ raw, origin: { kind: "kafka", topic, partition, offset: message.offset } });
+      bytes += raw.length;
+      if (records.length >= DECODE_CHUNK_EVENTS || bytes >= DECODE_CHUNK_BYTES) cut();
+    }
+    if (records.length > 0) cut();
+    return chunks;
+  }
+
+  private async onMessage(
+    state: PartitionState,
+    offset: number,
+    record: KafkaRecord,
+    decoded: DecodeResult,
+  ): Promise<void> {
+    const { metrics } = this.options;
+    const value = record.raw;
     metrics.inc("kafka_messages");
     metrics.inc("kafka_bytes", "", value.length);
-    const decoded = decodeEvent(record);
     if (decoded.kind === "control") {
       metrics.inc("control_events", decoded.control.type);
       this.options.staleness?.announce(decoded.control.weight_version);
@@ -491,6 +548,7 @@ export class KafkaPipeline {
 
   private async emit(state: PartitionState, o: SessionOutput): Promise<void> {
     const key = sessionKey(o.uid, o.sessionId);
+    this.endedAt.set(key, performance.now());
     const span = state.spans.get(key) ?? [state.progress.next, state.progress.next, 0, 0];
     state.spans.delete(key);
     this.openBytes -= span[2];
@@ -534,7 +592,15 @@ export class KafkaPipeline {
 
   private async writeFiles(state: PartitionState, rows: TrajectoryRow[], key: string, tag: SessionSpan) {
     const progress = state.progress;
-    await state.sink.write(rows, () => progress.release(`s:${key}`), tag);
+    const endedAt = this.endedAt.get(key);
+    this.endedAt.delete(key);
+    const durable = () => {
+      progress.release(`s:${key}`);
+      if (endedAt !== undefined) {
+        this.options.metrics.observe("session_durable_seconds", (performance.now() - endedAt) / 1000);
+      }
+    };
+    await state.sink.write(rows, durable, tag);
   }
 
   /**
@@ -626,10 +692,22 @@ export class KafkaPipeline {
     ]).catch(() => false);
     if (!committed)
       this.log.warn("Could not commit offsets while stopping; the next owner re-reads from the last commit.");
-    await this.consumer.disconnect();
-    await this.producer.disconnect();
-    await this.admin.disconnect();
+    // Files and offsets are settled by now: a client that does not hang up (kafkajs has been seen to wait
+    // forever after a broker restart) must not keep the process from exiting.
+    for (const [name, client] of [
+      ["consumer", this.consumer],
+      ["producer", this.producer],
+      ["admin", this.admin],
+    ] as const) {
+      const done = await Promise.race([
+        client.disconnect().then(() => true),
+        new Promise<false>((resolve) => setTimeout(() => resolve(false), 10_000).unref()),
+      ]).catch(() => false);
+      if (!done)
+        this.log.warn({ client: name }, "The Kafka client did not disconnect within 10 s; going on.");
+    }
     await this.pool.close();
+    await this.decoders.close();
     await this.rewarder?.close();
   }
 }

@@ -1,0 +1,60 @@
+/**
+ * Worker thread: decodes chunks of raw events (UTF-8, JSON, validation, token unpacking, digest) so the
+ * ingest thread only fetches and assembles. Decoding is the largest per-event cost; off the event loop
+ * it also no longer holds back the consumer's heartbeats.
+ */
+import { parentPort } from "node:worker_threads";
+import type { GatewayEvent, PolicyUpdateEvent } from "../../schemas/events.ts";
+import { decodeEvent } from "./decode.ts";
+
+export interface DecodeJob {
+  id: number;
+  /** The chunk's raw events, back to back. */
+  bytes: Uint8Array;
+  /** End offset of each event in `bytes`. */
+  ends: Uint32Array;
+}
+
+/**
+ * Per event: the decoded event and its digest, a control event, or null for a rejection (the ingest
+ * thread decodes that one again itself, with its real origin, to build the dead letter).
+ */
+export type DecodedItem = { event: GatewayEvent; digest: string } | { control: PolicyUpdateEvent } | null;
+
+export interface DecodeReply {
+  id: number;
+  items: DecodedItem[];
+}
+
+// Rejections are redone by the ingest thread, which knows where the event came from.
+const ORIGIN = { kind: "kafka", topic: "", partition: 0, offset: "0" } as const;
+
+/** Buffers of a decoded event's typed arrays: each was allocated for that array alone, so it can move. */
+function addBuffers(event: GatewayEvent, out: ArrayBuffer[]): void {
+  for (const value of Object.values(event)) {
+    if (ArrayBuffer.isView(value) && value.byteLength === value.buffer.byteLength) {
+      out.push(value.buffer as ArrayBuffer);
+    }
+  }
+}
+
+parentPort!.on("message", (job: DecodeJob) => {
+  const items: DecodedItem[] = [];
+  const transfer: ArrayBuffer[] = [];
+  let start = 0;
+  for (let i = 0; i < job.ends.length; i++) {
+    const end = job.ends[i]!;
+    const result = decodeEvent({ raw: job.bytes.subarray(start, end), origin: ORIGIN });
+    start = end;
+    if (result.kind === "event") {
+      items.push({ event: result.value.event, digest: result.value.digest });
+      addBuffers(result.value.event, transfer);
+    } else if (result.kind === "control") {
+      items.push({ control: result.control });
+    } else {
+      items.push(null);
+    }
+  }
+  const reply: DecodeReply = { id: job.id, items };
+  parentPort!.postMessage(reply, transfer);
+});
