@@ -18,6 +18,7 @@ import {
   type EventType,
   type GatewayEvent,
 } from "../../schemas/events.ts";
+import { fastEvent } from "../../schemas/fast-events.ts";
 import { formatOrigin } from "../../schemas/origin.ts";
 import { firstNonFinite } from "../../schemas/tokens.ts";
 
@@ -133,12 +134,15 @@ export function decodeEvent(record: RawRecord): DecodeResult {
       obj,
     );
   }
-  const result = eventSchemas[type as EventType].safeParse(obj);
-  if (!result.success) {
-    const { code, message, issues } = describeIssues(result.error);
-    return reject(code, `${where()}: invalid ${type} event: ${message}`, record, obj, { issues });
+  let event = fastEvent(type as EventType, obj);
+  if (event === null) {
+    const result = eventSchemas[type as EventType].safeParse(obj);
+    if (!result.success) {
+      const { code, message, issues } = describeIssues(result.error);
+      return reject(code, `${where()}: invalid ${type} event: ${message}`, record, obj, { issues });
+    }
+    event = result.data as GatewayEvent;
   }
-  const event = result.data as GatewayEvent;
   if (event.type === "request" || event.type === "response") {
     const problem = checkPromptForm(event);
     if (problem !== null) return reject("INVALID_EVENT", `${where()}: ${problem}`, record, obj);
