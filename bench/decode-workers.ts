@@ -4,24 +4,14 @@
  * branchy sessions, where JSON parsing is the largest per-event cost) and packed arrays (long delta-form
  * sessions, cheap to parse). The evidence behind the option's default; results in BENCHMARKS.md.
  */
-import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { pino } from "pino";
-import { produce } from "../src/cli/produce.ts";
 import { gc } from "./harness.ts";
-import { consumeTopic } from "./kafka-harness.ts";
+import { benchBrokers, consumeTopic, produceFile } from "./kafka-harness.ts";
 import { branchySession, linearSession } from "./workloads.ts";
 
-const brokers =
-  process.env.KAFKA_BROKERS ??
-  execFileSync("bash", [new URL("../scripts/kafka.sh", import.meta.url).pathname, "start"], {
-    encoding: "utf8",
-  })
-    .trim()
-    .split("\n")
-    .pop()!;
+const brokers = benchBrokers();
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 
 const workloads: Array<{ name: string; events: () => Array<Record<string, unknown>> }> = [
@@ -74,13 +64,7 @@ try {
     events = [];
     gc();
     const topic = `decode-${Date.now()}-${w}`;
-    await produce({
-      inputs: [input],
-      topic,
-      connection: { brokers: [brokers], client_id: "bench", connection_timeout_ms: 10_000 },
-      compression: "zstd",
-      logger: pino({ level: "silent" }),
-    });
+    await produceFile(brokers, input, topic);
     const runs = new Map<number, Array<{ seconds: number; tokens: number }>>([
       [0, []],
       [1, []],

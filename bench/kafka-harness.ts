@@ -3,8 +3,10 @@
  * the first message consumed (the group join is not ingest work) to the last file renamed into place and
  * its offsets committed, with the lag sampled every 500 ms and the process's peak RSS.
  */
+import { execFileSync } from "node:child_process";
 import kafkajs from "kafkajs";
 import { pino } from "pino";
+import { produce } from "../src/cli/produce.ts";
 import { Metrics } from "../src/core/metrics.ts";
 import { fileSinkConfigSchema, type FileSinkConfigInput } from "../src/sinks/files/config.ts";
 import { kafkaSourceConfigSchema, type KafkaSourceConfigInput } from "../src/sources/kafka/config.ts";
@@ -12,6 +14,24 @@ import { KafkaPipeline } from "../src/sources/kafka/consumer.ts";
 import { assembleConfigSchema } from "../src/transforms/assemble/config.ts";
 
 const silent = pino({ level: "silent" });
+
+/** KAFKA_BROKERS, or the broker of scripts/kafka.sh (started when it is not running). */
+export function benchBrokers(): string {
+  if (process.env.KAFKA_BROKERS !== undefined) return process.env.KAFKA_BROKERS;
+  const script = new URL("../scripts/kafka.sh", import.meta.url).pathname;
+  return execFileSync("bash", [script, "start"], { encoding: "utf8" }).trim().split("\n").pop()!;
+}
+
+/** Produces a JSONL file of events to `topic` (keyed by uid, zstd batches), as `trajflow produce` does. */
+export async function produceFile(brokers: string, input: string, topic: string): Promise<void> {
+  await produce({
+    inputs: [input],
+    topic,
+    connection: { brokers: [brokers], client_id: "bench", connection_timeout_ms: 10_000 },
+    compression: "zstd",
+    logger: silent,
+  });
+}
 
 export interface Run {
   seconds: number;

@@ -8,25 +8,20 @@
  * - lag: a fresh topic, the consumer running, then `trajflow produce` writing the events as fast as it can;
  *   the lag (high watermarks minus consumed offsets) is sampled every 500 ms.
  */
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import kafkajs from "kafkajs";
 import { pino } from "pino";
-import { produce } from "../src/cli/produce.ts";
 import { replay } from "../src/cli/replay.ts";
 import { gc, record, tokensOfLines } from "./harness.ts";
-import { consumeTopic } from "./kafka-harness.ts";
+import { benchBrokers, consumeTopic, produceFile } from "./kafka-harness.ts";
 import { linearSession } from "./workloads.ts";
 
 const silent = pino({ level: "silent" });
 const BIN = new URL("../bin/trajflow.js", import.meta.url).pathname;
-const brokers =
-  process.env.KAFKA_BROKERS ??
-  execFileSync("bash", [new URL("../scripts/kafka.sh", import.meta.url).pathname, "start"], {
-    encoding: "utf8",
-  }).trim();
+const brokers = benchBrokers();
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 2_000);
 
 const dir = mkdtempSync(join(tmpdir(), "trajflow-bench-kafka-"));
@@ -71,10 +66,9 @@ try {
     note: `${(events / r.seconds).toFixed(0)} events/s, ${r.metrics.total("rows_written")} rows`,
   });
 
-  const connection = { brokers: [brokers], client_id: "bench", connection_timeout_ms: 10_000 };
   const kafkaOnce = async (run: number) => {
     const topic = `bench-${Date.now()}-${run}`;
-    await produce({ inputs: [input], topic, connection, compression: "zstd", logger: silent });
+    await produceFile(brokers, input, topic);
     return consumeTopic(brokers, topic, join(dir, `kafka-${run}`), events);
   };
   const k = [await kafkaOnce(0), await kafkaOnce(1)].sort((a, b) => a.seconds - b.seconds)[0]!;

@@ -18,27 +18,19 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { tableToIPC } from "apache-arrow";
 import kafkajs from "kafkajs";
-import { pino } from "pino";
-import { produce } from "../src/cli/produce.ts";
 import { mulberry32 } from "../src/core/prng.ts";
 import { rowsToTable } from "../src/schemas/trajectory-arrow.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { registerKafkaCodecs } from "../src/sources/kafka/codecs.ts";
 import { assemble } from "../test/helpers/sessions.ts";
 import { gc } from "./harness.ts";
-import { consumeTopic } from "./kafka-harness.ts";
+import { benchBrokers, consumeTopic, produceFile } from "./kafka-harness.ts";
 import { branchySession, linearSession } from "./workloads.ts";
 
-const silent = pino({ level: "silent" });
 const root = new URL("..", import.meta.url).pathname;
 const PYTHON = join(root, ".cache/python/bin/python");
 const PEER = join(root, "bench/peers/linear_merger.py");
-const brokers =
-  process.env.KAFKA_BROKERS ??
-  execFileSync("bash", [join(root, "scripts/kafka.sh"), "start"], { encoding: "utf8" })
-    .trim()
-    .split("\n")
-    .pop()!;
+const brokers = benchBrokers();
 
 interface Workload {
   name: string;
@@ -175,13 +167,7 @@ try {
     expected = [];
     gc();
     const topic = `peers-${Date.now()}-${w}`;
-    await produce({
-      inputs: [input],
-      topic,
-      connection: { brokers: [brokers], client_id: "bench", connection_timeout_ms: 10_000 },
-      compression: "zstd",
-      logger: silent,
-    });
+    await produceFile(brokers, input, topic);
     gc();
     const wasm = await consumeTopic(brokers, topic, join(dir, `w${w}-wasm`), n);
     gc();

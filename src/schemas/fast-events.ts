@@ -22,32 +22,15 @@ const isId = (v: unknown): v is string => typeof v === "string" && v.length > 0;
 const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
 const isTime = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v >= 0;
 
-/** The fields each fast path knows, in schema order: the test compares them with the zod shapes. */
+const ENVELOPE = ["v", "session_id", "uid", "seq", "ts", "type"];
+const PROMPT = ["prompt_ids", "parent_call_id", "prompt_delta_ids", "messages", "tools", "choice_index"];
+
+/** The fields each fast path knows: the test compares them with the zod shapes. */
 export const FAST_FIELDS: Record<EventType, readonly string[]> = {
-  "session.start": ["v", "session_id", "uid", "seq", "ts", "type", "sample_index", "group_size", "metadata"],
-  request: [
-    "v",
-    "session_id",
-    "uid",
-    "seq",
-    "ts",
-    "type",
-    "call_id",
-    "prompt_ids",
-    "parent_call_id",
-    "prompt_delta_ids",
-    "messages",
-    "tools",
-    "choice_index",
-    "weight_version",
-  ],
+  "session.start": [...ENVELOPE, "sample_index", "group_size", "metadata"],
+  request: [...ENVELOPE, "call_id", ...PROMPT, "weight_version"],
   response: [
-    "v",
-    "session_id",
-    "uid",
-    "seq",
-    "ts",
-    "type",
+    ...ENVELOPE,
     "call_id",
     "output_ids",
     "logprobs",
@@ -55,28 +38,10 @@ export const FAST_FIELDS: Record<EventType, readonly string[]> = {
     "weight_version",
     "text",
     "tool_calls",
-    "prompt_ids",
-    "parent_call_id",
-    "prompt_delta_ids",
-    "messages",
-    "tools",
-    "choice_index",
+    ...PROMPT,
   ],
-  reward: [
-    "v",
-    "session_id",
-    "uid",
-    "seq",
-    "ts",
-    "type",
-    "value",
-    "target",
-    "stage",
-    "key",
-    "finished",
-    "info",
-  ],
-  "session.end": ["v", "session_id", "uid", "seq", "ts", "type", "status"],
+  reward: [...ENVELOPE, "value", "target", "stage", "key", "finished", "info"],
+  "session.end": [...ENVELOPE, "status"],
 };
 
 /** Thrown inside a fast path to hand the event to zod; never escapes this module. */
