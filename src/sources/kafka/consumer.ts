@@ -414,7 +414,7 @@ export class KafkaPipeline {
         }
         if (resolved !== null) payload.resolveOffset(resolved);
       }
-      if (resolved !== null) payload.resolveOffset(resolved);
+      if (resolved !== null) payload.resolveOffset(resolved); // after an early break, too
       await this.releaseScored();
       await this.flushPending();
     } catch (err) {
