@@ -19,6 +19,19 @@ export function record(r: Result): void {
   );
 }
 
+/** The fastest of `runs` runs of an async case that times itself (run i gets i, e.g. for its own topic). */
+export async function fastestOf<T extends { seconds: number }>(
+  runs: number,
+  once: (run: number) => Promise<T>,
+): Promise<T> {
+  let best: T | null = null;
+  for (let i = 0; i < runs; i++) {
+    const result = await once(i);
+    if (best === null || result.seconds < best.seconds) best = result;
+  }
+  return best!;
+}
+
 /** Best of `runs` timed runs after one warm-up; returns seconds. Best-of filters scheduler noise. */
 export function bestOf(runs: number, fn: () => void): number {
   fn();

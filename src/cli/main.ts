@@ -14,7 +14,7 @@ import { consumeReport, replayReport } from "./report.ts";
 import { consume } from "./consume.ts";
 import { runPipelineCommand } from "./pipeline.ts";
 import { produce, type ProduceCompression } from "./produce.ts";
-import { OPERATIONS_FLAGS, operationsOptions } from "./operations.ts";
+import { operationsOptions, PIPELINE_COMMAND_FLAGS } from "./operations.ts";
 import { progressBar } from "./progress.ts";
 import { stopOnSignals } from "./signals.ts";
 
@@ -141,11 +141,8 @@ async function runReplay(argv: string[]): Promise<number> {
     "group-timeout-ms": { type: "string" },
     "max-policy-lag": { type: "string" },
     rewards: { type: "string" },
-    ...OPERATIONS_FLAGS,
+    ...PIPELINE_COMMAND_FLAGS,
     "current-policy": { type: "string" },
-    json: { type: "boolean" },
-    "log-level": { type: "string" },
-    help: { type: "boolean", short: "h" },
   });
   if (values.help === true) {
     process.stdout.write(REPLAY_HELP);
@@ -293,16 +290,13 @@ async function runConsume(argv: string[]): Promise<number> {
     "trajectory-topic": { type: "string" },
     "trajectory-format": { type: "string" },
     rewards: { type: "string" },
-    ...OPERATIONS_FLAGS,
+    ...PIPELINE_COMMAND_FLAGS,
     "until-idle-ms": { type: "string" },
     "session-timeout-ms": { type: "string" },
     "max-open-sessions": { type: "string" },
     "max-buffered-bytes": { type: "string" },
     "decode-workers": { type: "string" },
     ...ASSEMBLE_AND_FILE_FLAGS,
-    json: { type: "boolean" },
-    "log-level": { type: "string" },
-    help: { type: "boolean", short: "h" },
   });
   if (values.help === true) {
     process.stdout.write(CONSUME_HELP);

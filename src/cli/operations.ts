@@ -44,9 +44,17 @@ export async function startOperations(
 }
 
 /** Operations flags shared by replay, consume and run (read by operationsOptions). */
-export const OPERATIONS_FLAGS = {
+const OPERATIONS_FLAGS = {
   "metrics-address": { type: "string" },
   "status-interval-ms": { type: "string" },
+} as const;
+
+/** Flags every command that runs a pipeline takes (replay, consume, run, validate). */
+export const PIPELINE_COMMAND_FLAGS = {
+  ...OPERATIONS_FLAGS,
+  json: { type: "boolean" },
+  "log-level": { type: "string" },
+  help: { type: "boolean", short: "h" },
 } as const;
 
 export function operationsOptions(values: Record<string, unknown>): OperationsOptions {

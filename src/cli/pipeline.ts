@@ -8,7 +8,7 @@ import { loadPipeline } from "../pipeline/load.ts";
 import { planPipeline } from "../pipeline/plan.ts";
 import { describePlan, runPlan } from "../pipeline/run.ts";
 import { ExitCode, intOption, parse, usageError } from "./args.ts";
-import { OPERATIONS_FLAGS, operationsOptions } from "./operations.ts";
+import { operationsOptions, PIPELINE_COMMAND_FLAGS } from "./operations.ts";
 import { consumeReport, replayReport } from "./report.ts";
 import { stopOnSignals } from "./signals.ts";
 
@@ -38,10 +38,7 @@ export async function runPipelineCommand(command: "validate" | "run", argv: stri
   const { values, positionals } = parse(argv, {
     set: { type: "string", multiple: true },
     "until-idle-ms": { type: "string" },
-    ...OPERATIONS_FLAGS,
-    json: { type: "boolean" },
-    "log-level": { type: "string" },
-    help: { type: "boolean", short: "h" },
+    ...PIPELINE_COMMAND_FLAGS,
   });
   if (values.help === true) {
     process.stdout.write(command === "run" ? RUN_HELP : VALIDATE_HELP);

@@ -83,6 +83,27 @@ export function isClientError(err: unknown): boolean {
   return err instanceof Error && err.name.startsWith("KafkaJS");
 }
 
+/** Errors that mean "no broker answered", whatever kafkajs decided about retrying them. */
+const BROKER_AWAY = new Set([
+  "KafkaJSConnectionError",
+  "KafkaJSConnectionClosedError",
+  "KafkaJSRequestTimeoutError",
+  "KafkaJSBrokerNotFound",
+  // Thrown at once, as non-retriable, when no broker answers the coordinator lookup: a single-broker
+  // cluster that restarts crashes the consumer for good.
+  "KafkaJSGroupCoordinatorNotFound",
+  "KafkaJSNumberOfRetriesExceeded",
+]);
+
+/** Whether a client error (or one it was caused by) says the brokers are away, not that the setup is wrong. */
+export function isBrokerAway(err: unknown): boolean {
+  for (let e = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
+    const code = (e as { code?: unknown }).code;
+    if (BROKER_AWAY.has(e.name) || code === "ECONNREFUSED" || code === "ECONNRESET") return true;
+  }
+  return false;
+}
+
 /** A redacted view of a connection, safe to log. */
 export function describeConnection(connection: KafkaConnection): Record<string, unknown> {
   return {

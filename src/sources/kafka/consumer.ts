@@ -31,6 +31,7 @@ import type { StalenessFilter } from "../../transforms/staleness/staleness.ts";
 import {
   createKafka,
   describeConnection,
+  isBrokerAway,
   isClientError,
   Partitioners,
   type Consumer,
@@ -184,10 +185,12 @@ export class KafkaPipeline {
     // Every (re)join restarts all assigned partitions at their committed offsets (kafkajs drops resolved
     // offsets on rebalance), so every partition's in-memory state starts over too.
     this.consumer.on(this.consumer.events.GROUP_JOIN, () => this.resetPartitions());
-    // kafkajs restarts the consumer itself after retriable failures (a broker restart): only a crash it
-    // gives up on ends the pipeline.
+    // kafkajs restarts the consumer itself after retriable failures. Some failures of a broker that is
+    // only away it calls final (a restarting single broker); those restart here. Any other crash it
+    // gives up on (authentication, authorization) ends the pipeline.
     this.consumer.on(this.consumer.events.CRASH, (e) => {
       if (e.payload.restart) this.log.warn({ err: e.payload.error }, "The Kafka consumer restarts.");
+      else if (isBrokerAway(e.payload.error)) void this.restartAfterCrash(e.payload.error);
       else this.fail(e.payload.error);
     });
     await this.runConsumer();
@@ -253,6 +256,28 @@ export class KafkaPipeline {
       } finally {
         this.lastProgress = { messages, at: Date.now() };
         this.restarting = false;
+      }
+    }
+  }
+
+  /** Reconnects and runs the consumer again after a crash kafkajs gave up on, with backoff, while running. */
+  private async restartAfterCrash(error: Error): Promise<void> {
+    this.options.metrics.inc("kafka_consumer_restarts");
+    let err = error;
+    for (let attempt = 0; !this.stopping; attempt++) {
+      const delay = Math.min(30_000, 500 * 2 ** attempt);
+      this.log.warn(
+        { err, attempt, delay_ms: delay },
+        "The Kafka consumer crashed, the broker away; restarting it.",
+      );
+      await new Promise((r) => setTimeout(r, delay));
+      if (this.stopping) return;
+      try {
+        await this.consumer.connect();
+        await this.runConsumer();
+        return;
+      } catch (e) {
+        err = e as Error;
       }
     }
   }
@@ -684,6 +709,8 @@ export class KafkaPipeline {
     await this.flushIdle(flushOpen);
     for (const state of this.states.values()) await state.sink.close();
     for (const sink of this.retiring) await sink.drain().catch(() => {});
+    // Each step of a stop is logged: a stop that hangs then says where.
+    this.log.info("Files written; committing offsets.");
     // A commit during a rebalance can wait for the group indefinitely; the files are in place either way
     // and recovery skips their sessions, so an uncommitted offset costs re-reading, never a duplicate.
     const committed = await Promise.race([
@@ -692,6 +719,7 @@ export class KafkaPipeline {
     ]).catch(() => false);
     if (!committed)
       this.log.warn("Could not commit offsets while stopping; the next owner re-reads from the last commit.");
+    this.log.info("Disconnecting from Kafka.");
     // Files and offsets are settled by now: a client that does not hang up (kafkajs has been seen to wait
     // forever after a broker restart) must not keep the process from exiting.
     for (const [name, client] of [
@@ -709,6 +737,7 @@ export class KafkaPipeline {
     await this.pool.close();
     await this.decoders.close();
     await this.rewarder?.close();
+    this.log.info("Stopped.");
   }
 }
 
