@@ -1,5 +1,5 @@
 /**
- * The Kafka side of the benchmarks: consume a topic with trajflow's KafkaPipeline in process, timed from
+ * The Kafka side of the benchmarks: consume a topic with trajflow's runtime in process, timed from
  * the first message consumed (the group join is not ingest work) to the last file renamed into place and
  * its offsets committed, with the lag sampled every 500 ms and the process's peak RSS.
  */
@@ -7,11 +7,12 @@ import { execFileSync } from "node:child_process";
 import kafkajs from "kafkajs";
 import { pino } from "pino";
 import { produce } from "../src/cli/produce.ts";
-import { Metrics } from "../src/core/metrics.ts";
-import { fileSinkConfigSchema, type FileSinkConfigInput } from "../src/sinks/files/config.ts";
-import { kafkaSourceConfigSchema, type KafkaSourceConfigInput } from "../src/sources/kafka/config.ts";
-import { KafkaPipeline } from "../src/sources/kafka/consumer.ts";
-import { assembleConfigSchema } from "../src/transforms/assemble/config.ts";
+import type { Metrics } from "../src/core/metrics.ts";
+import { consumePlan } from "../src/cli/presets.ts";
+import { Runtime } from "../src/runtime/runtime.ts";
+import type { FileSinkConfigInput } from "../src/sinks/files/config.ts";
+import type { KafkaSourceConfigInput } from "../src/sources/kafka/config.ts";
+import type { KafkaSource } from "../src/sources/kafka/source.ts";
 
 const silent = pino({ level: "silent" });
 
@@ -59,21 +60,31 @@ export async function consumeTopic(
   } = {},
 ): Promise<Run> {
   const { sink = {}, whileRunning } = options;
-  const metrics = new Metrics();
-  const pipeline = new KafkaPipeline({
-    source: kafkaSourceConfigSchema.parse({
+  const plan = consumePlan(
+    {
       connection: { brokers: [brokers] },
       topic,
       group_id: options.group ?? `${topic}-g`,
       session_timeout_ms: 10_000,
       ...options.source,
-    }),
-    assemble: assembleConfigSchema.parse({ reward_grace_ms: 0 }),
-    sink: fileSinkConfigSchema.parse({ max_file_age_ms: 1_000, ...sink, path: out }),
-    deadLetterTopic: `${topic}.dead-letter`,
-    metrics,
+    },
+    {
+      assemble: { reward_grace_ms: 0 },
+      files: { max_file_age_ms: 1_000, ...sink, path: out },
+      deadLetters: { type: "kafka", topic: `${topic}.dead-letter` },
+    },
+  );
+  let stopNow!: () => void;
+  const runtime = new Runtime(plan, {
     logger: silent,
+    baseDir: process.cwd(),
+    stopSignal: new Promise<void>((r) => (stopNow = r)),
   });
+  const metrics = runtime.metrics;
+  const running = runtime.run();
+  running.catch(() => {});
+  await runtime.started;
+  const source = runtime.source as KafkaSource;
   const admin = new kafkajs.Kafka({ brokers: [brokers], logLevel: kafkajs.logLevel.NOTHING }).admin();
   await admin.connect();
   const lag: Array<[number, number]> = [];
@@ -82,14 +93,13 @@ export async function consumeTopic(
   const sampler = setInterval(() => {
     peakRss = Math.max(peakRss, process.memoryUsage.rss());
     void admin.fetchTopicOffsets(topic).then((offsets) => {
-      const positions = pipeline.positions();
+      const positions = source.positions();
       let behind = 0;
       // The watermarks were fetched a moment before the positions: a partition can read as ahead of them.
       for (const o of offsets) behind += Math.max(0, Number(o.high) - (positions[o.partition]?.next ?? 0));
       lag.push([(performance.now() - t0) / 1000, behind]);
     });
   }, 500);
-  await pipeline.start();
   const producing = whileRunning?.();
   while (metrics.total("kafka_messages") === 0) await new Promise((r) => setTimeout(r, 5));
   const firstMessage = performance.now();
@@ -99,17 +109,17 @@ export async function consumeTopic(
   // Polled every 5 ms, so only cheap reads here: RSS (a /proc read) is sampled every 500 ms above, and
   // offsets are committed by the pipeline's own interval until everything is consumed.
   for (;;) {
-    const positions = Object.values(pipeline.positions());
+    const positions = Object.values(source.positions());
     const consumed = metrics.total("kafka_messages");
     if (consumed >= messages && !drained) {
       // Everything is consumed: write the partial files now instead of waiting for their age cut.
       drained = true;
       consumedAt = performance.now();
-      await pipeline.flushIdle(false);
+      await runtime.cutFiles();
     }
     if (drained) {
       if (positions.every((p) => p.held === 0 && p.committed === p.next)) break;
-      await pipeline.commit().catch(() => {});
+      await source.commit().catch(() => {});
     }
     await new Promise((r) => setTimeout(r, 5));
   }
@@ -117,7 +127,8 @@ export async function consumeTopic(
   const seconds = (performance.now() - firstMessage) / 1000;
   const drainSeconds = (performance.now() - consumedAt) / 1000;
   clearInterval(sampler);
-  await pipeline.stop(true);
+  stopNow();
+  await running;
   await admin.disconnect();
   return { seconds, drainSeconds, metrics, lag, peakRss };
 }

@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import kafkajs from "kafkajs";
 import { pino } from "pino";
-import { replay } from "../src/cli/replay.ts";
+import { replay } from "../src/cli/presets.ts";
 import { fastestOf, gc, record, tokensOfLines } from "./harness.ts";
 import { benchBrokers, consumeTopic, produceFile } from "./kafka-harness.ts";
 import { linearSession } from "./workloads.ts";

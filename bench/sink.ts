@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { pino } from "pino";
-import { replay } from "../src/cli/replay.ts";
+import { replay } from "../src/cli/presets.ts";
 import { Metrics } from "../src/core/metrics.ts";
 import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
 import { fileSinkConfigSchema } from "../src/sinks/files/config.ts";
@@ -150,7 +150,7 @@ async function replayEndToEnd(dir: string): Promise<void> {
       inputs: [input],
       out: join(dir, `replay-${i}`),
       logger: silent,
-      sink: { max_rows_per_file: 32 },
+      files: { max_rows_per_file: 32 },
     });
     best = Math.min(best, result.seconds);
     rowsOut = result.metrics.total("rows_written");

@@ -2,6 +2,7 @@ import { strict as assert } from "node:assert";
 import { readFileSync } from "node:fs";
 import { it } from "node:test";
 import { ErrorCodes } from "../src/core/errors.ts";
+import { METRICS } from "../src/core/metric-names.ts";
 import { RowFlags } from "../src/schemas/trajectory.ts";
 import { trajectoryArrowSchema } from "../src/schemas/trajectory.ts";
 
@@ -23,4 +24,10 @@ it("docs/output.md documents every column and every flag", () => {
   assert.deepEqual(columns, []);
   const flags = Object.values(RowFlags).filter((flag) => !tableRow(output, flag));
   assert.deepEqual(flags, []);
+});
+
+it("docs/metrics.md documents every metric", () => {
+  const metrics = doc("metrics.md");
+  const missing = Object.keys(METRICS).filter((name) => !tableRow(metrics, name));
+  assert.deepEqual(missing, []);
 });

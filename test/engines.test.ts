@@ -83,7 +83,7 @@ describe("engines and formats", () => {
       "zstd",
     ]);
     assert.equal(result.code, 2);
-    assert.match(result.stderr, /sink\.compression: parquetjs-lite cannot write zstd/);
+    assert.match(result.stderr, /sinks\.files\.compression: parquetjs-lite cannot write zstd/);
     assert.throws(() => readdirSync(out));
   });
 });

@@ -90,8 +90,59 @@ describe("pipeline validation", () => {
     const r = await runCli(["validate", path]);
     assert.equal(r.code, 2);
     assert.match(r.stderr, /transforms: the source must feed an assemble transform first/);
-    assert.match(r.stderr, /transforms run in the order assemble → rewards → staleness → group/);
-    assert.match(r.stderr, /sinks.topic: a kafka trajectory sink needs a kafka source/);
+    assert.match(r.stderr, /transforms.assemble: assemble runs once, first/);
+    assert.match(
+      r.stderr,
+      /sinks.topic.connection: a kafka sink needs a connection when the source is not kafka/,
+    );
+    const order = file(
+      "order.yaml",
+      [
+        "sources:",
+        "  events: { type: kafka, connection: { brokers: [b:9092] }, topic: t, group_id: g }",
+        "transforms:",
+        "  assemble: { type: assemble, inputs: [events] }",
+        "  group: { type: group, inputs: [assemble] }",
+        "  staleness: { type: staleness, inputs: [group], max_lag: 1 }",
+        "sinks:",
+        "  files: { type: parquet, inputs: [staleness], path: out }",
+        "  more: { type: arrow, inputs: [staleness], path: out2 }",
+        "",
+      ].join("\n"),
+    );
+    const o = await runCli(["validate", order]);
+    assert.equal(o.code, 2);
+    assert.match(o.stderr, /:5: transforms.group: group must be the last transform/);
+    assert.match(
+      o.stderr,
+      /sinks: exactly one parquet or arrow sink is needed \(recovery trusts it\), found 2/,
+    );
+  });
+
+  it("accepts every transform and sink on every source", async () => {
+    const path = file(
+      "any.yaml",
+      [
+        "sources:",
+        "  events: { type: kafka, connection: { brokers: [b:9092] }, topic: t, group_id: g }",
+        "transforms:",
+        "  assemble: { type: assemble, inputs: [events] }",
+        "  staleness: { type: staleness, inputs: [assemble], max_lag: 1 }",
+        "  rewards: { type: rewards, inputs: [staleness], stages: [{ name: env, type: env }] }",
+        "  group: { type: group, inputs: [rewards] }",
+        "sinks:",
+        "  files: { type: parquet, inputs: [group], path: out, partition_by: policy }",
+        "  topic: { type: kafka, inputs: [group], topic: t.rows }",
+        "dead_letters: { type: files, path: dl }",
+        "",
+      ].join("\n"),
+    );
+    const r = await runCli(["validate", path]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(
+      r.stdout,
+      /kafka events → assemble → staleness → rewards → group → topic t.rows \+ parquet files in out; dead letters in dl/,
+    );
   });
 
   it("takes --set overrides and typed environment values", async () => {

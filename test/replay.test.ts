@@ -191,7 +191,7 @@ describe("replay", () => {
     ]);
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /assemble\.drift_policy/);
-    assert.match(bad.stderr, /sink\.compression/);
+    assert.match(bad.stderr, /sinks\.files\.compression/);
     const missing = await runCli(["replay", join(scratch, "nope.jsonl"), "--out", freshDir()]);
     assert.equal(missing.code, 1);
     assert.match(missing.stderr, /SOURCE_READ_FAILED/);

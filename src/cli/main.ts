@@ -9,9 +9,9 @@ import { ExitCode, intOption, jsonFileOption, parse, usageError } from "./args.t
 import { writeFileSync } from "node:fs";
 import { isTokenizerName, renderHtml, tokenDecoder, type TokenizerName } from "./inspect-html.ts";
 import { inspect, selectRows } from "./inspect.ts";
-import { replay } from "./replay.ts";
-import { consumeReport, replayReport } from "./report.ts";
-import { consume } from "./consume.ts";
+import { runReport } from "./report.ts";
+import { execute } from "./execute.ts";
+import { consumePlan, replayPlan } from "./presets.ts";
 import { runPipelineCommand } from "./pipeline.ts";
 import { produce, type ProduceCompression } from "./produce.ts";
 import { operationsOptions, PIPELINE_COMMAND_FLAGS } from "./operations.ts";
@@ -37,6 +37,7 @@ const REPLAY_HELP = `trajflow replay <events.jsonl[.gz]...> --out <dir> [options
 Replays recorded gateway events (protocol v1, one JSON object per line; gzip is detected), assembles
 each session's trajectories and writes them as Parquet (or Arrow IPC) files under <dir>. Rejected
 events are written to <dir>/dead-letter/ with an error code (docs/errors.md). Prints a summary.
+A preset: the same runtime as \`trajflow run\` of a pipeline with a jsonl source (docs/pipelines.md).
 
 Assembly:
   --out <dir>               output directory (required)
@@ -54,6 +55,8 @@ Files:
                             (off by default, so replays stay deterministic)
   --partition-by <p>        none (default), date (date=YYYY-MM-DD) or policy (policy=<version>)
   --encode-workers <n>      worker threads encoding files (default 1)
+  --decode-workers <n>      worker threads decoding events (default 0: decoded inline)
+  --dead-letter-dir <dir>   where rejected events go (default <out>/dead-letter)
 Trainer-shaped batches:
   --group                   GRPO group mode: write a uid's n sessions together, padded with placeholders
   --group-size <n>          n for sessions whose session.start has no group_size (implies --group)
@@ -104,6 +107,20 @@ const ASSEMBLE_AND_FILE_FLAGS = {
   "file-age-ms": { type: "string" },
 } as const;
 
+/** Flags of the transforms and file layout shared by replay and consume. */
+const SHAPE_FLAGS = {
+  "partition-by": { type: "string" },
+  "encode-workers": { type: "string" },
+  "decode-workers": { type: "string" },
+  "dead-letter-dir": { type: "string" },
+  grpo: { type: "boolean" },
+  "group-size": { type: "string" },
+  "group-timeout-ms": { type: "string" },
+  "max-policy-lag": { type: "string" },
+  "current-policy": { type: "string" },
+  rewards: { type: "string" },
+} as const;
+
 type Values = Record<string, string | boolean | string[] | undefined>;
 
 const str = (values: Values, name: string) => values[name] as string | undefined;
@@ -130,19 +147,19 @@ function fileOptions(values: Values) {
   };
 }
 
+function checkPolicyFlags(values: Values): void {
+  if (values["current-policy"] !== undefined && values["max-policy-lag"] === undefined) {
+    throw usageError("--current-policy needs --max-policy-lag");
+  }
+}
+
 async function runReplay(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, {
     out: { type: "string" },
     ...ASSEMBLE_AND_FILE_FLAGS,
-    "partition-by": { type: "string" },
-    "encode-workers": { type: "string" },
+    ...SHAPE_FLAGS,
     group: { type: "boolean" },
-    "group-size": { type: "string" },
-    "group-timeout-ms": { type: "string" },
-    "max-policy-lag": { type: "string" },
-    rewards: { type: "string" },
     ...PIPELINE_COMMAND_FLAGS,
-    "current-policy": { type: "string" },
   });
   if (values.help === true) {
     process.stdout.write(REPLAY_HELP);
@@ -150,27 +167,23 @@ async function runReplay(argv: string[]): Promise<number> {
   }
   if (positionals.length === 0) throw usageError("replay needs at least one events file");
   if (values.out === undefined) throw usageError("replay needs --out <dir>");
-  if (values["current-policy"] !== undefined && values["max-policy-lag"] === undefined) {
-    throw usageError("--current-policy needs --max-policy-lag");
-  }
+  checkPolicyFlags(values);
   const logger = createLogger({ level: values["log-level"] });
   const rewards = jsonFileOption("rewards", values.rewards);
-  const result = await replay({
-    inputs: positionals,
-    out: values.out,
-    logger,
-    rewards: rewards?.value as RewardsConfigInput | undefined,
-    rewardsBaseDir: rewards?.dir,
-    operations: operationsOptions(values),
-    onProgress: progressBar(positionals),
+  const plan = replayPlan(positionals, intOption("decode-workers", values["decode-workers"]), {
     assemble: assembleOptions(values),
-    sink: {
+    files: {
       ...fileOptions(values),
-      partition_by: values["partition-by"] as "none" | undefined,
+      path: values.out,
+      partition_by: values["partition-by"],
       encode_workers: intOption("encode-workers", values["encode-workers"]),
     },
+    rewards: rewards?.value as RewardsConfigInput | undefined,
     group:
-      values.group === true || values["group-size"] !== undefined || values["group-timeout-ms"] !== undefined
+      values.group === true ||
+      values.grpo === true ||
+      values["group-size"] !== undefined ||
+      values["group-timeout-ms"] !== undefined
         ? {
             group_size: intOption("group-size", values["group-size"]),
             timeout_ms: intOption("group-timeout-ms", values["group-timeout-ms"]),
@@ -183,10 +196,24 @@ async function runReplay(argv: string[]): Promise<number> {
             current_version: intOption("current-policy", values["current-policy"]),
           }
         : undefined,
+    deadLetters:
+      values["dead-letter-dir"] === undefined
+        ? undefined
+        : { type: "files", path: values["dead-letter-dir"] },
+  });
+  const bar = progressBar(positionals);
+  const result = await execute(plan, {
+    logger,
+    baseDir: rewards?.dir ?? process.cwd(),
+    operations: operationsOptions(values),
+    onBatch: (runtime) => {
+      const progress = runtime.source.progress;
+      if (progress !== undefined) bar?.(progress, runtime.metrics);
+    },
   });
   // Clear the progress bar's line before the summary.
   if (process.stderr.isTTY === true) process.stderr.write("\r\x1b[K");
-  process.stdout.write(replayReport(result, values.out, values.json === true));
+  process.stdout.write(runReport("replay", result, values.json === true));
   return ExitCode.OK;
 }
 
@@ -207,7 +234,8 @@ const CONSUME_HELP = `trajflow consume --topic <t> --group <g> --out <dir> [opti
 Consumes gateway events from a Kafka topic, assembles trajectories and writes them as files named after
 the offsets they cover, exactly once: offsets are committed only after files are in place, and sessions
 already in files are skipped after a crash or rebalance. Rejected events go to a dead-letter topic.
-Runs until SIGTERM or SIGINT.
+Runs until SIGTERM or SIGINT. A preset: the same runtime as \`trajflow run\` of a pipeline with a kafka
+source (docs/pipelines.md).
 
 Options:
   --topic <t>               topic of gateway events (required)
@@ -215,6 +243,7 @@ Options:
   --out <dir>               output directory (required)
   --brokers <list>          comma-separated bootstrap brokers (default $KAFKA_BROKERS or 127.0.0.1:9092)
   --dead-letter-topic <t>   default <topic>.dead-letter
+  --dead-letter-dir <dir>   write dead letters as files there instead of to a topic
   --trajectory-topic <t>    also produce every row to this topic, keyed uid_session_index (at least
                             once: acknowledged before the row's file is written)
   --trajectory-format <f>   json (default) or arrow (an Arrow IPC stream of one row per message)
@@ -229,6 +258,9 @@ Options:
   --decode-workers <n>      worker threads decoding events while this thread fetches and assembles
                             (default 0: no gain on 2 cores; see docs/operations.md)
   --drift-policy, --idle-timeout-ms, --reward-grace-ms, --max-tokens    as for replay
+  --grpo                    GRPO group mode, as replay's --group (--group names the consumer group here)
+  --group-size, --group-timeout-ms, --max-policy-lag, --current-policy,
+  --partition-by, --encode-workers, --dead-letter-dir                    as for replay
   --format, --engine, --compression, --rows-per-file, --tokens-per-file  as for replay
   --file-age-ms <n>         write buffered rows after n ms even if the file is small (default 10000 here,
                             so a quiet partition still lands its rows and commits its offsets)
@@ -289,13 +321,12 @@ async function runConsume(argv: string[]): Promise<number> {
     "dead-letter-topic": { type: "string" },
     "trajectory-topic": { type: "string" },
     "trajectory-format": { type: "string" },
-    rewards: { type: "string" },
     ...PIPELINE_COMMAND_FLAGS,
     "until-idle-ms": { type: "string" },
     "session-timeout-ms": { type: "string" },
     "max-open-sessions": { type: "string" },
     "max-buffered-bytes": { type: "string" },
-    "decode-workers": { type: "string" },
+    ...SHAPE_FLAGS,
     ...ASSEMBLE_AND_FILE_FLAGS,
   });
   if (values.help === true) {
@@ -306,39 +337,68 @@ async function runConsume(argv: string[]): Promise<number> {
   for (const required of ["topic", "group", "out"] as const) {
     if (values[required] === undefined) throw usageError(`consume needs --${required}`);
   }
+  checkPolicyFlags(values);
   const logger = createLogger({ level: values["log-level"] });
-  const stopSignal = stopOnSignals(logger);
   const consumeRewards = jsonFileOption("rewards", values.rewards);
-  const result = await consume({
-    source: {
+  const plan = consumePlan(
+    {
       connection: { brokers: brokers(values.brokers) },
-      topic: values.topic!,
-      group_id: values.group!,
+      topic: values.topic,
+      group_id: values.group,
       session_timeout_ms: intOption("session-timeout-ms", values["session-timeout-ms"]),
-      max_open_sessions: intOption("max-open-sessions", values["max-open-sessions"]),
-      max_buffered_bytes: intOption("max-buffered-bytes", values["max-buffered-bytes"]),
       decode_workers: intOption("decode-workers", values["decode-workers"]),
     },
-    out: values.out!,
-    deadLetterTopic: values["dead-letter-topic"],
-    rewards: consumeRewards?.value as RewardsConfigInput | undefined,
-    rewardsBaseDir: consumeRewards?.dir,
-    operations: operationsOptions(values),
-    trajectoryTopic:
-      values["trajectory-topic"] === undefined
-        ? undefined
-        : {
-            topic: values["trajectory-topic"],
-            // Checked by the sink's schema, which lists every problem at once.
-            format: values["trajectory-format"] as "json" | "arrow" | undefined,
-          },
-    untilIdleMs: intOption("until-idle-ms", values["until-idle-ms"]),
-    assemble: assembleOptions(values),
-    sink: fileOptions(values),
+    {
+      assemble: {
+        ...assembleOptions(values),
+        max_open_sessions: intOption("max-open-sessions", values["max-open-sessions"]),
+        max_buffered_bytes: intOption("max-buffered-bytes", values["max-buffered-bytes"]),
+      },
+      files: {
+        ...fileOptions(values),
+        path: values.out,
+        partition_by: values["partition-by"],
+        encode_workers: intOption("encode-workers", values["encode-workers"]),
+      },
+      rewards: consumeRewards?.value as RewardsConfigInput | undefined,
+      group:
+        values.grpo === true || values["group-size"] !== undefined || values["group-timeout-ms"] !== undefined
+          ? {
+              group_size: intOption("group-size", values["group-size"]),
+              timeout_ms: intOption("group-timeout-ms", values["group-timeout-ms"]),
+            }
+          : undefined,
+      staleness:
+        values["max-policy-lag"] !== undefined
+          ? {
+              max_lag: intOption("max-policy-lag", values["max-policy-lag"])!,
+              current_version: intOption("current-policy", values["current-policy"]),
+            }
+          : undefined,
+      topic:
+        values["trajectory-topic"] === undefined
+          ? undefined
+          : {
+              topic: values["trajectory-topic"],
+              // Checked by the sink's schema, which lists every problem at once.
+              format: values["trajectory-format"],
+            },
+      deadLetters:
+        values["dead-letter-dir"] !== undefined
+          ? { type: "files", path: values["dead-letter-dir"] }
+          : values["dead-letter-topic"] !== undefined
+            ? { type: "kafka", topic: values["dead-letter-topic"] }
+            : undefined,
+    },
+  );
+  const result = await execute(plan, {
     logger,
-    stopSignal,
+    baseDir: consumeRewards?.dir ?? process.cwd(),
+    operations: operationsOptions(values),
+    untilIdleMs: intOption("until-idle-ms", values["until-idle-ms"]),
+    stopSignal: stopOnSignals(logger),
   });
-  process.stdout.write(consumeReport("consume", result.metrics, result.seconds, values.json === true));
+  process.stdout.write(runReport("consume", result, values.json === true));
   return ExitCode.OK;
 }
 

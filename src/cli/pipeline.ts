@@ -4,12 +4,13 @@
  * opening a file or a connection.
  */
 import { createLogger } from "../core/logger.ts";
-import { loadPipeline } from "../pipeline/load.ts";
-import { planPipeline } from "../pipeline/plan.ts";
-import { describePlan, runPlan } from "../pipeline/run.ts";
+import { dirname, resolve } from "node:path";
+import { loadPipeline } from "../runtime/load.ts";
+import { describePlan, planPipeline } from "../runtime/plan.ts";
 import { ExitCode, intOption, parse, usageError } from "./args.ts";
 import { operationsOptions, PIPELINE_COMMAND_FLAGS } from "./operations.ts";
-import { consumeReport, replayReport } from "./report.ts";
+import { execute } from "./execute.ts";
+import { runReport } from "./report.ts";
 import { stopOnSignals } from "./signals.ts";
 
 export const VALIDATE_HELP = `trajflow validate <pipeline.yaml> [--set path=value]...
@@ -21,8 +22,8 @@ problem with file:line. Exit code 0 when valid, 2 when not.
 
 export const RUN_HELP = `trajflow run <pipeline.yaml> [options]
 
-Validates, then runs a pipeline file. A jsonl source runs to the end of its files (as replay); a kafka
-source runs until SIGTERM or SIGINT (as consume; a second signal exits at once).
+Validates, then runs a pipeline file on the runtime replay and consume are presets of. A jsonl source
+runs to the end of its files; a kafka source runs until SIGTERM or SIGINT (a second signal exits at once).
 
 Options:
   --set <path=value>     override a value, e.g. --set sinks.files.path=/data/out (repeatable)
@@ -56,18 +57,14 @@ export async function runPipelineCommand(command: "validate" | "run", argv: stri
   }
   const logger = createLogger({ level: values["log-level"] });
   logger.info({ pipeline: file }, describePlan(plan));
-  const result = await runPlan(plan, {
-    file,
+  const result = await execute(plan, {
     logger,
+    // Model and module paths of reward stages are relative to the pipeline file.
+    baseDir: dirname(resolve(file)),
     untilIdleMs: intOption("until-idle-ms", values["until-idle-ms"]),
     stopSignal: plan.source.type === "kafka" ? stopOnSignals(logger) : undefined,
     operations: operationsOptions(values),
   });
-  const json = values.json === true;
-  process.stdout.write(
-    result.kind === "replay"
-      ? replayReport(result.result, result.out, json)
-      : consumeReport("run", result.metrics, result.seconds, json),
-  );
+  process.stdout.write(runReport("run", result, values.json === true));
   return ExitCode.OK;
 }

@@ -1,30 +1,69 @@
 /**
- * What a run prints when it ends: the same for `replay` / `consume` and for `trajflow run` of a pipeline
- * with a jsonl / kafka source, as text for a person or as JSON (`--json`).
+ * What a run prints when it ends: one report for `replay`, `consume` and `run`, whatever the source, as
+ * text for a person or as JSON (`--json`).
  */
-import type { Metrics } from "../core/metrics.ts";
-import { formatSummary, type ReplayResult } from "./replay.ts";
+import type { RunResult } from "../runtime/runtime.ts";
 
-export function replayReport(result: ReplayResult, out: string, json: boolean): string {
-  if (!json) return `${formatSummary(result, out)}\n`;
-  const { events, seconds, files, deadLetterFiles, metrics } = result;
-  return `${JSON.stringify({ events, seconds, files, dead_letter_files: deadLetterFiles, metrics: metrics.snapshot() }, null, 2)}\n`;
-}
+const fmt = (n: number) => n.toLocaleString("en-US");
 
-export function consumeReport(command: string, metrics: Metrics, seconds: number, json: boolean): string {
-  const p50 = metrics.quantile("session_durable_seconds", 0.5);
-  const p99 = metrics.quantile("session_durable_seconds", 0.99);
+export function runReport(command: string, result: RunResult, json: boolean): string {
+  const m = result.metrics;
+  const p50 = m.quantile("session_durable_seconds", 0.5);
+  const p99 = m.quantile("session_durable_seconds", 0.99);
   if (json) {
-    const latency = p50 === null ? {} : { session_durable_seconds: { p50, p99 } };
-    return `${JSON.stringify({ seconds, metrics: metrics.snapshot(), ...latency }, null, 2)}\n`;
+    const { events, seconds, files, deadLetterFiles } = result;
+    return `${JSON.stringify(
+      {
+        events,
+        seconds,
+        files,
+        dead_letter_files: deadLetterFiles,
+        metrics: m.snapshot(),
+        ...(p50 === null ? {} : { session_durable_seconds: { p50, p99 } }),
+      },
+      null,
+      2,
+    )}\n`;
   }
-  const latency =
-    p50 === null || p99 === null
-      ? ""
-      : `; session end -> durable file p50 ${(p50 * 1000).toFixed(0)} ms, p99 ${(p99 * 1000).toFixed(0)} ms`;
-  return (
-    `trajflow ${command}: ${metrics.total("kafka_messages")} messages in ${seconds.toFixed(1)} s, ` +
-    `${metrics.total("rows_written")} rows in ${metrics.total("files_committed")} file(s), ` +
-    `${metrics.total("dead_letters")} dead letters${latency}\n`
-  );
+  const byLabel = (name: string) =>
+    m
+      .byLabel(name)
+      .map(([k, v]) => `${k} ${fmt(v)}`)
+      .join(", ");
+  const sessions = m.total("sessions_finalized");
+  const deadLetters = m.total("dead_letters");
+  const tokensIn = m.total("tokens_received");
+  const where = result.deadLetterDir ?? "the dead-letter topic";
+  const lines = [
+    `trajflow ${command}: ${fmt(result.events)} ${result.kind === "kafka" ? "messages" : "events"} in ` +
+      `${result.seconds.toFixed(2)} s (${fmt(Math.round(tokensIn / Math.max(result.seconds, 1e-9)))} tokens/s)`,
+    `  sessions      ${fmt(sessions)} finalized${sessions > 0 ? ` (${byLabel("sessions_finalized")})` : ""}` +
+      `, ${fmt(m.total("sessions_without_rows"))} without rows`,
+    `  rows          ${fmt(m.total("rows_written"))} in ${fmt(m.total("files_committed"))} file(s) under ${result.out}`,
+    `  tokens        ${fmt(tokensIn)} received, ${fmt(m.total("tokens_emitted"))} in rows, ` +
+      `${fmt(m.total("tokens_trained"))} trained (mask 1)`,
+    `  assembly      drift ${fmt(m.total("drift_detected"))}, history edited ${fmt(m.total("history_edited"))}, ` +
+      `retry orphans dropped ${fmt(m.total("orphans_dropped"))}, duplicates ignored ` +
+      `${fmt(m.total("duplicate_events_ignored"))}, truncated ${fmt(m.total("rows_truncated"))}, ` +
+      `missing logprobs ${fmt(m.total("rows_missing_logprobs"))}`,
+    ...(m.total("groups_emitted") > 0
+      ? [
+          `  groups        ${fmt(m.total("groups_emitted"))} written, ${fmt(m.total("groups_timed_out") + m.total("groups_incomplete_at_end"))} ` +
+            `padded${m.total("placeholders") > 0 ? ` (placeholders: ${byLabel("placeholders")})` : ""}`,
+        ]
+      : []),
+    ...(m.total("rows_stale_dropped") > 0
+      ? [`  staleness     ${fmt(m.total("rows_stale_dropped"))} stale rows dropped`]
+      : []),
+    ...(m.total("topic_rows_produced") > 0
+      ? [`  topic         ${fmt(m.total("topic_rows_produced"))} rows produced`]
+      : []),
+    ...(p50 === null || p99 === null
+      ? []
+      : [
+          `  latency       session end -> durable file p50 ${(p50 * 1000).toFixed(0)} ms, p99 ${(p99 * 1000).toFixed(0)} ms`,
+        ]),
+    `  dead letters  ${fmt(deadLetters)}${deadLetters > 0 ? ` (${byLabel("dead_letters")}) in ${where}` : ""}`,
+  ];
+  return `${lines.join("\n")}\n`;
 }

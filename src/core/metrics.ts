@@ -1,3 +1,5 @@
+import type { CounterName, HistogramName } from "./metric-names.ts";
+
 /** Upper bounds (seconds) of the latency histograms' buckets, as Prometheus histograms have them. */
 export const LATENCY_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
@@ -25,7 +27,7 @@ export class Metrics {
   private readonly histograms = new Map<string, Histogram>();
 
   /** Records one observation (e.g. a latency in seconds) in histogram `name`. */
-  observe(name: string, value: number, bounds: number[] = LATENCY_BUCKETS): void {
+  observe(name: HistogramName, value: number, bounds: number[] = LATENCY_BUCKETS): void {
     let h = this.histograms.get(name);
     if (h === undefined) {
       h = {
@@ -54,7 +56,7 @@ export class Metrics {
    * The q-quantile (0..1) of the latest observations of histogram `name` (up to the last 10,000), by the
    * nearest-rank method; null when nothing was observed.
    */
-  quantile(name: string, q: number): number | null {
+  quantile(name: HistogramName, q: number): number | null {
     const h = this.histograms.get(name);
     if (h === undefined || h.count === 0) return null;
     const sorted = h.recent.slice(0, Math.min(h.count, RECENT)).sort();
@@ -62,7 +64,7 @@ export class Metrics {
   }
 
   /** Adds `by` to counter `name` (with optional label value, e.g. an error code). */
-  inc(name: string, label = "", by = 1): void {
+  inc(name: CounterName, label = "", by = 1): void {
     let series = this.counters.get(name);
     if (series === undefined) {
       series = new Map();

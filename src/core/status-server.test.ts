@@ -1,7 +1,7 @@
 import { strict as assert } from "node:assert";
 import { it } from "node:test";
 import { pino } from "pino";
-import { watchdogShouldRestart } from "../sources/kafka/consumer.ts";
+import { watchdogShouldRestart } from "../sources/kafka/source.ts";
 import { Metrics } from "./metrics.ts";
 import { prometheusText, StatusServer, type Gauge } from "./status-server.ts";
 
@@ -42,14 +42,14 @@ it("exposes counters with their label names, and gauges, in the Prometheus text 
 
 it("gives exact quantiles of the latest observations", () => {
   const m = new Metrics();
-  assert.equal(m.quantile("lat", 0.5), null);
-  for (let i = 100; i >= 1; i--) m.observe("lat", i / 1000);
-  assert.equal(m.quantile("lat", 0.5), 0.05);
-  assert.equal(m.quantile("lat", 0.99), 0.099);
-  assert.equal(m.quantile("lat", 1), 0.1);
+  assert.equal(m.quantile("session_durable_seconds", 0.5), null);
+  for (let i = 100; i >= 1; i--) m.observe("session_durable_seconds", i / 1000);
+  assert.equal(m.quantile("session_durable_seconds", 0.5), 0.05);
+  assert.equal(m.quantile("session_durable_seconds", 0.99), 0.099);
+  assert.equal(m.quantile("session_durable_seconds", 1), 0.1);
   // Only the latest 10,000 observations count: older ones drop out of the quantiles, not the buckets.
-  for (let i = 0; i < 10_000; i++) m.observe("lat", 7);
-  assert.equal(m.quantile("lat", 0.01), 7);
+  for (let i = 0; i < 10_000; i++) m.observe("session_durable_seconds", 7);
+  assert.equal(m.quantile("session_durable_seconds", 0.01), 7);
   assert.equal(m.histogramEntries()[0]![1].count, 10_100);
 });
 

@@ -6,24 +6,10 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "./logger.ts";
+import { METRICS } from "./metric-names.ts";
 import type { Metrics } from "./metrics.ts";
 
-/** The Prometheus label name of each labelled counter (docs/operations.md). */
-const LABELS: Record<string, string> = {
-  dead_letters: "code",
-  files_committed: "outcome",
-  sessions_finalized: "status",
-  control_events: "type",
-  placeholders: "reason",
-  reward_batches: "stage",
-  reward_batch_items: "stage",
-  reward_latency_ms: "stage",
-  reward_retries: "stage",
-  reward_batch_splits: "stage",
-  reward_call_failures: "stage",
-  reward_failures: "stage",
-  reward_timeouts: "stage",
-};
+const spec = (name: string) => (METRICS as Record<string, { label?: string; help: string }>)[name];
 
 export type Gauge = () => Array<{ labels?: Record<string, string>; value: number }> | number;
 
@@ -38,17 +24,17 @@ export function prometheusText(metrics: Metrics, gauges: Map<string, Gauge>): st
   const lines: string[] = [];
   for (const [name, series] of Object.entries(metrics.snapshot())) {
     const metric = `trajflow_${name}_total`;
-    lines.push(`# TYPE ${metric} counter`);
+    lines.push(`# HELP ${metric} ${spec(name)?.help ?? name}`, `# TYPE ${metric} counter`);
     if (typeof series === "number") lines.push(`${metric} ${series}`);
     else {
-      const label = LABELS[name] ?? "label";
+      const label = spec(name)?.label ?? "label";
       for (const [value, n] of Object.entries(series))
         lines.push(`${metric}${labelText({ [label]: value })} ${n}`);
     }
   }
   for (const [name, h] of metrics.histogramEntries()) {
     const metric = `trajflow_${name}`;
-    lines.push(`# TYPE ${metric} histogram`);
+    lines.push(`# HELP ${metric} ${spec(name)?.help ?? name}`, `# TYPE ${metric} histogram`);
     let cumulative = 0;
     for (let i = 0; i <= h.bounds.length; i++) {
       cumulative += h.counts[i]!;
@@ -59,7 +45,7 @@ export function prometheusText(metrics: Metrics, gauges: Map<string, Gauge>): st
   }
   for (const [name, gauge] of gauges) {
     const metric = `trajflow_${name}`;
-    lines.push(`# TYPE ${metric} gauge`);
+    lines.push(`# HELP ${metric} ${spec(name)?.help ?? name}`, `# TYPE ${metric} gauge`);
     const value = gauge();
     if (typeof value === "number") lines.push(`${metric} ${value}`);
     else for (const v of value) lines.push(`${metric}${labelText(v.labels ?? {})} ${v.value}`);

@@ -41,3 +41,50 @@ export async function rowsIn(dir: string): Promise<Array<Record<string, unknown>
   for (const f of await listDataFiles(dir)) rows.push(...(await readRows(f)));
   return rows.map(plain).sort(byKey);
 }
+
+/**
+ * GRPO-shaped sessions: `uids` prompts with `groupSize` rollouts each, over policies 1-3 by uid; every
+ * third uid misses its last rollout (its group is padded with a placeholder). Written as first.jsonl and
+ * second.jsonl (half the uids each) in `dir`.
+ */
+export function groupWorkload(dir: string, uids = 24, groupSize = 4) {
+  const shape = { initialPrompt: 64, turns: 3, outputTokens: 16, observationTokens: 8 };
+  const first: string[] = [];
+  const second: string[] = [];
+  let s = 0;
+  for (let u = 0; u < uids; u++) {
+    const rollouts = u % 3 === 0 ? groupSize - 1 : groupSize;
+    const policy = 1 + (u % 3);
+    for (let k = 0; k < rollouts; k++, s++) {
+      const lines = linearSession(shape, "delta", {
+        uid: `prompt-${u}`,
+        sessionId: `r${k}`,
+        seed: s + 1,
+        t0: s * 1_000,
+      }).map((e) =>
+        JSON.stringify(
+          e.type === "session.start"
+            ? { ...e, sample_index: k, group_size: groupSize }
+            : e.type === "request"
+              ? { ...e, weight_version: policy }
+              : e,
+        ),
+      );
+      (u < uids / 2 ? first : second).push(...lines);
+    }
+  }
+  const firstPath = join(dir, "group-first.jsonl");
+  const secondPath = join(dir, "group-second.jsonl");
+  const allPath = join(dir, "group-all.jsonl");
+  writeFileSync(firstPath, `${first.join("\n")}\n`);
+  writeFileSync(secondPath, `${second.join("\n")}\n`);
+  writeFileSync(allPath, `${[...first, ...second].join("\n")}\n`);
+  return { first: firstPath, second: secondPath, all: allPath };
+}
+
+/** Data files under `dir` (partition directories included) with the uids of the rows each holds. */
+export async function uidsByFile(dir: string): Promise<Map<string, Set<string>>> {
+  const out = new Map<string, Set<string>>();
+  for (const f of await listDataFiles(dir)) out.set(f, new Set((await readRows(f)).map((r) => r.uid)));
+  return out;
+}

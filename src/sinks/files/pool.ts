@@ -72,11 +72,17 @@ export class EncoderPool {
     return slot;
   }
 
-  /** Encodes and commits one file. The rows are handed over: do not use them afterwards. */
-  run(path: string, rows: TrajectoryRow[], options: EncodeOptions): Promise<Done> {
+  /**
+   * Encodes and commits one file (or, `stageOnly`, leaves it durable under a temporary name for the
+   * caller to publish). The rows are handed over: do not use them afterwards.
+   */
+  run(path: string, rows: TrajectoryRow[], options: EncodeOptions, stageOnly = false): Promise<Done> {
     if (this.closed) return Promise.reject(new Error("the encoder pool is closed"));
     return new Promise((resolve, reject) => {
-      this.queue.push({ job: { id: this.nextId++, path, rows, options }, pending: { resolve, reject } });
+      this.queue.push({
+        job: { id: this.nextId++, path, rows, options, stageOnly },
+        pending: { resolve, reject },
+      });
       this.dispatch();
     });
   }

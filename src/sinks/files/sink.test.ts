@@ -31,6 +31,43 @@ function sink(config: Partial<FileSinkConfigInput> = {}) {
 }
 
 describe("file sink", () => {
+  it("drops a file its fence refuses: nothing lands, nothing is acknowledged, no temporary is left", async () => {
+    const path = join(scratch, `s${n++}`);
+    const metrics = new Metrics();
+    let owner = true;
+    const s = new FileSink(fileSinkConfigSchema.parse({ path }), {
+      metrics,
+      logger: silent,
+      fence: () => Promise.resolve(owner),
+    });
+    await s.open();
+    const acked: string[] = [];
+    await s.write(session("a"), () => acked.push("a"));
+    await s.cut();
+    await s.drain();
+    owner = false; // expelled from the group meanwhile
+    await s.write(session("b"), () => acked.push("b"));
+    await s.close();
+    assert.deepEqual(acked, ["a"]);
+    assert.deepEqual(readdirSync(path), ["part-00000.parquet"]);
+    assert.equal(metrics.get("files_fenced"), 1);
+  });
+
+  it("puts a write in the partition of its newest row, never splitting it", async () => {
+    const { path, sink: s } = sink({ partition_by: "policy" });
+    await s.open();
+    const rows = session("a");
+    const older = { ...rows[0]!, key: "u_old_0", session_id: "old", weight_version_max: 1 };
+    const newer = { ...rows[0]!, key: "u_new_0", session_id: "new", weight_version_max: 2 };
+    await s.write([older, newer]);
+    await s.close();
+    assert.deepEqual(readdirSync(path), ["policy=2"]);
+    assert.deepEqual(
+      (await readRows(join(path, "policy=2", "part-00000.parquet"))).map((r) => r.key),
+      ["u_old_0", "u_new_0"],
+    );
+  });
+
   it("acknowledges rows only once their file is in place, and keeps a write's rows together", async () => {
     const { path, sink: s } = sink({ max_rows_per_file: 2 });
     await s.open();

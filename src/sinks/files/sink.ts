@@ -14,7 +14,8 @@ import { join } from "node:path";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { OUTPUT_SCHEMA_VERSION, type TrajectoryRow } from "../../schemas/trajectory.ts";
-import { removeStaleTemps } from "../shared/atomic-file.ts";
+import { promises as fs } from "node:fs";
+import { publishTemp, removeStaleTemps } from "../shared/atomic-file.ts";
 import type { FileSinkConfig } from "./config.ts";
 import { fileExtension } from "./encoders/index.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
@@ -30,8 +31,16 @@ export interface FileSinkContext {
    * whose input has ranges (Kafka offsets) name files after the range they cover.
    */
   nameCut?: (cutIndex: number, tags: unknown[]) => string;
-  /** Extra file metadata computed from the writes' tags (e.g. which sessions and offsets a file holds). */
+  /**
+   * Extra file metadata computed from the tags of the writes a file holds (e.g. which sessions and
+   * offsets it holds: with partitioning, each file lists only its own).
+   */
   describeCut?: (tags: unknown[]) => Record<string, string>;
+  /**
+   * Asked just before a file is renamed into place: false means this process no longer owns the input
+   * (a consumer expelled from its group), and the file is dropped instead (counted in files_fenced).
+   */
+  fence?: () => Promise<boolean>;
   /** An encoder pool shared with other sinks (one per partition); the sink then does not close it. */
   pool?: EncoderPool;
   /**
@@ -47,10 +56,22 @@ interface Buffered {
   tag: unknown;
 }
 
-function partitionOf(row: TrajectoryRow, by: FileSinkConfig["partition_by"]): string {
-  if (by === "date") return `date=${new Date(row.ended_at_ms).toISOString().slice(0, 10)}`;
-  if (by === "policy") return `policy=${row.weight_version_max ?? "none"}`;
-  return "";
+/**
+ * The partition directory of one write (a session, or a GRPO group): chosen from its newest row, so a
+ * write is never split across directories (a group stays whole; a session's rows stay together).
+ */
+function partitionOf(rows: readonly TrajectoryRow[], by: FileSinkConfig["partition_by"]): string {
+  if (by === "none") return "";
+  if (by === "date") {
+    let newest = -Infinity;
+    for (const r of rows) if (r.ended_at_ms > newest) newest = r.ended_at_ms;
+    return `date=${new Date(newest).toISOString().slice(0, 10)}`;
+  }
+  let version: number | null = null;
+  for (const r of rows)
+    if (r.weight_version_max !== null && (version === null || r.weight_version_max > version))
+      version = r.weight_version_max;
+  return `policy=${version ?? "none"}`;
 }
 
 export class FileSink {
@@ -156,16 +177,21 @@ export class FileSink {
     const name = `${base}${fileExtension(this.config)}`;
     const firstRow = this.rowsCut;
     this.rowsCut += rows.length;
-    const byPartition = new Map<string, TrajectoryRow[]>();
-    for (const row of rows) {
-      const p = partitionOf(row, this.config.partition_by);
-      const list = byPartition.get(p);
-      if (list === undefined) byPartition.set(p, [row]);
-      else list.push(row);
+    const byPartition = new Map<string, { rows: TrajectoryRow[]; tags: unknown[] }>();
+    for (const b of batches) {
+      if (b.rows.length === 0) continue;
+      const p = partitionOf(b.rows, this.config.partition_by);
+      let part = byPartition.get(p);
+      if (part === undefined) {
+        part = { rows: [], tags: [] };
+        byPartition.set(p, part);
+      }
+      for (const row of b.rows) part.rows.push(row);
+      if (b.tag !== undefined) part.tags.push(b.tag);
     }
-    const inputMeta = { ...this.ctx.describeInput?.(), ...this.ctx.describeCut?.(tags) };
-    const writes: Array<Promise<void>> = [];
-    for (const [partition, partRows] of byPartition) {
+    const inputMeta = this.ctx.describeInput?.() ?? {};
+    const writes: Array<Promise<boolean>> = [];
+    for (const [partition, part] of byPartition) {
       const path = join(this.config.path, partition, name);
       const options: EncodeOptions = {
         format: this.config.format,
@@ -177,14 +203,16 @@ export class FileSink {
           "trajflow.engine": this.config.format === "arrow" ? "apache-arrow" : this.config.engine,
           "trajflow.cut": String(this.cutIndex - 1),
           "trajflow.first_row": String(firstRow),
-          "trajflow.rows": String(partRows.length),
+          "trajflow.rows": String(part.rows.length),
           ...inputMeta,
+          ...this.ctx.describeCut?.(part.tags),
         },
       };
-      writes.push(this.commit(path, partRows, options));
+      writes.push(this.commit(path, part.rows, options));
     }
-    const all = Promise.all(writes).then(() => {
-      for (const f of callbacks) f();
+    // A cut is durable once every one of its files is; a fenced file leaves its input unacknowledged.
+    const all = Promise.all(writes).then((landed) => {
+      if (landed.every((l) => l)) for (const f of callbacks) f();
     });
     const tracked: Promise<void> = all
       .catch((err: Error) => {
@@ -197,13 +225,26 @@ export class FileSink {
     this.throwIfFailed();
   }
 
-  private async commit(path: string, rows: TrajectoryRow[], options: EncodeOptions): Promise<void> {
+  /** Encodes and commits one file; false when a fence refused it (nothing landed). */
+  private async commit(path: string, rows: TrajectoryRow[], options: EncodeOptions): Promise<boolean> {
     const count = rows.length;
-    const done = await this.pool.run(path, rows, options);
+    const fence = this.ctx.fence;
+    const done = await this.pool.run(path, rows, options, fence !== undefined);
     const { metrics } = this.ctx;
-    metrics.inc("files_committed", done.outcome);
+    let outcome = done.outcome;
+    if (fence !== undefined) {
+      if (!(await fence())) {
+        await fs.unlink(done.temp!).catch(() => {});
+        metrics.inc("files_fenced");
+        this.ctx.logger.warn({ file: path }, "Dropped a file: this process no longer owns its input.");
+        return false;
+      }
+      // Linked in this same turn of the event loop as the fence's answer.
+      outcome = await publishTemp(done.temp!, path);
+    }
+    metrics.inc("files_committed", outcome!);
     metrics.inc("rows_written", "", count);
-    metrics.inc("bytes_written", "", done.outcome === "written" ? done.bytes : 0);
+    metrics.inc("bytes_written", "", outcome === "written" ? done.bytes : 0);
     metrics.inc("encode_ms", "", done.encodeMs);
     this.files.push(path);
     this.ctx.logger.debug(
@@ -211,11 +252,12 @@ export class FileSink {
         file: path,
         rows: count,
         bytes: done.bytes,
-        outcome: done.outcome,
+        outcome,
         encodeMs: Math.round(done.encodeMs),
       },
       "Committed a file.",
     );
+    return true;
   }
 
   /** Waits until every dispatched file is committed. */

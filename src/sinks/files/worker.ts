@@ -5,7 +5,7 @@
 import { parentPort } from "node:worker_threads";
 import { wasmMemory } from "parquet-wasm/node";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
-import { commitFile, type CommitOutcome } from "../shared/atomic-file.ts";
+import { commitFile, writeTemp, type CommitOutcome } from "../shared/atomic-file.ts";
 import { encodeRows } from "./encoders/index.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
 
@@ -14,13 +14,18 @@ export interface EncodeJob {
   path: string;
   rows: TrajectoryRow[];
   options: EncodeOptions;
+  /** Leave the file under its temporary name (the caller publishes it after a fence). */
+  stageOnly: boolean;
 }
 
 export type EncodeReply =
   | {
       id: number;
       ok: true;
-      outcome: CommitOutcome;
+      /** Absent when staged only. */
+      outcome: CommitOutcome | null;
+      /** The durable temporary, when staged only. */
+      temp: string | null;
       bytes: number;
       encodeMs: number;
       writeMs: number;
@@ -34,11 +39,13 @@ parentPort!.on("message", async (job: EncodeJob) => {
     const t0 = performance.now();
     const bytes = await encodeRows(job.rows, job.options);
     const t1 = performance.now();
-    const outcome = await commitFile(job.path, bytes);
+    const temp = job.stageOnly ? await writeTemp(job.path, bytes) : null;
+    const outcome = job.stageOnly ? null : await commitFile(job.path, bytes);
     const reply: EncodeReply = {
       id: job.id,
       ok: true,
       outcome,
+      temp,
       bytes: bytes.length,
       encodeMs: t1 - t0,
       writeMs: performance.now() - t1,

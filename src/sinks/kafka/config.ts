@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { kafkaConnectionSchema } from "../../sources/kafka/config.ts";
 
 /** Configuration of the `kafka` trajectory sink: finished rows produced to a topic for trainers. */
 export const trajectoryTopicConfigSchema = z.strictObject({
@@ -14,6 +15,9 @@ export const trajectoryTopicConfigSchema = z.strictObject({
     .enum(["none", "gzip", "snappy", "lz4", "zstd"])
     .default("zstd")
     .describe("Compression of the produced batches."),
+  connection: kafkaConnectionSchema
+    .optional()
+    .describe("Brokers of the topic; default: the kafka source's connection (required with other sources)."),
   max_batch_rows: z
     .int()
     .positive()

@@ -8,7 +8,7 @@
  * range, which fails rather than overwrite.
  */
 import { randomBytes } from "node:crypto";
-import { promises as fs } from "node:fs";
+import { linkSync, promises as fs } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { TrajflowError } from "../../core/errors.ts";
 
@@ -26,13 +26,8 @@ async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-async function sameBytes(path: string, bytes: Uint8Array): Promise<boolean> {
-  const existing = await fs.readFile(path);
-  return Buffer.compare(existing, bytes) === 0;
-}
-
-/** Atomically creates `path` with `bytes`. */
-export async function commitFile(path: string, bytes: Uint8Array): Promise<CommitOutcome> {
+/** Writes `bytes` under a temporary name beside `path` that readers ignore, and makes it durable. */
+export async function writeTemp(path: string, bytes: Uint8Array): Promise<string> {
   const dir = dirname(path);
   await fs.mkdir(dir, { recursive: true });
   const temp = join(dir, `${TEMP_PREFIX}${randomBytes(6).toString("hex")}-${basename(path)}`);
@@ -43,26 +38,49 @@ export async function commitFile(path: string, bytes: Uint8Array): Promise<Commi
   } finally {
     await handle.close();
   }
+  return temp;
+}
+
+/**
+ * Links a durable temporary into place without overwriting. The link happens synchronously, before this
+ * function returns its promise: a caller that checked it may still publish (a fence) links in the same
+ * turn of the event loop, with nothing of this process in between.
+ */
+export function publishTemp(temp: string, path: string): Promise<CommitOutcome> {
+  let exists = false;
   try {
-    await fs.link(temp, path);
+    linkSync(temp, path);
   } catch (err) {
-    await fs.unlink(temp);
     if ((err as NodeJS.ErrnoException).code !== "EEXIST") {
-      throw new TrajflowError("SINK_WRITE_FAILED", `could not commit ${path}: ${(err as Error).message}`, {
-        cause: err,
+      return fs.unlink(temp).then(() => {
+        throw new TrajflowError("SINK_WRITE_FAILED", `could not commit ${path}: ${(err as Error).message}`, {
+          cause: err,
+        });
       });
     }
-    if (await sameBytes(path, bytes)) return "already-committed";
-    throw new TrajflowError(
-      "FILE_CONFLICT",
-      `${path} already exists with different content; another writer produced the same range, or the ` +
-        `output directory holds a different run: use a fresh --out directory or remove the old files`,
-      { details: { path } },
-    );
+    exists = true;
   }
-  await fs.unlink(temp);
-  await fsyncDir(dir);
-  return "written";
+  return (async () => {
+    if (exists) {
+      const same = Buffer.compare(await fs.readFile(temp), await fs.readFile(path)) === 0;
+      await fs.unlink(temp);
+      if (same) return "already-committed";
+      throw new TrajflowError(
+        "FILE_CONFLICT",
+        `${path} already exists with different content; another writer produced the same range, or the ` +
+          `output directory holds a different run: use a fresh --out directory or remove the old files`,
+        { details: { path } },
+      );
+    }
+    await fs.unlink(temp);
+    await fsyncDir(dirname(path));
+    return "written";
+  })();
+}
+
+/** Atomically creates `path` with `bytes`. */
+export async function commitFile(path: string, bytes: Uint8Array): Promise<CommitOutcome> {
+  return publishTemp(await writeTemp(path, bytes), path);
 }
 
 /**

@@ -30,18 +30,6 @@ export const kafkaSourceConfigSchema = z.strictObject({
     .default(true)
     .describe("Where a group without committed offsets starts: the earliest (default) or the latest offset."),
   commit_interval_ms: z.int().positive().default(2_000).describe("How often settled offsets are committed."),
-  max_buffered_bytes: z
-    .int()
-    .positive()
-    .default(512 * 2 ** 20)
-    .describe(
-      "Bytes of events held by open sessions; past it the oldest open sessions are cut (flag session_cut).",
-    ),
-  max_open_sessions: z
-    .int()
-    .positive()
-    .default(100_000)
-    .describe("Open sessions per process; past it the oldest open sessions are cut (flag session_cut)."),
   decode_workers: z
     .int()
     .nonnegative()

@@ -9,11 +9,12 @@
  * offset were applied already; later ones are late events.
  */
 import { promises as fs } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { readFileMetadata } from "../../sinks/files/read.ts";
 
-/** One session in a file: uid, session_id, first and last offset of its events. */
-export type SessionSpan = [uid: string, sessionId: string, first: number, last: number];
+import type { SessionSpan } from "../../contract/components.ts";
+
+export type { SessionSpan };
 
 export const SESSIONS_KEY = "trajflow.kafka.sessions";
 
@@ -30,7 +31,28 @@ export function rangeName(topic: string, partition: number, spans: SessionSpan[]
   return `${topic}-${partition}-${pad(first)}-${pad(last)}`;
 }
 
-/** Sessions already written for `topic`/`partition` in files that reach `resumeOffset` or beyond. */
+/** Data files of a directory and of its hive partition directories (`key=value/`). */
+async function dataFiles(dir: string): Promise<string[]> {
+  let entries;
+  try {
+    entries = await fs.readdir(dir, { withFileTypes: true });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+    throw err;
+  }
+  const out: string[] = [];
+  for (const e of entries) {
+    if (e.isFile()) out.push(join(dir, e.name));
+    else if (e.isDirectory() && e.name.includes("=")) out.push(...(await dataFiles(join(dir, e.name))));
+  }
+  return out;
+}
+
+/**
+ * Sessions already written for `topic`/`partition` in files that reach `resumeOffset` or beyond. Each
+ * file lists the sessions it holds, so a cut whose files landed only in some partition directories (a
+ * crash between two renames) counts for exactly the sessions that landed.
+ */
 export async function writtenSessions(
   dir: string,
   topic: string,
@@ -38,19 +60,12 @@ export async function writtenSessions(
   resumeOffset: number,
 ): Promise<Map<string, number>> {
   const out = new Map<string, number>();
-  let names: string[];
-  try {
-    names = await fs.readdir(dir);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return out;
-    throw err;
-  }
   const escaped = topic.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
   const pattern = new RegExp(`^${escaped}-${partition}-(\\d{20})-(\\d{20})\\.(parquet|arrow)$`);
-  for (const name of names) {
-    const m = pattern.exec(name);
+  for (const path of await dataFiles(dir)) {
+    const m = pattern.exec(basename(path));
     if (m === null || Number(m[2]) < resumeOffset) continue;
-    const meta = await readFileMetadata(join(dir, name));
+    const meta = await readFileMetadata(path);
     const spans = JSON.parse(meta[SESSIONS_KEY] ?? "[]") as SessionSpan[];
     for (const [uid, sessionId, , last] of spans) out.set(`${uid}\u0000${sessionId}`, last);
   }

@@ -6,31 +6,16 @@
  * points as the live run did, and output is deterministic for the same input.
  */
 import { makeDeadLetter } from "../../core/records.ts";
-import { RowFlags, type SessionStatus, type TrajectoryRow } from "../../schemas/trajectory.ts";
+import { RowFlags } from "../../schemas/trajectory.ts";
 import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
-import { extractRows, type RowTurn } from "./rows.ts";
-import { COMPONENT, SessionState, type AssembleContext, type RewardRecord } from "./session.ts";
+import { extractRows } from "./rows.ts";
+import type { RowTurn, SessionOutput } from "../../schemas/session.ts";
+import { COMPONENT, SessionState, type AssembleContext } from "./session.ts";
+
+export type { SessionOutput };
 
 /** How far the watermark must move (event time) before idle sessions are looked for again. */
 const SWEEP_EVERY_MS = 1_000;
-
-/** A finalized session's rows, with what later stages (grouping) need to know about the session. */
-export interface SessionOutput {
-  uid: string;
-  sessionId: string;
-  rows: TrajectoryRow[];
-  status: SessionStatus;
-  sampleIndex: number | null;
-  groupSize: number | null;
-  /** Event time of the session's end (or last event). */
-  endedAt: number;
-  /** `session.start.metadata` (task references for rule stages), or null. */
-  metadata: Record<string, unknown> | null;
-  /** Each row's turns (aligned with `rows`): final text and tool calls for reward stages. */
-  turns: RowTurn[][];
-  /** The session's reward events (session- and call-level), for the `env` reward stage. */
-  rewards: readonly RewardRecord[];
-}
 
 export class Assembler {
   private readonly ctx: AssembleContext;

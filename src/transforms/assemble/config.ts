@@ -36,6 +36,22 @@ export const assembleConfigSchema = z.strictObject({
         "values, along the tree's edges (never along insertion order, which would leak rewards across " +
         "branches). Absent: each turn gets only its own reward.",
     ),
+  max_open_sessions: z
+    .int()
+    .positive()
+    .default(100_000)
+    .describe(
+      "Open sessions per process, all lanes together; past it the oldest open sessions are cut " +
+        "(finalized early, flag session_cut, counted in sessions_cut).",
+    ),
+  max_buffered_bytes: z
+    .int()
+    .positive()
+    .default(512 * 2 ** 20)
+    .describe(
+      "Bytes of input events held by open sessions, all lanes together; past it the oldest open sessions " +
+        "are cut (flag session_cut).",
+    ),
   remember_finalized: z
     .int()
     .positive()

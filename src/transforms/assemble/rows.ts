@@ -45,15 +45,8 @@ interface Turn {
 }
 
 /** A turn of a row as reward stages see it (placement.ts, stages reading the final text). */
-export interface RowTurn {
-  callId: string;
-  /** Index in the row's response of the turn's last token; -1 when it lies in the prompt. */
-  end: number;
-  /** The row trains this turn (owns it, not demoted): a per-turn reward is placed at `end`. */
-  trained: boolean;
-  text: string | null;
-  toolCalls: unknown[] | null;
-}
+import type { RowTurn } from "../../schemas/session.ts";
+export type { RowTurn };
 
 export function extractRows(
   session: SessionState,

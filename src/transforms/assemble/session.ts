@@ -53,13 +53,8 @@ export interface CallState extends CallHandle {
   toolCalls: unknown[] | null;
 }
 
-export interface RewardRecord {
-  value: number;
-  target: string;
-  stage: string;
-  finished: boolean | undefined;
-  info: Record<string, unknown> | undefined;
-}
+import type { RewardRecord } from "../../schemas/session.ts";
+export type { RewardRecord };
 
 interface DriftRecord {
   /** The earlier call whose sampled turn the new prompt re-rendered differently. */

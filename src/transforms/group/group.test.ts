@@ -66,7 +66,7 @@ describe("group", () => {
     const [s0, s1, s2] = sessions(rollout(0), rollout(1), rollout(2));
     assert.deepEqual(g.push(s2!, 3_000), []);
     assert.deepEqual(g.push(s0!, 3_100), []);
-    const [batch] = g.push(s1!, 3_200);
+    const [batch] = g.push(s1!, 3_200).map((b) => b.rows);
     assert.deepEqual(
       batch!.map((r) => [r.key, r.sample_index, r.reward, r.sample_mask]),
       [
@@ -89,7 +89,7 @@ describe("group", () => {
     assert.deepEqual(g.push(failed!, 1_000), []);
     assert.deepEqual(g.push(unfinished!, 2_000), []);
     assert.deepEqual(g.tick(10_999), []);
-    const [batch] = g.tick(11_000);
+    const [batch] = g.tick(11_000).map((b) => b.rows);
     assert.deepEqual(batch!.map(plain), [
       placeholder("r0", 0, "failed"),
       row({
@@ -118,7 +118,7 @@ describe("group", () => {
     const staleness = new StalenessFilter({ max_lag: 1, current_version: 8 });
     const g = new GroupBatcher(groupConfigSchema.parse({}), { metrics, staleness });
     const out = sessions(rollout(0, { version: 8 }), rollout(1, { version: 6 }), rollout(2, { version: 7 }));
-    const batches = out.flatMap((s, i) => g.push(s, i));
+    const batches = out.flatMap((s, i) => g.push(s, i).map((b) => b.rows));
     assert.deepEqual(
       batches[0]!.map((r) => [r.session_id, r.sample_mask, r.flags]),
       [
@@ -137,7 +137,7 @@ describe("group", () => {
     assert.equal(unknown.push(s!, 0).length, 1);
     const sized = new GroupBatcher(groupConfigSchema.parse({ group_size: 2 }), { metrics: new Metrics() });
     assert.deepEqual(sized.push(s!, 0), []);
-    const [batch] = sized.flush(5);
+    const [batch] = sized.flush(5).map((b) => b.rows);
     assert.deepEqual(
       batch!.map((r) => [r.session_id, r.sample_mask, r.group_size, r.status]),
       [

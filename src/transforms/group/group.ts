@@ -22,6 +22,12 @@ interface OpenGroup {
   openedAt: number;
 }
 
+/** A group leaving the batcher: its rows (placeholders included) and the sessions it holds. */
+export interface GroupBatch {
+  rows: TrajectoryRow[];
+  sessions: SessionOutput[];
+}
+
 export interface GroupContext {
   metrics: Metrics;
   staleness?: StalenessFilter;
@@ -98,9 +104,9 @@ export class GroupBatcher {
   }
 
   /** Adds a finished session; returns the groups that are now complete or timed out, one batch each. */
-  push(session: SessionOutput, eventTime: number): TrajectoryRow[][] {
+  push(session: SessionOutput, eventTime: number): GroupBatch[] {
     const size = session.groupSize ?? this.config.group_size;
-    const out: TrajectoryRow[][] = [];
+    const out: GroupBatch[] = [];
     if (size === undefined) {
       // Nobody said how big the group is: nothing to wait for.
       this.ctx.metrics.inc("groups_size_unknown");
@@ -123,8 +129,8 @@ export class GroupBatcher {
   }
 
   /** Groups whose wait is over, padded with placeholders. */
-  tick(eventTime: number): TrajectoryRow[][] {
-    const out: TrajectoryRow[][] = [];
+  tick(eventTime: number): GroupBatch[] {
+    const out: GroupBatch[] = [];
     for (const [uid, group] of this.open) {
       if (eventTime - group.openedAt < this.config.timeout_ms) continue;
       this.open.delete(uid);
@@ -135,8 +141,8 @@ export class GroupBatcher {
   }
 
   /** End of input: every open group, padded. */
-  flush(eventTime: number): TrajectoryRow[][] {
-    const out: TrajectoryRow[][] = [];
+  flush(eventTime: number): GroupBatch[] {
+    const out: GroupBatch[] = [];
     for (const group of this.open.values()) {
       this.ctx.metrics.inc("groups_incomplete_at_end");
       out.push(this.build(group, eventTime));
@@ -145,7 +151,7 @@ export class GroupBatcher {
     return out;
   }
 
-  private build(group: OpenGroup, eventTime: number): TrajectoryRow[] {
+  private build(group: OpenGroup, eventTime: number): GroupBatch {
     const { metrics, staleness } = this.ctx;
     const sessions = [...group.sessions].sort(
       (a, b) =>
@@ -155,9 +161,10 @@ export class GroupBatcher {
     const rows: TrajectoryRow[] = [];
     for (const s of sessions) {
       staleness?.observe(s.rows);
-      const stale = staleness !== undefined && s.rows.some((r) => staleness.isStale(r));
+      const stale = s.stale === true || (staleness !== undefined && s.rows.some((r) => staleness.isStale(r)));
       if (s.status === "failed" || stale || s.rows.length === 0) {
-        if (stale) metrics.inc("sessions_stale");
+        // A session the staleness transform marked was counted there.
+        if (stale && s.stale !== true) metrics.inc("sessions_stale");
         metrics.inc("placeholders", stale ? "stale" : s.status === "failed" ? "failed" : "empty");
         rows.push(
           placeholder(
@@ -190,6 +197,6 @@ export class GroupBatcher {
       metrics.inc("placeholders", "missing", missing);
     }
     metrics.inc("groups_emitted");
-    return rows;
+    return { rows, sessions: group.sessions };
   }
 }

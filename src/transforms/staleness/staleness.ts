@@ -4,6 +4,10 @@
  * before any, it comes from configuration, or is the newest `weight_version_max` observed in the stream.
  */
 import { z } from "zod";
+import type { LaneTransform, TransformComponent, Unit } from "../../contract/components.ts";
+import type { Metrics } from "../../core/metrics.ts";
+import type { PolicyUpdateEvent } from "../../schemas/events.ts";
+import type { SessionOutput } from "../../schemas/session.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 
 export const stalenessConfigSchema = z.strictObject({
@@ -55,5 +59,48 @@ export class StalenessFilter {
       row.weight_version_min !== null &&
       row.weight_version_min < current - this.config.max_lag
     );
+  }
+}
+
+/**
+ * The `staleness` transform as a component: the policy version is one for the whole pipeline (control
+ * events reach every lane), and each session's stale rows are dropped and counted. A session with any
+ * stale row is marked, so a later `group` holds a placeholder in its place instead of a partial session.
+ */
+export class StalenessComponent implements TransformComponent {
+  readonly filter: StalenessFilter;
+  private readonly metrics: Metrics;
+
+  constructor(config: StalenessConfig, metrics: Metrics) {
+    this.filter = new StalenessFilter(config);
+    this.metrics = metrics;
+  }
+
+  control(event: PolicyUpdateEvent): void {
+    this.filter.announce(event.weight_version);
+  }
+
+  openLane(): LaneTransform {
+    return {
+      push: (unit: Unit) => {
+        for (const session of unit.sessions) this.apply(session);
+        return [unit];
+      },
+      flush: () => [],
+    };
+  }
+
+  private apply(session: SessionOutput): void {
+    const { filter } = this;
+    filter.observe(session.rows);
+    const fresh = session.rows.map((r) => !filter.isStale(r));
+    const stale = fresh.filter((f) => !f).length;
+    if (stale === 0) return;
+    session.stale = true;
+    this.metrics.inc("sessions_stale");
+    this.metrics.inc("rows_stale_dropped", "", stale);
+    // Turns stay aligned with rows (reward stages read them).
+    session.rows = session.rows.filter((_, i) => fresh[i]);
+    session.turns = session.turns.filter((_, i) => fresh[i]);
   }
 }

@@ -1,64 +1,55 @@
 /**
- * A pipeline file's components and wiring, validated in full before anything opens: every component's
- * config (its own schema), the graph (inputs exist, no cycles, nothing left unconnected), and that the
- * shape is one the runtime runs. Every problem is listed with where it is.
+ * A pipeline document's components and wiring, validated in full before anything opens: every
+ * component's config (its own schema, from the registry), the graph (inputs exist, no cycles, nothing
+ * left unconnected), and the graph rules of the runtime (docs/pipelines.md):
  *
- * Shapes the runtime runs (docs/pipelines.md):
- *   jsonl  → assemble → [rewards] → [staleness] → [group] → parquet|arrow
- *   kafka  → assemble → [rewards] → [staleness] → parquet|arrow [+ kafka trajectory topic]
+ *   - one source;
+ *   - a chain of transforms: `assemble` first, then `rewards` and `staleness` in either order, then
+ *     `group` last; each at most once;
+ *   - sinks read the end of the chain: exactly one `parquet` or `arrow` sink (the files recovery
+ *     trusts) and any number of `kafka` trajectory topics (acknowledged before the files are written);
+ *   - dead letters to files or a topic, from any source.
+ *
+ * Every problem is listed with where it is. `trajflow replay` and `trajflow consume` build a document
+ * like a pipeline file's and go through the same plan.
  */
 import { z } from "zod";
 import { TrajflowError } from "../core/errors.ts";
-import { fileSinkConfigSchema, type FileSinkConfig } from "../sinks/files/config.ts";
-import { trajectoryTopicConfigSchema, type TrajectoryTopicConfig } from "../sinks/kafka/config.ts";
-import { kafkaSourceConfigSchema, type KafkaSourceConfig } from "../sources/kafka/config.ts";
-import { assembleConfigSchema, type AssembleConfig } from "../transforms/assemble/config.ts";
-import { groupConfigSchema, type GroupConfig } from "../transforms/group/config.ts";
-import { rewardsConfigSchema, type RewardsConfig } from "../transforms/reward/config.ts";
-import { stalenessConfigSchema, type StalenessConfig } from "../transforms/staleness/staleness.ts";
+import { kafkaConnectionSchema, type KafkaConnection } from "../sources/kafka/config.ts";
 import type { LoadedPipeline } from "./load.ts";
-
-const jsonlSourceSchema = z.strictObject({
-  paths: z.array(z.string().min(1)).min(1).describe("Recorded event files (.jsonl, gzip detected)."),
-});
-
-type Section = "sources" | "transforms" | "sinks";
-
-/** Component types per section, each with its config schema (`type` and `inputs` are taken off first). */
-const TYPES = {
-  sources: { jsonl: jsonlSourceSchema, kafka: kafkaSourceConfigSchema },
-  transforms: {
-    assemble: assembleConfigSchema,
-    rewards: rewardsConfigSchema,
-    staleness: stalenessConfigSchema,
-    group: groupConfigSchema,
-  },
-  sinks: {
-    parquet: fileSinkConfigSchema,
-    arrow: fileSinkConfigSchema,
-    kafka: trajectoryTopicConfigSchema,
-  },
-} as const;
+import { REGISTRY, type Section } from "./registry.ts";
 
 const deadLettersSchema = z.discriminatedUnion("type", [
   z.strictObject({
     type: z.literal("files"),
     path: z.string().min(1).describe("Directory of dead-letter files."),
   }),
-  z.strictObject({ type: z.literal("kafka"), topic: z.string().min(1).describe("Dead-letter topic.") }),
+  z.strictObject({
+    type: z.literal("kafka"),
+    topic: z.string().min(1).describe("Dead-letter topic."),
+    connection: kafkaConnectionSchema
+      .optional()
+      .describe("Brokers of the topic; default: the kafka source's connection."),
+  }),
 ]);
+export type DeadLettersConfig = z.output<typeof deadLettersSchema>;
+
+/** One validated component: its name, registered type and parsed config. */
+export interface PlannedComponent {
+  name: string;
+  type: string;
+  config: unknown;
+}
 
 export interface Plan {
-  source:
-    | { name: string; type: "jsonl"; config: z.output<typeof jsonlSourceSchema> }
-    | { name: string; type: "kafka"; config: KafkaSourceConfig };
-  assemble: AssembleConfig;
-  rewards: RewardsConfig | null;
-  staleness: StalenessConfig | null;
-  group: GroupConfig | null;
-  files: FileSinkConfig;
-  topic: TrajectoryTopicConfig | null;
-  deadLetters: z.output<typeof deadLettersSchema> | null;
+  source: PlannedComponent;
+  /** In the order units pass through them; `assemble` first. */
+  transforms: PlannedComponent[];
+  /** The file sink (exactly one) and the trajectory topics. */
+  sinks: PlannedComponent[];
+  deadLetters: DeadLettersConfig | null;
+  /** The source's Kafka connection, when it is a kafka source (the default of topic sinks). */
+  sourceConnection: KafkaConnection | null;
 }
 
 interface Component {
@@ -69,8 +60,10 @@ interface Component {
   config: unknown;
 }
 
+/** The configured order of the transforms after assemble: group only last. */
+const LAST_ONLY = new Set(["group"]);
+
 const TOP_LEVEL = new Set(["version", "sources", "transforms", "sinks", "dead_letters"]);
-const ORDER = ["assemble", "rewards", "staleness", "group"];
 
 export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): Plan {
   const problems = [...initial];
@@ -103,8 +96,8 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
         continue;
       }
       const { type, inputs, ...rest } = raw as Record<string, unknown>;
-      const types = TYPES[section] as Record<string, z.ZodType>;
-      if (typeof type !== "string" || !(type in types)) {
+      const types = REGISTRY[section];
+      if (typeof type !== "string" || !Object.hasOwn(types, type)) {
         at(
           [...path, "type"],
           `must be one of ${Object.keys(types).join(", ")} (got ${JSON.stringify(type)})`,
@@ -124,7 +117,7 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
         inputList = inputs as string[];
       }
       const config = type === "arrow" ? { ...rest, format: "arrow" } : rest;
-      const parsed = types[type]!.safeParse(config);
+      const parsed = (types[type]!.schema as z.ZodType).safeParse(config);
       if (!parsed.success) {
         for (const issue of parsed.error.issues)
           at([...path, ...(issue.path as Array<string | number>)], issue.message);
@@ -194,13 +187,12 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
   }
   const types = chain.map((c) => c.type);
   if (types[0] !== "assemble") at(["transforms"], "the source must feed an assemble transform first");
-  const ranks = types.map((t) => ORDER.indexOf(t));
-  if (ranks.some((r, i) => i > 0 && r <= ranks[i - 1]!)) {
-    at(
-      ["transforms"],
-      `transforms run in the order ${ORDER.join(" → ")}, each at most once (got ${types.join(" → ")})`,
-    );
-  }
+  types.forEach((t, i) => {
+    if (i > 0 && t === "assemble") at(["transforms", chain[i]!.name], "assemble runs once, first");
+    if (types.indexOf(t) !== i) at(["transforms", chain[i]!.name], `${t} runs at most once`);
+    if (LAST_ONLY.has(t) && i !== types.length - 1)
+      at(["transforms", chain[i]!.name], `${t} must be the last transform (it writes whole groups)`);
+  });
   const sinks = all.filter((c) => c.section === "sinks");
   for (const s of sinks) {
     if (s.inputs.length !== 1 || s.inputs[0] !== tail.name) {
@@ -208,36 +200,35 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
     }
   }
   const files = sinks.filter((s) => s.type === "parquet" || s.type === "arrow");
-  const topics = sinks.filter((s) => s.type === "kafka");
   if (files.length !== 1)
-    at(["sinks"], `exactly one parquet or arrow sink is supported, found ${files.length}`);
-  if (topics.length > 1) at(["sinks"], "at most one kafka trajectory sink is supported");
+    at(["sinks"], `exactly one parquet or arrow sink is needed (recovery trusts it), found ${files.length}`);
   const source = sources[0]!;
-  if (topics.length > 0 && source.type !== "kafka") {
-    at(
-      ["sinks", topics[0]!.name],
-      "a kafka trajectory sink needs a kafka source (its delivery is tied to offsets)",
-    );
+  const sourceConnection =
+    source.type === "kafka"
+      ? ((source.config as { connection?: KafkaConnection })?.connection ?? null)
+      : null;
+  const topics = new Set<string>();
+  for (const s of sinks.filter((c) => c.type === "kafka")) {
+    const config = s.config as { topic?: string; connection?: unknown } | undefined;
+    if (config?.connection === undefined && source.type !== "kafka")
+      at(["sinks", s.name, "connection"], "a kafka sink needs a connection when the source is not kafka");
+    if (config?.topic !== undefined) {
+      if (topics.has(config.topic)) at(["sinks", s.name, "topic"], `topic ${config.topic} is written twice`);
+      topics.add(config.topic);
+    }
   }
-  if (source.type === "kafka" && types.includes("group"))
-    at(["transforms"], "group mode is not supported with a kafka source yet");
-  if (source.type === "kafka" && deadLetters?.type === "files")
-    at(["dead_letters"], "a kafka source sends dead letters to a topic");
-  if (source.type === "jsonl" && deadLetters?.type === "kafka")
-    at(["dead_letters"], "a jsonl source writes dead letters to files");
+  if (deadLetters?.type === "kafka" && deadLetters.connection === undefined && source.type !== "kafka")
+    at(["dead_letters", "connection"], "a dead-letter topic needs a connection when the source is not kafka");
   if (problems.length > 0) throw invalid(problems);
 
-  const of = <T>(type: string): T | null =>
-    (chain.find((c) => c.type === type)?.config as T | undefined) ?? null;
+  const planned = (c: Component): PlannedComponent => ({ name: c.name, type: c.type, config: c.config });
   return {
-    source: { name: source.name, type: source.type, config: source.config } as Plan["source"],
-    assemble: of<AssembleConfig>("assemble")!,
-    rewards: of<RewardsConfig>("rewards"),
-    staleness: of<StalenessConfig>("staleness"),
-    group: of<GroupConfig>("group"),
-    files: files[0]!.config as FileSinkConfig,
-    topic: (topics[0]?.config as TrajectoryTopicConfig | undefined) ?? null,
+    source: planned(source),
+    transforms: chain.map(planned),
+    // The file sink last: it receives units only after every other sink acknowledged them.
+    sinks: [...sinks.filter((s) => s.type === "kafka"), ...files].map(planned),
     deadLetters,
+    sourceConnection,
   };
 }
 
@@ -245,4 +236,17 @@ function invalid(problems: string[]): TrajflowError {
   return new TrajflowError("CONFIG_INVALID", `invalid pipeline:\n  ${problems.join("\n  ")}`, {
     details: { problems },
   });
+}
+
+/** One line naming what the pipeline does, for `validate` and the start of `run`. */
+export function describePlan(plan: Plan): string {
+  const steps = [`${plan.source.type} ${plan.source.name}`, ...plan.transforms.map((t) => t.name)];
+  const sinks = plan.sinks.map((s) => {
+    const c = s.config as { path?: string; topic?: string; format?: string };
+    return s.type === "kafka" ? `topic ${c.topic}` : `${c.format ?? s.type} files in ${c.path}`;
+  });
+  const dl = plan.deadLetters;
+  const letters =
+    dl === null ? "" : dl.type === "files" ? `; dead letters in ${dl.path}` : `; dead letters to ${dl.topic}`;
+  return `${steps.join(" → ")} → ${sinks.join(" + ")}${letters}`;
 }

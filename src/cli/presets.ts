@@ -1,0 +1,99 @@
+/**
+ * `trajflow replay` and `trajflow consume` are presets: they build a pipeline document from their flags,
+ * as a pipeline file would hold it, and hand it to the same plan and runtime as `trajflow run`. Flags
+ * a user did not give are left out, so each component's defaults apply.
+ */
+import { TrajflowError } from "../core/errors.ts";
+import type { Logger } from "../core/logger.ts";
+import { Runtime, type RunResult } from "../runtime/runtime.ts";
+import type { LoadedPipeline } from "../runtime/load.ts";
+import { planPipeline, type Plan } from "../runtime/plan.ts";
+
+/** Default `max_file_age_ms` of consume: a quiet partition still lands its rows and commits. */
+export const KAFKA_DEFAULT_FILE_AGE_MS = 10_000;
+
+type Doc = Record<string, unknown>;
+
+const defined = (o: Doc): Doc => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
+
+export interface PresetOptions {
+  assemble: Doc;
+  files: Doc;
+  rewards?: unknown;
+  staleness?: Doc;
+  group?: Doc;
+  /** Trajectory topic sink config (topic, format, ...). */
+  topic?: Doc;
+  deadLetters?: Doc;
+}
+
+function document(source: Doc, o: PresetOptions): Doc {
+  const transforms: Doc = { assemble: { type: "assemble", inputs: ["input"], ...defined(o.assemble) } };
+  let tail = "assemble";
+  const add = (name: string, config: unknown) => {
+    if (config === undefined) return;
+    transforms[name] = { ...(config as Doc), type: name, inputs: [tail] };
+    tail = name;
+  };
+  add("rewards", o.rewards);
+  add("staleness", o.staleness === undefined ? undefined : defined(o.staleness));
+  add("group", o.group === undefined ? undefined : defined(o.group));
+  const sinks: Doc = { files: { type: "parquet", inputs: [tail], ...defined(o.files) } };
+  if (o.topic !== undefined) sinks.topic = { type: "kafka", inputs: [tail], ...defined(o.topic) };
+  return {
+    version: 1,
+    sources: { input: source },
+    transforms,
+    sinks,
+    ...(o.deadLetters === undefined ? {} : { dead_letters: o.deadLetters }),
+  };
+}
+
+/** Plans a preset's document; problems name the command, since there is no file. */
+function plan(command: string, doc: Doc): Plan {
+  const pipeline: LoadedPipeline = { file: command, value: doc, where: () => `${command} options` };
+  try {
+    return planPipeline(pipeline);
+  } catch (err) {
+    if (err instanceof TrajflowError && err.code === "CONFIG_INVALID")
+      throw new TrajflowError("CONFIG_INVALID", err.message.replace("invalid pipeline", "invalid options"), {
+        details: err.details,
+      });
+    throw err;
+  }
+}
+
+export function replayPlan(inputs: string[], decodeWorkers: number | undefined, o: PresetOptions): Plan {
+  return plan(
+    "replay",
+    document(defined({ type: "jsonl", paths: inputs, decode_workers: decodeWorkers }), o),
+  );
+}
+
+export function consumePlan(source: Doc, o: PresetOptions): Plan {
+  return plan(
+    "consume",
+    document(
+      { type: "kafka", ...defined(source) },
+      {
+        ...o,
+        files: { max_file_age_ms: KAFKA_DEFAULT_FILE_AGE_MS, ...defined(o.files) },
+      },
+    ),
+  );
+}
+
+/** Replays files in process (benchmarks, tests): the `replay` command without its flags and report. */
+export async function replay(options: {
+  inputs: string[];
+  out: string;
+  assemble?: Doc;
+  files?: Doc;
+  logger: Logger;
+}): Promise<RunResult> {
+  const plan = replayPlan(options.inputs, undefined, {
+    assemble: options.assemble ?? {},
+    files: { ...options.files, path: options.out },
+  });
+  return new Runtime(plan, { logger: options.logger, baseDir: process.cwd() }).run();
+}

@@ -1,0 +1,184 @@
+/**
+ * The component contract (Vector's model: a config schema, a build function and a registered type name;
+ * Kafka Connect's per-partition open/put/preCommit/close).
+ *
+ * Data moves through a pipeline in *lanes*: one per Kafka partition, one for a replayed input. A lane
+ * has its own ledger of input offsets, and every transform and sink opens a per-lane part of itself
+ * when the lane is assigned and forgets it when the lane is revoked. Between transforms and sinks flow
+ * *units*: one finished session, or a GRPO group of them, that must land together, carrying the acks
+ * that hold their input offsets until every sink made them durable.
+ */
+import type { Logger } from "../core/logger.ts";
+import type { Metrics } from "../core/metrics.ts";
+import type { DeadLetterOutput, RawRecord } from "../core/records.ts";
+import type { DeadLetter } from "../schemas/dead-letter.ts";
+import type { PolicyUpdateEvent } from "../schemas/events.ts";
+import type { SessionOutput } from "../schemas/session.ts";
+import type { TrajectoryRow } from "../schemas/trajectory.ts";
+import type { Ack, Ledger } from "./ledger.ts";
+
+/** One session's place in its lane's input: uid, session_id, first and last offset of its events. */
+export type SessionSpan = [uid: string, sessionId: string, first: number, last: number];
+
+/** Sessions that must land together (one session, or a GRPO group), with what holds their input. */
+export interface Unit {
+  /** The sessions, as assembled (reward stages score them; grouping reads their status). */
+  sessions: SessionOutput[];
+  /** The rows to write; null: every session's rows, in order. Grouping sets it (placeholders). */
+  rows: TrajectoryRow[] | null;
+  /** Held input offsets: released by each sink once the unit is durable there. */
+  acks: Ack[];
+  /** Where each session's events were in the lane (file names and recovery of Kafka lanes). */
+  spans: SessionSpan[];
+  /** `performance.now()` when the last session finished assembling (latency to durable file). */
+  finishedAt: number;
+}
+
+/** The rows a unit writes. */
+export function unitRows(unit: Unit): TrajectoryRow[] {
+  if (unit.rows !== null) return unit.rows;
+  if (unit.sessions.length === 1) return unit.sessions[0]!.rows;
+  return unit.sessions.flatMap((s) => s.rows);
+}
+
+/** How a lane's files are named and described (its source knows the input's coordinates). */
+export interface LaneFiles {
+  /** The name (without extension) of a file holding these sessions; absent: `part-NNNNN` in cut order. */
+  name?(cutIndex: number, spans: SessionSpan[]): string;
+  /** Metadata of a file holding these sessions (its input range, its sessions for recovery). */
+  describe(spans: SessionSpan[]): Record<string, string>;
+  /**
+   * Other live processes may write to the same directory (a consumer group): then only temporaries
+   * older than this are a crashed writer's. Absent: this process is the only writer.
+   */
+  sharedDirectoryTempAgeMs?: number;
+  /** Reads back which sessions of this lane the files already hold (recovery); absent: none. */
+  recoverable?: { topic: string; partition: number };
+}
+
+export interface Lane {
+  /** `topic/partition` or `replay`: for logs, metrics and dead-letter file names. */
+  readonly id: string;
+  readonly ledger: Ledger;
+  readonly files: LaneFiles;
+  /**
+   * True while this process still owns the lane: a sink asks just before it makes output visible
+   * (renames a file into place), so a member expelled from its consumer group never lands a file after
+   * the partition's new owner recovered it.
+   */
+  fence(): Promise<boolean>;
+  /** False once the lane was revoked: its pending output is abandoned. */
+  readonly live: boolean;
+}
+
+/** What the runtime offers a source. */
+export interface SourceHandler {
+  /** A lane starts (a partition assigned); resolves once every component is ready for its records. */
+  assigned(lane: Lane): Promise<void>;
+  /**
+   * Records of a lane, in offset order (`offsets[i]` is record i's). Resolves when they were applied;
+   * `live()` false tells the runtime to stop early (a rebalance, a stop).
+   */
+  records(lane: Lane, records: RawRecord[], offsets: number[], live: () => boolean): Promise<void>;
+  /** These lanes are gone (a rebalance, a restart): their state is dropped, nothing they hold may land. */
+  revoked(lanes: Lane[]): void;
+}
+
+export interface Source {
+  /** Begins delivering records to `handler`. */
+  start(handler: SourceHandler): Promise<void>;
+  /** Resolves when the input is exhausted (a replay); never for an unbounded source. */
+  readonly ended: Promise<void>;
+  /** A fatal error of the source's client (checked by the runtime's loop), or null. */
+  readonly error: Error | null;
+  /** Records delivered so far (the runtime's idle detection and the status line). */
+  readonly delivered: number;
+  /** Stops delivering: handlers in flight return early. The runtime then flushes its lanes. */
+  pause(): Promise<void>;
+  /** Commits every lane's settled offset upstream (Kafka); a no-op for files. */
+  commit(): Promise<void>;
+  /** Disconnects. */
+  close(): Promise<void>;
+  /** Lag per lane, for the gauge (Kafka). */
+  lag?(): Map<string, number>;
+  /** Bytes of input read so far (files), for a progress bar. */
+  readonly progress?: { bytesRead: number };
+}
+
+/** A transform's part for one lane. Units in, units out, in order. */
+export interface LaneTransform {
+  /**
+   * Takes a unit at the lane's event time; returns the units ready to go on (possibly none, possibly
+   * earlier ones).
+   */
+  push(unit: Unit, eventTime: number): Promise<Unit[]> | Unit[];
+  /** Event time moved to `eventTime`: units whose wait is over (group timeouts). */
+  tick?(eventTime: number): Unit[];
+  /**
+   * End of a batch of records (`final` false) or of the lane's input (`final` true, after a replay or a
+   * draining stop): units held only for throughput go on; with `final`, everything held goes on.
+   */
+  flush(final: boolean, eventTime: number): Promise<Unit[]> | Unit[];
+}
+
+export interface TransformComponent {
+  openLane(lane: Lane): LaneTransform;
+  /** A control event (policy.update) reached the pipeline. */
+  control?(event: PolicyUpdateEvent): void;
+  close?(): Promise<void>;
+}
+
+/** A sink's part for one lane. */
+export interface LaneSink {
+  /**
+   * Takes units. Each unit's acks were retained once for this sink: release each once the unit is
+   * durable here. Resolves when the units were accepted (buffered or written), waiting when too much is
+   * in flight (backpressure).
+   */
+  write(units: Unit[]): Promise<void>;
+  /** Makes what is buffered durable soon (cuts a file); resolves once dispatched. */
+  cut(): Promise<void>;
+  /** Waits until everything accepted is durable. */
+  drain(): Promise<void>;
+  /** The lane was revoked: drop what is buffered (its acks never release), land nothing more. */
+  abandon(): void;
+  /** Sessions of this lane already durable (recovery): key `uid\0session_id` → last offset applied. */
+  recover?(): Promise<Map<string, number>>;
+}
+
+export interface SinkComponent {
+  /**
+   * True for the sink progress is recovered from (the files): it receives units only after every other
+   * sink acknowledged them, so what it holds is everywhere.
+   */
+  readonly recovery: boolean;
+  openLane(lane: Lane): Promise<LaneSink>;
+  /** Checked before anything is read (an unwritable output fails first). */
+  open?(): Promise<void>;
+  close(): Promise<void>;
+  /** Files committed, for the report. */
+  readonly files?: readonly string[];
+}
+
+/** Where dead letters go: files or a topic. A letter holds `ack` (when given) until it is durable. */
+export interface DeadLetterSink {
+  write(letter: DeadLetter, ack: Ack | null): void;
+  /** Bytes accepted but not yet durable: the runtime stops reading while it is over its limit. */
+  readonly backlogBytes: number;
+  /** Waits until the backlog is at most `bytes`. */
+  waitBelow(bytes: number): Promise<void>;
+  open(): Promise<void>;
+  /** Makes everything durable, then stops. */
+  close(): Promise<void>;
+  readonly files?: readonly string[];
+}
+
+/** What every component is built with. */
+export interface BuildContext {
+  metrics: Metrics;
+  logger: Logger;
+  /** Dead letters of components that have no unit at hand (counted; they hold no offset). */
+  deadLetters: DeadLetterOutput;
+  /** Directory relative paths in the pipeline (models, modules) are resolved from. */
+  baseDir: string;
+}

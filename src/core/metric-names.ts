@@ -1,0 +1,141 @@
+/**
+ * Every metric trajflow records, in one place: its kind, the label its series are split by, and what it
+ * means. `Metrics` only accepts these names (a typo does not compile), /metrics exposes each with this
+ * help text, and docs/metrics.md lists every one (a test keeps the two equal).
+ */
+export const METRICS = {
+  // Input
+  events_read: { kind: "counter", help: "Records read from the source (files or Kafka)." },
+  kafka_messages: { kind: "counter", help: "Kafka messages delivered to the pipeline." },
+  kafka_bytes: { kind: "counter", help: "Bytes of Kafka message values delivered." },
+  control_events: { kind: "counter", label: "type", help: "Control events (policy.update) received." },
+  events_received: { kind: "counter", label: "type", help: "Session events applied by assembly, by type." },
+  events_already_written: {
+    kind: "counter",
+    help: "Events of sessions the files already held (skipped after a restart or rebalance).",
+  },
+  tokens_received: { kind: "counter", help: "Token values received in events of finalized sessions." },
+  dead_letters: {
+    kind: "counter",
+    label: "code",
+    help: "Rejected events and failed rewards, by error code.",
+  },
+  dead_letter_files_committed: {
+    kind: "counter",
+    label: "outcome",
+    help: "Dead-letter files renamed into place (written, or already-committed by an earlier run).",
+  },
+  // Assembly
+  sessions_opened: { kind: "counter", help: "Sessions that received a first event." },
+  sessions_finalized: { kind: "counter", label: "status", help: "Sessions finished, by status." },
+  sessions_without_rows: { kind: "counter", help: "Finished sessions that gave no row (nothing sampled)." },
+  sessions_cut: {
+    kind: "counter",
+    help: "Open sessions cut early by the open-session limits (flag session_cut).",
+  },
+  drift_detected: { kind: "counter", help: "Prompts that re-rendered a sampled turn into other tokens." },
+  history_edited: { kind: "counter", help: "Prompts whose earlier context was edited (compaction, edits)." },
+  orphans_dropped: { kind: "counter", help: "Retry orphans dropped (a call nobody continued from)." },
+  duplicate_events_ignored: { kind: "counter", help: "Exact redeliveries of an event (same bytes) ignored." },
+  duplicate_rewards_ignored: {
+    kind: "counter",
+    help: "Reward events repeated for the same target, ignored.",
+  },
+  requests_unanswered: { kind: "counter", help: "Requests whose response never arrived (flag in the row)." },
+  rows_emitted: { kind: "counter", help: "Rows assembled." },
+  rows_truncated: { kind: "counter", help: "Rows truncated to max_tokens (flag truncated)." },
+  rows_missing_logprobs: { kind: "counter", help: "Rows with a sampled token lacking its logprob (null)." },
+  tokens_emitted: { kind: "counter", help: "Token values in assembled rows." },
+  tokens_trained: { kind: "counter", help: "Tokens with response_mask 1." },
+  empty_outputs: { kind: "counter", help: "Responses with no output token." },
+  // Staleness and groups
+  sessions_stale: { kind: "counter", help: "Sessions with a row of a stale policy." },
+  rows_stale_dropped: { kind: "counter", help: "Rows of stale policies dropped." },
+  groups_emitted: { kind: "counter", help: "GRPO groups written." },
+  groups_timed_out: { kind: "counter", help: "Groups padded after waiting timeout_ms of event time." },
+  groups_incomplete_at_end: { kind: "counter", help: "Groups padded at the end of the input." },
+  groups_size_unknown: { kind: "counter", help: "Sessions whose group size nobody gave (written alone)." },
+  placeholders: { kind: "counter", label: "reason", help: "Placeholder rows in groups, by reason." },
+  // Rewards
+  reward_sessions: { kind: "counter", help: "Sessions scored by the reward stages." },
+  reward_session_ms: { kind: "counter", help: "Milliseconds sessions spent being scored (sum)." },
+  reward_batches: { kind: "counter", label: "stage", help: "Batches sent to a reward stage." },
+  reward_batch_items: {
+    kind: "counter",
+    label: "stage",
+    help: "Items in those batches (size = items / batches).",
+  },
+  reward_latency_ms: {
+    kind: "counter",
+    label: "stage",
+    help: "Milliseconds spent in a stage's calls (sum).",
+  },
+  reward_retries: { kind: "counter", label: "stage", help: "Retried stage calls." },
+  reward_batch_splits: {
+    kind: "counter",
+    label: "stage",
+    help: "Failing batches split to isolate a poison item.",
+  },
+  reward_call_failures: { kind: "counter", label: "stage", help: "Stage calls that failed." },
+  reward_failures: {
+    kind: "counter",
+    label: "stage",
+    help: "Items a stage could not score (flag reward_failed).",
+  },
+  reward_timeouts: { kind: "counter", label: "stage", help: "Required scores missing at timeout_ms (flag)." },
+  // Output
+  files_committed: { kind: "counter", label: "outcome", help: "Data files renamed into place, by outcome." },
+  files_fenced: {
+    kind: "counter",
+    help: "Files dropped because this process no longer owned their partition (an expelled member).",
+  },
+  rows_written: { kind: "counter", help: "Rows in committed files." },
+  rows_abandoned: { kind: "counter", help: "Buffered rows dropped when their partition was revoked." },
+  bytes_written: { kind: "counter", help: "Bytes of data files written." },
+  encode_ms: { kind: "counter", help: "Milliseconds spent encoding files on the worker threads (sum)." },
+  stale_temp_files_removed: { kind: "counter", help: "Temporaries of a crashed writer removed at start." },
+  topic_rows_produced: { kind: "counter", help: "Rows produced to trajectory topics and acknowledged." },
+  session_durable_seconds: {
+    kind: "histogram",
+    help: "From a session's end (finalized) to its rows durable in a renamed file.",
+  },
+  // Kafka client
+  kafka_commits: { kind: "counter", help: "Offset commits." },
+  kafka_commit_failures: { kind: "counter", help: "Offset commits that failed (retried next interval)." },
+  kafka_rebalances: { kind: "counter", help: "Group rebalances that restarted this member's partitions." },
+  kafka_watchdog_restarts: {
+    kind: "counter",
+    help: "Consumers restarted by the watchdog (stalled with lag).",
+  },
+  kafka_consumer_restarts: {
+    kind: "counter",
+    help: "Consumers restarted after a crash while the broker was away.",
+  },
+  kafka_produce_retries: { kind: "counter", help: "Produce requests retried (dead letters)." },
+  // Gauges (read when /metrics is scraped)
+  open_sessions: { kind: "gauge", help: "Sessions being assembled." },
+  consumer_lag: {
+    kind: "gauge",
+    label: "partition",
+    help: "Messages behind the partition's high watermark.",
+  },
+  offsets_held: {
+    kind: "gauge",
+    label: "partition",
+    help: "Sessions and dead letters holding the partition's commit back.",
+  },
+} as const satisfies Record<
+  string,
+  { kind: "counter" | "histogram" | "gauge"; label?: string; help: string }
+>;
+
+export type MetricName = keyof typeof METRICS;
+export type CounterName = {
+  [K in MetricName]: (typeof METRICS)[K]["kind"] extends "counter" ? K : never;
+}[MetricName];
+export type HistogramName = {
+  [K in MetricName]: (typeof METRICS)[K]["kind"] extends "histogram" ? K : never;
+}[MetricName];
+export type GaugeName = {
+  [K in MetricName]: (typeof METRICS)[K]["kind"] extends "gauge" ? K : never;
+}[MetricName];

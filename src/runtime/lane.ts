@@ -1,0 +1,117 @@
+/**
+ * One lane's part of a running pipeline: its assembler, its part of every transform and sink, and the
+ * order units move in. A unit leaving the last transform is handed to the sinks that are not the
+ * recovery sink first (trajectory topics), and only once they acknowledged it to the files, so what the
+ * files hold (what recovery trusts) is everywhere.
+ */
+import type { Lane, LaneSink, LaneTransform, Unit } from "../contract/components.ts";
+import { unitRows } from "../contract/components.ts";
+import type { DeadLetterOutput } from "../core/records.ts";
+import type { LaneAssembler } from "../transforms/assemble/component.ts";
+
+/** Rows waiting for the trajectory topics before they are produced in one go. */
+const OUTBOX_ROWS = 1_000;
+
+export class LaneRunner {
+  readonly lane: Lane;
+  readonly assembler: LaneAssembler;
+  readonly deadLetters: DeadLetterOutput;
+  private readonly transforms: LaneTransform[];
+  /** Sinks acknowledged before the recovery sink (trajectory topics). */
+  private readonly before: LaneSink[];
+  private readonly recovery: LaneSink;
+  private readonly sinkCount: number;
+  private outbox: Unit[] = [];
+  private outboxRows = 0;
+
+  constructor(parts: {
+    lane: Lane;
+    assembler: LaneAssembler;
+    deadLetters: DeadLetterOutput;
+    transforms: LaneTransform[];
+    before: LaneSink[];
+    recovery: LaneSink;
+  }) {
+    this.lane = parts.lane;
+    this.assembler = parts.assembler;
+    this.deadLetters = parts.deadLetters;
+    this.transforms = parts.transforms;
+    this.before = parts.before;
+    this.recovery = parts.recovery;
+    this.sinkCount = parts.before.length + 1;
+  }
+
+  get sinks(): LaneSink[] {
+    return [...this.before, this.recovery];
+  }
+
+  /** Moves units through the transforms from `from` on, then to the sinks. */
+  async forward(units: Unit[], from = 0): Promise<void> {
+    let batch = units;
+    const eventTime = this.assembler.eventTime;
+    for (let i = from; i < this.transforms.length && batch.length > 0; i++) {
+      const t = this.transforms[i]!;
+      const next: Unit[] = [];
+      for (const unit of batch) {
+        const r = t.push(unit, eventTime);
+        const out = r instanceof Promise ? await r : r;
+        for (const o of out) next.push(o);
+      }
+      batch = next;
+    }
+    if (batch.length > 0) await this.deliver(batch);
+  }
+
+  private async deliver(units: Unit[]): Promise<void> {
+    // Each sink releases its own reference once the unit is durable there.
+    if (this.sinkCount > 1) for (const u of units) for (const ack of u.acks) ack.retain(this.sinkCount - 1);
+    if (this.before.length === 0) return this.recovery.write(units);
+    for (const u of units) {
+      this.outbox.push(u);
+      this.outboxRows += unitRows(u).length;
+    }
+    if (this.outboxRows >= OUTBOX_ROWS) await this.flushOutbox();
+  }
+
+  private async flushOutbox(): Promise<void> {
+    if (this.outbox.length === 0) return;
+    const units = this.outbox;
+    this.outbox = [];
+    this.outboxRows = 0;
+    await Promise.all(this.before.map((s) => s.write(units)));
+    await this.recovery.write(units);
+  }
+
+  /**
+   * End of a batch of records: time-driven releases (group timeouts), units held for throughput
+   * (scored sessions), and the outbox. With `final` (end of input, or a draining stop), every open
+   * session is finished and everything held goes on, and the files are cut.
+   */
+  async endOfBatch(final: boolean): Promise<void> {
+    if (final) await this.forward(this.assembler.flush());
+    const eventTime = this.assembler.eventTime;
+    for (let i = 0; i < this.transforms.length; i++) {
+      const tick = this.transforms[i]!.tick?.(eventTime) ?? [];
+      if (tick.length > 0) await this.forward(tick, i + 1);
+    }
+    for (let i = 0; i < this.transforms.length; i++) {
+      const r = this.transforms[i]!.flush(final, eventTime);
+      const out = r instanceof Promise ? await r : r;
+      if (out.length > 0) await this.forward(out, i + 1);
+    }
+    await this.flushOutbox();
+    if (final) await this.recovery.cut();
+  }
+
+  /** The lane was revoked: nothing it holds may land. */
+  abandon(): void {
+    this.outbox = [];
+    this.outboxRows = 0;
+    for (const s of this.sinks) s.abandon();
+  }
+
+  /** Waits until everything handed to the sinks is durable. */
+  async drain(): Promise<void> {
+    for (const s of this.sinks) await s.drain();
+  }
+}

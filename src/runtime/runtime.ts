@@ -1,0 +1,410 @@
+/**
+ * The runtime: runs any valid plan, whatever its source. It builds every component (reward stages start
+ * before any input or output opens, so one that cannot start fails the run with nothing written), opens
+ * a lane's part of each component when the source assigns the lane, decodes records in chunks (on
+ * worker threads when asked), applies them to the lane's assembler, and moves finished units through
+ * the lane's transforms to its sinks. It stops the same way for every source: stop reading, finish or
+ * drop what is open, wait for every sink, then commit and disconnect.
+ */
+import { join, resolve } from "node:path";
+import { hostname } from "node:os";
+import type {
+  DeadLetterSink,
+  Lane,
+  SinkComponent,
+  Source,
+  SourceHandler,
+  TransformComponent,
+} from "../contract/components.ts";
+import { isTrajflowError, TrajflowError } from "../core/errors.ts";
+import type { Logger } from "../core/logger.ts";
+import { Metrics } from "../core/metrics.ts";
+import type { DeadLetterOutput, RawRecord } from "../core/records.ts";
+import type { DeadLetter } from "../schemas/dead-letter.ts";
+import { DeadLetterFiles } from "../sinks/dead-letter/files.ts";
+import { DeadLetterTopic } from "../sinks/dead-letter/topic.ts";
+import type { FileSinkConfig } from "../sinks/files/config.ts";
+import type { KafkaSourceConfig } from "../sources/kafka/config.ts";
+import { AssembleComponent } from "../transforms/assemble/component.ts";
+import type { AssembleConfig } from "../transforms/assemble/config.ts";
+import type { DecodeResult } from "../transforms/decode/decode.ts";
+import { DecodePool } from "../transforms/decode/pool.ts";
+import { LaneRunner } from "./lane.ts";
+import type { Plan } from "./plan.ts";
+import { REGISTRY, type RegistryContext } from "./registry.ts";
+
+/**
+ * Chunks a batch is decoded in: small enough that assembly starts soon, large enough that the hand-over
+ * to a worker is a small part of the chunk's cost.
+ */
+const DECODE_CHUNK_RECORDS = 256;
+const DECODE_CHUNK_BYTES = 1 << 20;
+/** Dead-letter bytes not yet durable past which reading waits (a flood of garbage). */
+const DEAD_LETTER_BACKLOG_BYTES = 64 * 2 ** 20;
+
+export interface RunOptions {
+  logger: Logger;
+  /** Directory relative paths (models, modules) are resolved from. */
+  baseDir: string;
+  /** Resolves when the run should stop (a signal): open sessions are left for the next run. */
+  stopSignal?: Promise<void>;
+  /** Unbounded sources: stop after this long without records, finishing open sessions too. */
+  untilIdleMs?: number;
+  /** Called after every batch of records (progress bars). */
+  onBatch?: (runtime: Runtime) => void;
+}
+
+export interface RunResult {
+  kind: "replay" | "kafka";
+  metrics: Metrics;
+  seconds: number;
+  /** Records read from the source. */
+  events: number;
+  files: string[];
+  deadLetterFiles: string[];
+  /** Where the files are. */
+  out: string;
+  deadLetterDir: string | null;
+}
+
+export class Runtime implements SourceHandler {
+  readonly metrics = new Metrics();
+  readonly plan: Plan;
+  private readonly options: RunOptions;
+  private readonly log: Logger;
+  source!: Source;
+  private assemble!: AssembleComponent;
+  private transforms: TransformComponent[] = [];
+  private sinks: SinkComponent[] = [];
+  private deadLetters!: DeadLetterSink;
+  private decoders!: DecodePool;
+  private readonly lanes = new Map<Lane, LaneRunner>();
+  /** The batch being applied, so a stop waits for it before it flushes the lanes. */
+  private applying: Promise<void> = Promise.resolve();
+  private failure: Error | null = null;
+  readonly filesDir: string;
+  readonly deadLetterDir: string | null;
+  private resolveStarted!: () => void;
+  /** Resolves once the source started delivering (benchmarks and tests reach the source then). */
+  readonly started = new Promise<void>((r) => (this.resolveStarted = r));
+
+  constructor(plan: Plan, options: RunOptions) {
+    this.plan = plan;
+    this.options = options;
+    this.log = options.logger;
+    const files = plan.sinks.find((s) => s.type === "parquet" || s.type === "arrow")!;
+    this.filesDir = resolve((files.config as FileSinkConfig).path);
+    this.deadLetterDir =
+      plan.deadLetters === null
+        ? plan.source.type === "kafka"
+          ? null
+          : join(this.filesDir, "dead-letter")
+        : plan.deadLetters.type === "files"
+          ? resolve(plan.deadLetters.path)
+          : null;
+  }
+
+  get openSessions(): number {
+    return this.assemble?.openSessions ?? 0;
+  }
+
+  /** Held offsets per lane, for the offsets_held gauge. */
+  heldByLane(): Array<{ lane: string; held: number }> {
+    return [...this.lanes.keys()].map((l) => ({ lane: l.id, held: l.ledger.holds }));
+  }
+
+  /** Builds every component; nothing reads or writes yet. */
+  private async build(): Promise<void> {
+    const { plan, metrics } = this;
+    const logger = this.log;
+    const kafkaSource = plan.source.type === "kafka" ? (plan.source.config as KafkaSourceConfig) : null;
+    const dl = plan.deadLetters;
+    if (dl?.type === "kafka" || (dl === null && kafkaSource !== null)) {
+      const topic = dl?.type === "kafka" ? dl.topic : `${kafkaSource!.topic}.dead-letter`;
+      const connection = (dl?.type === "kafka" ? dl.connection : undefined) ?? plan.sourceConnection!;
+      this.deadLetters = new DeadLetterTopic(topic, connection, { metrics, logger });
+    } else {
+      this.deadLetters = new DeadLetterFiles(
+        {
+          dir: this.deadLetterDir!,
+          // Several members of a consumer group share the directory: names carry the writer, and
+          // letters land by age so their offsets can commit.
+          ...(kafkaSource === null
+            ? {}
+            : { writerTag: `${hostname()}-${process.pid}-${Date.now()}`, maxAgeMs: 5_000 }),
+        },
+        metrics,
+      );
+    }
+    const ctx: RegistryContext = {
+      metrics,
+      logger,
+      baseDir: this.options.baseDir,
+      deadLetters: this.countingOutput(null),
+      deadLetterSink: this.deadLetters,
+      sourceConnection: plan.sourceConnection,
+    };
+    const [assemble, ...rest] = plan.transforms;
+    this.assemble = new AssembleComponent(assemble!.config as AssembleConfig, {
+      metrics,
+      logger: logger.child({ component: "assemble" }),
+    });
+    // Stages that load models or import modules start before anything opens, all at once.
+    const built = await Promise.allSettled(
+      rest.map((t) => REGISTRY.transforms[t.type]!.build!(t.config as never, ctx)),
+    );
+    const failed = built.find((b) => b.status === "rejected");
+    if (failed !== undefined) {
+      await Promise.all(built.map((b) => (b.status === "fulfilled" ? b.value.close?.() : undefined)));
+      throw (failed as PromiseRejectedResult).reason;
+    }
+    this.transforms = built.map((b) => (b as PromiseFulfilledResult<TransformComponent>).value);
+    this.sinks = await Promise.all(
+      plan.sinks.map((s) => REGISTRY.sinks[s.type]!.build!(s.config as never, ctx)),
+    );
+    this.source = await REGISTRY.sources[plan.source.type]!.build!(plan.source.config as never, ctx);
+    const workers = (plan.source.config as { decode_workers?: number }).decode_workers ?? 0;
+    this.decoders = new DecodePool(workers);
+  }
+
+  /** Dead letters of one lane (each holds its own offset) or of no lane; every one is counted. */
+  private countingOutput(lane: Lane | null): DeadLetterOutput {
+    return {
+      write: (letter: DeadLetter) => {
+        this.metrics.inc("dead_letters", letter.code);
+        if (lane === null) return this.deadLetters.write(letter, null);
+        const offset = letter.origin.kind === "kafka" ? Number(letter.origin.offset) : lane.ledger.next;
+        this.deadLetters.write(letter, lane.ledger.hold(offset));
+      },
+    };
+  }
+
+  // --- SourceHandler -------------------------------------------------------------------------------
+
+  async assigned(lane: Lane): Promise<void> {
+    const parts = await Promise.all(this.sinks.map((s) => s.openLane(lane)));
+    const recovery = parts[parts.length - 1]!;
+    const written = (await recovery.recover?.()) ?? new Map<string, number>();
+    const deadLetters = this.countingOutput(lane);
+    this.lanes.set(
+      lane,
+      new LaneRunner({
+        lane,
+        assembler: this.assemble.openLane(lane, deadLetters, written),
+        deadLetters,
+        transforms: this.transforms.map((t) => t.openLane(lane)),
+        before: parts.slice(0, -1),
+        recovery,
+      }),
+    );
+    if (written.size > 0)
+      this.log.info({ lane: lane.id, sessions: written.size }, "Sessions already in files will be skipped.");
+  }
+
+  revoked(lanes: Lane[]): void {
+    for (const lane of lanes) {
+      const runner = this.lanes.get(lane);
+      if (runner === undefined) continue;
+      runner.abandon();
+      this.assemble.closeLane(runner.assembler);
+      this.lanes.delete(lane);
+    }
+  }
+
+  records(lane: Lane, records: RawRecord[], offsets: number[], live: () => boolean): Promise<void> {
+    const run = this.apply(lane, records, offsets, live);
+    this.applying = run.catch(() => {});
+    return run;
+  }
+
+  private async apply(
+    lane: Lane,
+    records: RawRecord[],
+    offsets: number[],
+    live: () => boolean,
+  ): Promise<void> {
+    const runner = this.lanes.get(lane);
+    if (runner === undefined) return;
+    const { ledger } = lane;
+    const chunks = this.decodeChunks(records);
+    let at = 0;
+    batch: for (const chunk of chunks) {
+      const decoded = await chunk;
+      for (let i = 0; i < decoded.length; i++, at++) {
+        if (!live()) break batch;
+        const offset = offsets[at]!;
+        if (offset < ledger.next) continue; // delivered again within this generation
+        const d = decoded[i]!;
+        if (d.kind === "control") {
+          this.metrics.inc("control_events", d.control.type);
+          for (const t of this.transforms) t.control?.(d.control);
+        } else {
+          if (d.kind === "rejected") runner.deadLetters.write(d.deadLetter);
+          const units = runner.assembler.push(records[at]!, offset, d);
+          if (units.length > 0) await runner.forward(units);
+        }
+        ledger.next = offset + 1;
+        if (this.assemble.overLimits) await this.enforceLimits();
+      }
+    }
+    this.metrics.inc("events_read", "", at);
+    if (!live()) return;
+    await runner.endOfBatch(false);
+    // A flood of rejected events must not pile up in memory faster than the dead-letter sink writes.
+    if (this.deadLetters.backlogBytes > DEAD_LETTER_BACKLOG_BYTES)
+      await this.deadLetters.waitBelow(DEAD_LETTER_BACKLOG_BYTES / 2);
+    this.options.onBatch?.(this);
+  }
+
+  /** The records in chunks, all handed to the decoders at once (they decode ahead of assembly). */
+  private decodeChunks(records: RawRecord[]): Array<Promise<DecodeResult[]>> {
+    const chunks: Array<Promise<DecodeResult[]>> = [];
+    let start = 0;
+    let bytes = 0;
+    for (let i = 0; i < records.length; i++) {
+      const raw = records[i]!.raw;
+      bytes += typeof raw === "string" ? raw.length : raw.byteLength;
+      if (i + 1 - start >= DECODE_CHUNK_RECORDS || bytes >= DECODE_CHUNK_BYTES || i === records.length - 1) {
+        const results = this.decoders.decode(records.slice(start, i + 1));
+        // A chunk left behind by a rebalance may fail after nobody awaits it any more.
+        results.catch(() => {});
+        chunks.push(results);
+        start = i + 1;
+        bytes = 0;
+      }
+    }
+    return chunks;
+  }
+
+  /**
+   * Open sessions past the limits: the oldest, of any lane, is cut (finalized early, flagged
+   * `session_cut`). Pausing instead would stall, since only new events let sessions end.
+   */
+  private async enforceLimits(): Promise<void> {
+    while (this.assemble.overLimits) {
+      const cut = this.assemble.cutOldest();
+      if (cut === null) return;
+      const runner = this.lanes.get(cut.lane.lane);
+      if (runner !== undefined && cut.units.length > 0) await runner.forward(cut.units);
+    }
+  }
+
+  // --- running -------------------------------------------------------------------------------------
+
+  /**
+   * Writes what every lane holds for throughput (scored sessions, the outbox) and cuts the files now,
+   * without finishing open sessions: a benchmark that consumed everything does not wait for the age cut.
+   */
+  async cutFiles(): Promise<void> {
+    await this.applying;
+    for (const runner of this.lanes.values()) await runner.endOfBatch(false);
+    for (const runner of this.lanes.values()) for (const s of runner.sinks) await s.cut();
+  }
+
+  /** Builds, runs until the source ends or a stop, stops, and reports. */
+  async run(ops?: { ready(ready: boolean): void }): Promise<RunResult> {
+    const started = performance.now();
+    await this.build();
+    let opened = false;
+    try {
+      // Outputs are checked before any input is read: an unwritable directory fails first.
+      for (const s of this.sinks) await s.open?.();
+      await this.deadLetters.open();
+      opened = true;
+      await this.source.start(this);
+      this.resolveStarted();
+      ops?.ready(true);
+      const why = await this.waitForEnd();
+      ops?.ready(false);
+      await this.stop(why === "ended" || why === "idle");
+    } catch (err) {
+      ops?.ready(false);
+      this.failure ??= err as Error;
+      await this.abort(opened);
+      throw this.failure;
+    }
+    const kind = this.plan.source.type === "kafka" ? "kafka" : "replay";
+    return {
+      kind,
+      metrics: this.metrics,
+      seconds: (performance.now() - started) / 1000,
+      events: this.source.delivered,
+      files: this.sinks.flatMap((s) => [...(s.files ?? [])]),
+      deadLetterFiles: [...(this.deadLetters.files ?? [])],
+      out: this.filesDir,
+      deadLetterDir: this.deadLetterDir,
+    };
+  }
+
+  private async waitForEnd(): Promise<"ended" | "idle" | "signal"> {
+    const ended = this.source.ended.then(() => "ended" as const);
+    const signal = this.options.stopSignal?.then(() => "signal" as const);
+    let last = -1;
+    let quietSince = Date.now();
+    for (;;) {
+      const tick = new Promise<"tick">((r) => setTimeout(() => r("tick"), 100).unref());
+      const why = await Promise.race([ended, tick, ...(signal === undefined ? [] : [signal])]);
+      if (why !== "tick") return why;
+      const error = this.source.error;
+      if (error !== null) {
+        // trajflow's own errors (a file that cannot be written) keep their code; the client's become
+        // SOURCE_READ_FAILED.
+        throw isTrajflowError(error)
+          ? error
+          : new TrajflowError("SOURCE_READ_FAILED", `the source failed: ${error.message}`, { cause: error });
+      }
+      const count = this.source.delivered;
+      if (count !== last) {
+        last = count;
+        quietSince = Date.now();
+      } else if (
+        this.options.untilIdleMs !== undefined &&
+        Date.now() - quietSince >= this.options.untilIdleMs
+      ) {
+        return "idle";
+      }
+    }
+  }
+
+  /**
+   * Stops reading, finishes the lanes (with `final`, open sessions are written as they are; otherwise
+   * they are left to the next run, their offsets uncommitted), waits for every sink, commits, closes.
+   * Each step is logged: a stop that hangs says where.
+   */
+  private async stop(final: boolean): Promise<void> {
+    await this.source.pause();
+    await this.applying;
+    for (const runner of this.lanes.values()) await runner.endOfBatch(final);
+    for (const runner of this.lanes.values()) await runner.drain();
+    await this.deadLetters.close();
+    const say = this.plan.source.type === "kafka" ? "info" : "debug";
+    this.log[say]("Files written; committing offsets.");
+    // A commit during a rebalance can wait for the group indefinitely; the files are in place either way
+    // and recovery skips their sessions, so an uncommitted offset costs re-reading, never a duplicate.
+    const committed = await Promise.race([
+      this.source.commit().then(() => true),
+      new Promise<false>((r) => setTimeout(() => r(false), 10_000).unref()),
+    ]).catch(() => false);
+    if (!committed)
+      this.log.warn("Could not commit offsets while stopping; the next owner re-reads from the last commit.");
+    await this.closeAll();
+    this.log[say]("Stopped.");
+  }
+
+  /** After a failure: nothing more is written; connections and workers are closed. */
+  private async abort(opened: boolean): Promise<void> {
+    await this.source?.pause().catch(() => {});
+    if (opened) {
+      for (const runner of this.lanes.values()) runner.abandon();
+      await this.deadLetters.close().catch(() => {});
+    }
+    await this.closeAll().catch(() => {});
+  }
+
+  private async closeAll(): Promise<void> {
+    await this.source?.close();
+    for (const s of this.sinks) await s.close();
+    for (const t of this.transforms) await t.close?.();
+    await this.decoders?.close();
+  }
+}

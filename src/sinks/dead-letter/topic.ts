@@ -1,0 +1,120 @@
+/**
+ * The dead-letter topic: rejected events as JSON messages (keyed by uid when known), produced in batches
+ * with acks=all. A letter's ack is released once the topic acknowledged it; a failed send is retried with
+ * backoff for as long as the pipeline runs, holding its offsets meanwhile, so a broker away for minutes
+ * delays commits but loses nothing. The backlog (bytes not yet acknowledged) is bounded by the runtime,
+ * which stops reading while it is over its limit: a flood of garbage cannot exhaust memory.
+ */
+import type { DeadLetterSink } from "../../contract/components.ts";
+import type { Ack } from "../../contract/ledger.ts";
+import type { Logger } from "../../core/logger.ts";
+import type { Metrics } from "../../core/metrics.ts";
+import type { DeadLetter } from "../../schemas/dead-letter.ts";
+import { createKafka, Partitioners, type Producer } from "../../sources/kafka/client.ts";
+import type { KafkaConnection } from "../../sources/kafka/config.ts";
+import { disconnectWithin } from "../kafka/component.ts";
+
+/** Messages per produce request; a batch is also cut at this many bytes (under message.max.bytes). */
+const BATCH_MESSAGES = 500;
+const BATCH_BYTES = 512 * 1024;
+
+interface Queued {
+  key: string | null;
+  value: string;
+  ack: Ack | null;
+}
+
+export class DeadLetterTopic implements DeadLetterSink {
+  private readonly topic: string;
+  private readonly producer: Producer;
+  private readonly metrics: Metrics;
+  private readonly log: Logger;
+  private queue: Queued[] = [];
+  private queuedBytes = 0;
+  private inFlightBytes = 0;
+  private sending: Promise<void> | null = null;
+  private stopping = false;
+
+  constructor(topic: string, connection: KafkaConnection, ctx: { metrics: Metrics; logger: Logger }) {
+    this.topic = topic;
+    this.metrics = ctx.metrics;
+    this.log = ctx.logger.child({ component: "dead-letters" });
+    this.producer = createKafka(connection, ctx.logger).producer({
+      idempotent: true,
+      maxInFlightRequests: 1,
+      createPartitioner: Partitioners.DefaultPartitioner,
+    });
+  }
+
+  get backlogBytes(): number {
+    return this.queuedBytes + this.inFlightBytes;
+  }
+
+  async open(): Promise<void> {
+    await this.producer.connect();
+  }
+
+  write(letter: DeadLetter, ack: Ack | null): void {
+    const value = JSON.stringify(letter);
+    this.queue.push({ key: letter.uid ?? null, value, ack });
+    this.queuedBytes += value.length;
+    this.sending ??= this.sendAll().finally(() => (this.sending = null));
+  }
+
+  /** Sends the queue in batches until it is empty. */
+  private async sendAll(): Promise<void> {
+    while (this.queue.length > 0) {
+      let bytes = 0;
+      let n = 0;
+      while (n < this.queue.length && n < BATCH_MESSAGES && bytes < BATCH_BYTES)
+        bytes += this.queue[n++]!.value.length;
+      const batch = this.queue.splice(0, n);
+      this.queuedBytes -= bytes;
+      this.inFlightBytes += bytes;
+      try {
+        if (!(await this.send(batch))) return;
+        for (const q of batch) q.ack?.release();
+      } finally {
+        this.inFlightBytes -= bytes;
+      }
+    }
+  }
+
+  /** One batch, retried with backoff until acknowledged; false when stopping gave up on it. */
+  private async send(batch: Queued[]): Promise<boolean> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.producer.send({
+          topic: this.topic,
+          acks: -1,
+          messages: batch.map((q) => ({ key: q.key, value: q.value })),
+        });
+        return true;
+      } catch (err) {
+        // Its offsets stay uncommitted: the next owner dead-letters these events again.
+        if (this.stopping) return false;
+        this.metrics.inc("kafka_produce_retries");
+        this.log.warn({ err, topic: this.topic, attempt }, "Could not produce dead letters; retrying.");
+        await new Promise((r) => setTimeout(r, Math.min(30_000, 500 * 2 ** attempt)));
+      }
+    }
+  }
+
+  async waitBelow(bytes: number): Promise<void> {
+    while (this.backlogBytes > bytes && this.sending !== null) await this.sending;
+  }
+
+  async close(): Promise<void> {
+    // Whatever is queued gets one more chance within 10 s; what is still unacknowledged keeps its offset
+    // uncommitted.
+    const flushed = this.sending ?? Promise.resolve();
+    const done = await Promise.race([
+      flushed.then(() => true),
+      new Promise<false>((r) => setTimeout(() => r(false), 10_000).unref()),
+    ]);
+    this.stopping = true;
+    if (!done)
+      this.log.warn("Dead letters were not all acknowledged while stopping; their offsets stay uncommitted.");
+    await disconnectWithin(this.producer, 10_000);
+  }
+}

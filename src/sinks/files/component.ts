@@ -1,0 +1,111 @@
+/**
+ * The file sinks (`parquet`, `arrow`) as pipeline components: one FileSink per lane, sharing one encoder
+ * pool. A unit (a session, or a GRPO group) is one write, so it lands in one file; its acks are released
+ * once that file is renamed into place. Files of a lane with an input range (a Kafka partition) are
+ * named after the offsets they cover, list their sessions for recovery, and are fenced: a process that
+ * no longer owns the partition drops them instead of landing them.
+ */
+import { promises as fs } from "node:fs";
+import { join } from "node:path";
+import { randomBytes } from "node:crypto";
+import type { Lane, LaneSink, SessionSpan, SinkComponent, Unit } from "../../contract/components.ts";
+import { unitRows } from "../../contract/components.ts";
+import { TrajflowError } from "../../core/errors.ts";
+import type { Logger } from "../../core/logger.ts";
+import type { Metrics } from "../../core/metrics.ts";
+import { writtenSessions } from "../../sources/kafka/recovery.ts";
+import type { FileSinkConfig } from "./config.ts";
+import { EncoderPool } from "./pool.ts";
+import { FileSink } from "./sink.ts";
+
+export class FileSinkComponent implements SinkComponent {
+  readonly recovery = true;
+  private readonly config: FileSinkConfig;
+  private readonly metrics: Metrics;
+  private readonly logger: Logger;
+  private readonly pool: EncoderPool;
+  private readonly sinks = new Set<FileSink>();
+  private readonly retired: FileSink[] = [];
+
+  constructor(config: FileSinkConfig, ctx: { metrics: Metrics; logger: Logger }) {
+    this.config = config;
+    this.metrics = ctx.metrics;
+    this.logger = ctx.logger;
+    this.pool = new EncoderPool(config.encode_workers);
+  }
+
+  /** Files committed by every lane, in the order they were cut per lane. */
+  get files(): string[] {
+    return [...this.retired, ...this.sinks].flatMap((s) => s.files);
+  }
+
+  /** Fails before anything is read when the output directory cannot be written. */
+  async open(): Promise<void> {
+    const probe = join(this.config.path, `.trajflow-probe-${randomBytes(6).toString("hex")}`);
+    try {
+      await fs.mkdir(this.config.path, { recursive: true });
+      await fs.writeFile(probe, "");
+      await fs.unlink(probe);
+    } catch (err) {
+      throw new TrajflowError(
+        "SINK_WRITE_FAILED",
+        `cannot write to the output directory ${this.config.path}: ${(err as Error).message}`,
+        { cause: err },
+      );
+    }
+  }
+
+  async openLane(lane: Lane): Promise<LaneSink> {
+    const { files } = lane;
+    const flat = (tags: unknown[]) => (tags as SessionSpan[][]).flat();
+    const sink = new FileSink(this.config, {
+      metrics: this.metrics,
+      logger: this.logger.child({ lane: lane.id }),
+      pool: this.pool,
+      sharedDirectoryTempAgeMs: files.sharedDirectoryTempAgeMs,
+      nameCut: files.name === undefined ? undefined : (cut, tags) => files.name!(cut, flat(tags)),
+      describeCut: (tags) => files.describe(flat(tags)),
+      fence: files.recoverable === undefined ? undefined : () => lane.fence(),
+    });
+    await sink.open();
+    this.sinks.add(sink);
+    const retire = () => {
+      if (this.sinks.delete(sink)) this.retired.push(sink);
+    };
+    return {
+      write: async (units: Unit[]) => {
+        for (const unit of units) {
+          const durable = () => {
+            for (const ack of unit.acks) ack.release();
+            this.metrics.observe("session_durable_seconds", (performance.now() - unit.finishedAt) / 1000);
+          };
+          await sink.write(unitRows(unit), durable, unit.spans);
+        }
+      },
+      cut: () => sink.cut(),
+      drain: async () => {
+        await sink.close();
+        retire();
+      },
+      abandon: () => {
+        sink.abandon();
+        retire();
+      },
+      recover: async () => {
+        if (files.recoverable === undefined) return new Map();
+        const { topic, partition } = files.recoverable;
+        return writtenSessions(this.config.path, topic, partition, lane.ledger.next);
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    try {
+      for (const sink of this.sinks) await sink.close();
+      // Files of revoked lanes already dispatched finish (or are fenced) before the workers stop.
+      for (const sink of this.retired) await sink.drain().catch(() => {});
+    } finally {
+      await this.pool.close();
+    }
+  }
+}

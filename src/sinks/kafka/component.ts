@@ -1,0 +1,68 @@
+/**
+ * The `kafka` trajectory sink as a pipeline component: rows produced to a topic, acknowledged by all
+ * in-sync replicas before the same units go on to the files (files are what recovery trusts, so a
+ * session in a file is always on the topic). Delivery to the topic is at least once; docs/kafka.md says
+ * why not exactly once and how a consumer removes the copies.
+ */
+import type { LaneSink, SinkComponent, Unit } from "../../contract/components.ts";
+import { unitRows } from "../../contract/components.ts";
+import type { Logger } from "../../core/logger.ts";
+import type { Metrics } from "../../core/metrics.ts";
+import { createKafka, Partitioners, type Producer } from "../../sources/kafka/client.ts";
+import type { KafkaConnection } from "../../sources/kafka/config.ts";
+import type { TrajectoryTopicConfig } from "./config.ts";
+import { TrajectoryTopicSink } from "./topic.ts";
+
+export class TopicSinkComponent implements SinkComponent {
+  readonly recovery = false;
+  private readonly producer: Producer;
+  private readonly sink: TrajectoryTopicSink;
+  private readonly metrics: Metrics;
+
+  constructor(
+    config: TrajectoryTopicConfig,
+    connection: KafkaConnection,
+    ctx: { metrics: Metrics; logger: Logger },
+  ) {
+    this.metrics = ctx.metrics;
+    this.producer = createKafka(connection, ctx.logger).producer({
+      idempotent: true,
+      maxInFlightRequests: 1,
+      createPartitioner: Partitioners.DefaultPartitioner,
+    });
+    this.sink = new TrajectoryTopicSink(config, this.producer);
+  }
+
+  async open(): Promise<void> {
+    await this.producer.connect();
+  }
+
+  openLane(): Promise<LaneSink> {
+    return Promise.resolve({
+      write: async (units: Unit[]) => {
+        const rows = units.flatMap(unitRows);
+        if (rows.length > 0) await this.sink.write(rows);
+        this.metrics.inc("topic_rows_produced", "", rows.length);
+        for (const unit of units) for (const ack of unit.acks) ack.release();
+      },
+      cut: async () => {},
+      drain: async () => {},
+      abandon: () => {},
+    });
+  }
+
+  async close(): Promise<void> {
+    await disconnectWithin(this.producer, 10_000);
+  }
+}
+
+/** Disconnects a client, giving up after `ms`: kafkajs has been seen to wait forever after a broker restart. */
+export async function disconnectWithin(
+  client: { disconnect(): Promise<void> },
+  ms: number,
+): Promise<boolean> {
+  return Promise.race([
+    client.disconnect().then(() => true),
+    new Promise<false>((resolve) => setTimeout(() => resolve(false), ms).unref()),
+  ]).catch(() => false);
+}

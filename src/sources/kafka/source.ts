@@ -1,0 +1,417 @@
+/**
+ * The `kafka` source: a consumer-group member that turns assigned partitions into lanes.
+ *
+ * - Events are keyed by uid, so a session (and its GRPO group) lives in one partition: one lane each.
+ * - Every (re)join restarts all assigned partitions at their committed offsets (kafkajs drops resolved
+ *   offsets on rebalance), so every lane starts over too; the runtime recovers from the files which
+ *   sessions are already written.
+ * - A lane's offsets are committed only up to its ledger's committable offset (nothing not yet durable).
+ * - Fencing: before a file lands, the coordinator is asked whether this member still owns the partition
+ *   in a stable group; an expelled member's late file is dropped instead.
+ * - kafkajs crashes it calls final while the broker is only away (a restarting single broker) restart the
+ *   consumer with backoff; a watchdog restarts a consumer that stalled while messages wait.
+ */
+import kafkajs, { type EachBatchPayload } from "kafkajs";
+import type { Lane, LaneFiles, Source, SourceHandler } from "../../contract/components.ts";
+import { Ledger } from "../../contract/ledger.ts";
+import type { Logger } from "../../core/logger.ts";
+import type { Metrics } from "../../core/metrics.ts";
+import type { RawRecord } from "../../core/records.ts";
+import { disconnectWithin } from "../../sinks/kafka/component.ts";
+import { createKafka, describeConnection, isBrokerAway, isClientError, type Consumer } from "./client.ts";
+import type { KafkaSourceConfig } from "./config.ts";
+import { rangeName, SESSIONS_KEY } from "./recovery.ts";
+
+const EMPTY = Buffer.alloc(0);
+
+interface KafkaLane extends Lane {
+  partition: number;
+  live: boolean;
+}
+
+export class KafkaSource implements Source {
+  private readonly config: KafkaSourceConfig;
+  private readonly metrics: Metrics;
+  private readonly log: Logger;
+  private readonly consumer: Consumer;
+  private readonly admin: ReturnType<ReturnType<typeof createKafka>["admin"]>;
+  private readonly heartbeatIntervalMs: number;
+  private handler!: SourceHandler;
+  private lanes = new Map<number, KafkaLane>();
+  /** Partitions restarted locally, with the offset their next lane must start at. */
+  private readonly restartAt = new Map<number, number>();
+  private memberId: string | null = null;
+  private failure: Error | null = null;
+  private stopping = false;
+  private restarting = false;
+  private commitTimer: NodeJS.Timeout | null = null;
+  private lagTimer: NodeJS.Timeout | null = null;
+  private lagByPartition = new Map<number, number>();
+  private lastProgress = { messages: 0, at: Date.now() };
+  private count = 0;
+  /** Never resolves: a topic has no end. */
+  readonly ended = new Promise<void>(() => {});
+
+  constructor(config: KafkaSourceConfig, ctx: { metrics: Metrics; logger: Logger }) {
+    this.config = config;
+    this.metrics = ctx.metrics;
+    this.log = ctx.logger.child({ component: "kafka" });
+    this.heartbeatIntervalMs = Math.max(100, Math.floor(config.session_timeout_ms / 3));
+    const kafka = createKafka(config.connection, ctx.logger);
+    this.admin = kafka.admin();
+    this.consumer = kafka.consumer({
+      groupId: config.group_id,
+      sessionTimeout: config.session_timeout_ms,
+      heartbeatInterval: this.heartbeatIntervalMs,
+      // The broker answers one request per connection at a time, and kafkajs fetches ahead while a batch
+      // is handled: a long-poll fetch on the coordinator's connection would hold heartbeats back past the
+      // session timeout. measured: with the 5 s default and a 3 s session timeout a lone member was
+      // expelled every ~5 s.
+      maxWaitTimeInMs: Math.min(5_000, this.heartbeatIntervalMs),
+      allowAutoTopicCreation: false,
+    });
+  }
+
+  get error(): Error | null {
+    return this.failure;
+  }
+
+  get delivered(): number {
+    return this.count;
+  }
+
+  async start(handler: SourceHandler): Promise<void> {
+    this.handler = handler;
+    const { config } = this;
+    this.log.info(
+      { ...describeConnection(config.connection), topic: config.topic, group: config.group_id },
+      "Connecting to Kafka.",
+    );
+    await this.admin.connect();
+    await this.consumer.connect();
+    await this.consumer.subscribe({ topic: config.topic, fromBeginning: config.from_beginning });
+    this.consumer.on(this.consumer.events.GROUP_JOIN, (e) => {
+      this.memberId = e.payload.memberId;
+      this.revokeAll();
+    });
+    // kafkajs restarts the consumer itself after retriable failures. Some failures of a broker that is
+    // only away it calls final (a restarting single broker); those restart here. Any other crash it
+    // gives up on (authentication, authorization) ends the pipeline.
+    this.consumer.on(this.consumer.events.CRASH, (e) => {
+      if (e.payload.restart) this.log.warn({ err: e.payload.error }, "The Kafka consumer restarts.");
+      else if (isBrokerAway(e.payload.error)) void this.restartAfterCrash(e.payload.error);
+      else this.fail(e.payload.error);
+    });
+    await this.runConsumer();
+    this.lagTimer = setInterval(() => void this.checkLag(), config.lag_interval_ms);
+    // A failed commit (broker away, group rebalancing) is retried by the next one; until then the next
+    // owner would only re-read more, never write twice.
+    this.commitTimer = setInterval(
+      () =>
+        void this.commit().catch((err: Error) => {
+          this.metrics.inc("kafka_commit_failures");
+          this.log.warn({ err }, "Could not commit offsets; retrying at the next interval.");
+        }),
+      config.commit_interval_ms,
+    );
+  }
+
+  private runConsumer(): Promise<void> {
+    return this.consumer.run({
+      autoCommit: false,
+      eachBatchAutoResolve: false,
+      eachBatch: (payload) => this.onBatch(payload),
+    });
+  }
+
+  private revokeAll(): void {
+    if (this.lanes.size > 0)
+      this.log.info(
+        { partitions: [...this.lanes.keys()] },
+        "The group rebalanced: this member's lanes start over from the committed offsets.",
+      );
+    const lanes = [...this.lanes.values()];
+    for (const lane of lanes) lane.live = false;
+    this.lanes = new Map();
+    this.restartAt.clear();
+    this.handler.revoked(lanes);
+    this.metrics.inc("kafka_rebalances");
+  }
+
+  private laneFor(partition: number, firstOffset: number): KafkaLane {
+    const { topic } = this.config;
+    const files: LaneFiles = {
+      name: (_cut, spans) => rangeName(topic, partition, spans),
+      describe: (spans) => ({
+        "trajflow.source": "kafka",
+        "trajflow.kafka.topic": topic,
+        "trajflow.kafka.partition": String(partition),
+        [SESSIONS_KEY]: JSON.stringify(spans),
+      }),
+      // The group's other members write here too: only a temporary untouched for 10 minutes is a
+      // crashed writer's.
+      sharedDirectoryTempAgeMs: 10 * 60_000,
+      recoverable: { topic, partition },
+    };
+    const lane: KafkaLane = {
+      id: `${topic}/${partition}`,
+      partition,
+      ledger: new Ledger(firstOffset),
+      live: true,
+      files,
+      fence: () => this.fence(lane),
+    };
+    return lane;
+  }
+
+  /**
+   * Whether this member still owns the lane's partition in a stable group, asked of the coordinator.
+   * A member expelled while it was stalled still believes it owns its partitions until its next
+   * heartbeat; the coordinator knows better.
+   */
+  private async fence(lane: KafkaLane): Promise<boolean> {
+    let owns: boolean | null = null;
+    // A coordinator that does not answer (a broker restarting) is asked again for a while: dropping a
+    // file costs rebuilding its rows.
+    for (let attempt = 0; owns === null && lane.live; attempt++) {
+      try {
+        const group = await this.consumer.describeGroup();
+        const me = group.members.find((m) => m.memberId === this.memberId);
+        owns = false;
+        if (group.state === "Stable" && me !== undefined) {
+          const assignment = kafkajs.AssignerProtocol.MemberAssignment.decode(me.memberAssignment);
+          owns = assignment?.assignment[this.config.topic]?.includes(lane.partition) ?? false;
+        }
+      } catch (err) {
+        if (attempt >= 6 || this.stopping) owns = false;
+        else {
+          this.log.warn(
+            { err, lane: lane.id, attempt },
+            "Could not ask the group coordinator who owns the partition.",
+          );
+          await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * 2 ** attempt)));
+        }
+      }
+    }
+    if (owns === true && lane.live) return true;
+    if (lane.live) {
+      // Not confirmed while the lane still looked live: start it over from the committed offset, so the
+      // dropped file's rows are rebuilt (by this member, or by the owner after the rejoin).
+      this.log.warn({ lane: lane.id }, "This member could not confirm it owns the partition; restarting it.");
+      this.restartLane(lane);
+    }
+    return false;
+  }
+
+  /** Drops a lane's state and reads its partition again from the committed offset. */
+  private restartLane(lane: KafkaLane): void {
+    lane.live = false;
+    if (this.lanes.get(lane.partition) === lane) this.lanes.delete(lane.partition);
+    this.handler.revoked([lane]);
+    this.restartAt.set(lane.partition, lane.ledger.committed);
+    try {
+      this.consumer.seek({
+        topic: this.config.topic,
+        partition: lane.partition,
+        offset: String(lane.ledger.committed),
+      });
+    } catch (err) {
+      // Not assigned any more: the rejoin restarts it anyway.
+      this.log.debug({ err, lane: lane.id }, "Could not seek the partition.");
+    }
+  }
+
+  private async onBatch(payload: EachBatchPayload): Promise<void> {
+    const { batch, heartbeat, isRunning, isStale } = payload;
+    if (batch.messages.length === 0) return;
+    // kafkajs heartbeats only between handler calls, and a batch can wait on the sinks (backpressure) or
+    // on recovery: a timer keeps the membership alive meanwhile. A failed heartbeat means the group is
+    // rebalancing; the batch then stops early and kafkajs rejoins.
+    let rebalancing = false;
+    const keepAlive = setInterval(() => {
+      heartbeat().catch(() => {
+        rebalancing = true;
+      });
+    }, this.heartbeatIntervalMs);
+    try {
+      let lane = this.lanes.get(batch.partition);
+      if (lane === undefined) {
+        const first = Number(batch.messages[0]!.offset);
+        const expected = this.restartAt.get(batch.partition);
+        if (expected !== undefined && first !== expected) {
+          // Fetched before the seek of a local restart took effect: not where the new lane starts.
+          this.restartAt.delete(batch.partition);
+          this.restartLane(this.laneFor(batch.partition, expected));
+          return;
+        }
+        this.restartAt.delete(batch.partition);
+        lane = this.laneFor(batch.partition, first);
+        this.lanes.set(batch.partition, lane);
+        await this.handler.assigned(lane);
+        this.log.info({ partition: batch.partition, offset: lane.ledger.next }, "Started a partition.");
+      }
+      const l = lane;
+      const live = () =>
+        l.live && isRunning() && !isStale() && !this.stopping && !rebalancing && this.failure === null;
+      const records: RawRecord[] = new Array(batch.messages.length);
+      const offsets: number[] = new Array(batch.messages.length);
+      const { topic } = this.config;
+      let bytes = 0;
+      for (let i = 0; i < batch.messages.length; i++) {
+        const m = batch.messages[i]!;
+        const raw = m.value ?? EMPTY;
+        bytes += raw.length;
+        records[i] = { raw, origin: { kind: "kafka", topic, partition: batch.partition, offset: m.offset } };
+        offsets[i] = Number(m.offset);
+      }
+      this.count += records.length;
+      this.metrics.inc("kafka_messages", "", records.length);
+      this.metrics.inc("kafka_bytes", "", bytes);
+      await this.handler.records(lane, records, offsets, live);
+      // kafkajs only needs resolved offsets to know where to fetch next; anything it delivers again is
+      // skipped by the ledger's next offset.
+      if (lane.ledger.next > offsets[0]!) payload.resolveOffset(String(lane.ledger.next - 1));
+      if (this.failure !== null) throw this.failure;
+    } catch (err) {
+      // kafkajs retries a failing handler and restarts the consumer, which is right for its own errors
+      // (a broker away) but would loop forever on ours (a sink that cannot write): those end the run.
+      if (!isClientError(err)) this.fail(err as Error);
+      throw err;
+    } finally {
+      clearInterval(keepAlive);
+    }
+  }
+
+  private fail(err: Error): void {
+    if (this.failure === null) {
+      this.failure = err;
+      this.log.error({ err }, "The Kafka source failed.");
+    }
+  }
+
+  /** Ends the run with `err` (a component failed while handling a batch). */
+  failWith(err: Error): void {
+    this.fail(err);
+  }
+
+  lag(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const [p, v] of this.lagByPartition) out.set(String(p), v);
+    return out;
+  }
+
+  /** Refreshes the lag and restarts a consumer that stalled while messages wait (the watchdog). */
+  private async checkLag(): Promise<void> {
+    if (this.stopping || this.restarting) return;
+    const { topic, watchdog_ms } = this.config;
+    try {
+      const offsets = await this.admin.fetchTopicOffsets(topic);
+      const lag = new Map<number, number>();
+      for (const o of offsets) {
+        const lane = this.lanes.get(o.partition);
+        if (lane !== undefined) lag.set(o.partition, Math.max(0, Number(o.high) - lane.ledger.next));
+      }
+      this.lagByPartition = lag;
+    } catch (err) {
+      this.log.warn({ err }, "Could not fetch the topic's offsets for the lag.");
+      return;
+    }
+    const messages = this.count;
+    const now = Date.now();
+    if (messages !== this.lastProgress.messages) this.lastProgress = { messages, at: now };
+    let behind = 0;
+    for (const v of this.lagByPartition.values()) behind += v;
+    if (watchdogShouldRestart({ behind, stalledMs: now - this.lastProgress.at, watchdogMs: watchdog_ms })) {
+      this.restarting = true;
+      this.metrics.inc("kafka_watchdog_restarts");
+      this.log.error(
+        { behind, stalled_ms: now - this.lastProgress.at },
+        "The consumer received nothing while messages wait; restarting it.",
+      );
+      try {
+        await this.consumer.stop();
+        await this.runConsumer();
+      } catch (err) {
+        this.fail(err as Error);
+      } finally {
+        this.lastProgress = { messages, at: Date.now() };
+        this.restarting = false;
+      }
+    }
+  }
+
+  /** Reconnects and runs the consumer again after a crash kafkajs gave up on, with backoff, while running. */
+  private async restartAfterCrash(error: Error): Promise<void> {
+    this.metrics.inc("kafka_consumer_restarts");
+    let err = error;
+    for (let attempt = 0; !this.stopping; attempt++) {
+      const delay = Math.min(30_000, 500 * 2 ** attempt);
+      this.log.warn(
+        { err, attempt, delay_ms: delay },
+        "The Kafka consumer crashed, the broker away; restarting it.",
+      );
+      await new Promise((r) => setTimeout(r, delay));
+      if (this.stopping) return;
+      try {
+        await this.consumer.connect();
+        await this.runConsumer();
+        return;
+      } catch (e) {
+        err = e as Error;
+      }
+    }
+  }
+
+  /** Commits every lane's settled offset. */
+  async commit(): Promise<void> {
+    const { topic } = this.config;
+    const offsets: Array<{ topic: string; partition: number; offset: string }> = [];
+    for (const lane of this.lanes.values()) {
+      const c = lane.ledger.committable();
+      if (c > lane.ledger.committed) offsets.push({ topic, partition: lane.partition, offset: String(c) });
+    }
+    if (offsets.length === 0) return;
+    await this.consumer.commitOffsets(offsets);
+    for (const o of offsets) {
+      const lane = this.lanes.get(o.partition);
+      if (lane !== undefined) lane.ledger.committed = Number(o.offset);
+    }
+    this.metrics.inc("kafka_commits");
+  }
+
+  /** Batch handlers return at once from now on; the group stays joined so offsets can still commit. */
+  pause(): Promise<void> {
+    this.stopping = true;
+    if (this.commitTimer !== null) clearInterval(this.commitTimer);
+    if (this.lagTimer !== null) clearInterval(this.lagTimer);
+    return Promise.resolve();
+  }
+
+  async close(): Promise<void> {
+    this.log.info("Disconnecting from Kafka.");
+    // Files and offsets are settled by now: a client that does not hang up must not keep the process.
+    for (const [name, client] of [
+      ["consumer", this.consumer],
+      ["admin", this.admin],
+    ] as const) {
+      if (!(await disconnectWithin(client, 10_000)))
+        this.log.warn({ client: name }, "The Kafka client did not disconnect within 10 s; going on.");
+    }
+  }
+
+  /** Positions per partition, for the offsets-held gauge. */
+  positions(): Record<string, { next: number; committed: number; held: number }> {
+    const out: Record<string, { next: number; committed: number; held: number }> = {};
+    for (const l of this.lanes.values())
+      out[String(l.partition)] = { next: l.ledger.next, committed: l.ledger.committed, held: l.ledger.holds };
+    return out;
+  }
+}
+
+/**
+ * The watchdog's decision: restart when messages wait (lag) and none arrived for `watchdogMs` (0: never).
+ * A consumer that is merely slow still receives messages, so it is never restarted.
+ */
+export function watchdogShouldRestart(s: { behind: number; stalledMs: number; watchdogMs: number }): boolean {
+  return s.watchdogMs > 0 && s.behind > 0 && s.stalledMs >= s.watchdogMs;
+}

@@ -1,0 +1,234 @@
+/**
+ * The `assemble` transform as a pipeline component: one Assembler per lane, and what ties sessions to
+ * the input. Each open session holds its first offset in the lane's ledger (the ack travels with its
+ * unit); sessions the lane's files already hold (recovery) are skipped; and the open-session limits apply
+ * to all lanes together, cutting the oldest session of any lane first.
+ */
+import type { Ack } from "../../contract/ledger.ts";
+import type { Lane, SessionSpan, Unit } from "../../contract/components.ts";
+import type { Logger } from "../../core/logger.ts";
+import type { Metrics } from "../../core/metrics.ts";
+import { makeDeadLetter, type DeadLetterOutput, type RawRecord } from "../../core/records.ts";
+import type { SessionOutput } from "../../schemas/session.ts";
+import type { DecodeResult } from "../decode/decode.ts";
+import { Assembler } from "./assembler.ts";
+import type { AssembleConfig } from "./config.ts";
+
+const sessionKey = (uid: string, sessionId: string) => `${uid}\u0000${sessionId}`;
+
+/** An open session's hold on its lane: offsets, bytes, and its place in the opening order. */
+interface OpenSpan {
+  first: number;
+  last: number;
+  bytes: number;
+  order: number;
+  ack: Ack;
+}
+
+export interface AssembleContext {
+  metrics: Metrics;
+  logger: Logger;
+}
+
+/** One lane's assembly. */
+export class LaneAssembler {
+  readonly lane: Lane;
+  private readonly owner: AssembleComponent;
+  private readonly assembler: Assembler;
+  private readonly deadLetters: DeadLetterOutput;
+  /** Sessions already in files (recovery): key → last offset applied there. */
+  private readonly written: Map<string, number>;
+  /** Open sessions in opening order. */
+  readonly spans = new Map<string, OpenSpan>();
+
+  constructor(
+    owner: AssembleComponent,
+    lane: Lane,
+    deadLetters: DeadLetterOutput,
+    written: Map<string, number>,
+  ) {
+    this.owner = owner;
+    this.lane = lane;
+    this.deadLetters = deadLetters;
+    this.written = written;
+    this.assembler = new Assembler({
+      config: owner.config,
+      deadLetters,
+      metrics: owner.ctx.metrics,
+      logger: owner.ctx.logger,
+    });
+  }
+
+  get eventTime(): number {
+    return this.assembler.eventTime;
+  }
+
+  get openSessions(): number {
+    return this.assembler.openSessions;
+  }
+
+  /** Applies one decoded record at `offset`; returns the units of the sessions it finished. */
+  push(record: RawRecord, offset: number, decoded: DecodeResult): Unit[] {
+    if (decoded.kind === "control") return [];
+    const envelope = decoded.kind === "event" ? decoded.value.event : decoded.envelope;
+    if (envelope === undefined) return [];
+    const key = sessionKey(envelope.uid, envelope.session_id);
+    if (this.written.size > 0) {
+      const writtenUpTo = this.written.get(key);
+      if (writtenUpTo !== undefined) {
+        if (offset <= writtenUpTo) {
+          this.owner.ctx.metrics.inc("events_already_written");
+          return [];
+        }
+        if (decoded.kind === "event") {
+          this.deadLetters.write(
+            makeDeadLetter(
+              "LATE_EVENT",
+              `${envelope.session_id} of uid ${envelope.uid} was already written before this event (offset ${offset})`,
+              "assemble",
+              record,
+              { uid: envelope.uid, session_id: envelope.session_id, seq: envelope.seq },
+            ),
+          );
+        }
+        return [];
+      }
+    }
+    if (this.assembler.isFinalized(envelope.uid, envelope.session_id)) {
+      return decoded.kind === "event" ? this.units(this.assembler.push(decoded.value)) : [];
+    }
+    const bytes = typeof record.raw === "string" ? record.raw.length : record.raw.byteLength;
+    const span = this.spans.get(key);
+    if (span === undefined) {
+      this.spans.set(key, {
+        first: offset,
+        last: offset,
+        bytes,
+        order: this.owner.nextOrder(),
+        ack: this.lane.ledger.hold(offset),
+      });
+    } else {
+      span.last = offset;
+      span.bytes += bytes;
+    }
+    this.owner.bufferedBytes += bytes;
+    return this.units(
+      decoded.kind === "event"
+        ? this.assembler.push(decoded.value)
+        : this.assembler.pushRejected(decoded.envelope!),
+    );
+  }
+
+  /** Every open session, finished as it is (end of input, or a draining stop). */
+  flush(): Unit[] {
+    return this.units(this.assembler.flush());
+  }
+
+  /** The oldest open session's opening order, or Infinity. */
+  oldestOrder(): number {
+    const first = this.spans.values().next().value;
+    return first === undefined ? Infinity : first.order;
+  }
+
+  /** Cuts the oldest open session (memory limits). */
+  cutOldest(): Unit[] {
+    const key = this.spans.keys().next().value;
+    if (key === undefined) return [];
+    const [uid, sessionId] = key.split("\u0000") as [string, string];
+    const output = this.assembler.cut(uid, sessionId);
+    if (output === null) {
+      // Its events were all rejected or late: nothing to write, nothing to hold.
+      const span = this.spans.get(key)!;
+      this.spans.delete(key);
+      this.owner.bufferedBytes -= span.bytes;
+      span.ack.release();
+      return [];
+    }
+    return this.units([output]);
+  }
+
+  /** The lane was revoked: its sessions are dropped (the next owner reads them again). */
+  drop(): void {
+    for (const span of this.spans.values()) this.owner.bufferedBytes -= span.bytes;
+    this.spans.clear();
+  }
+
+  private units(outputs: SessionOutput[]): Unit[] {
+    if (outputs.length === 0) return [];
+    const now = performance.now();
+    return outputs.map((o) => {
+      const key = sessionKey(o.uid, o.sessionId);
+      let span = this.spans.get(key);
+      if (span === undefined) {
+        // A session finalized without holding anything (all of it rejected): it holds the next offset.
+        const at = this.lane.ledger.next;
+        span = { first: at, last: at, bytes: 0, order: 0, ack: this.lane.ledger.hold(at) };
+      } else {
+        this.spans.delete(key);
+        this.owner.bufferedBytes -= span.bytes;
+      }
+      const tag: SessionSpan = [o.uid, o.sessionId, span.first, span.last];
+      return { sessions: [o], rows: null, acks: [span.ack], spans: [tag], finishedAt: now };
+    });
+  }
+}
+
+/** The component: builds lane assemblers and keeps the limits of all lanes together. */
+export class AssembleComponent {
+  readonly config: AssembleConfig;
+  readonly ctx: AssembleContext;
+  private readonly lanes = new Set<LaneAssembler>();
+  private opened = 0;
+  /** Bytes of events held by open sessions, all lanes. */
+  bufferedBytes = 0;
+
+  constructor(config: AssembleConfig, ctx: AssembleContext) {
+    this.config = config;
+    this.ctx = ctx;
+  }
+
+  nextOrder(): number {
+    return this.opened++;
+  }
+
+  openLane(lane: Lane, deadLetters: DeadLetterOutput, written: Map<string, number>): LaneAssembler {
+    const l = new LaneAssembler(this, lane, deadLetters, written);
+    this.lanes.add(l);
+    return l;
+  }
+
+  closeLane(l: LaneAssembler): void {
+    l.drop();
+    this.lanes.delete(l);
+  }
+
+  get openSessions(): number {
+    let n = 0;
+    for (const l of this.lanes) n += l.openSessions;
+    return n;
+  }
+
+  /** True while open sessions exceed a limit. */
+  get overLimits(): boolean {
+    return (
+      this.bufferedBytes > this.config.max_buffered_bytes || this.openSessions > this.config.max_open_sessions
+    );
+  }
+
+  /**
+   * Cuts the oldest open session of all lanes: pausing instead would stall, since only new events let
+   * sessions end. Returns its lane and units, or null when nothing is open.
+   */
+  cutOldest(): { lane: LaneAssembler; units: Unit[] } | null {
+    let oldest: LaneAssembler | null = null;
+    let order = Infinity;
+    for (const l of this.lanes) {
+      const o = l.oldestOrder();
+      if (o < order) {
+        order = o;
+        oldest = l;
+      }
+    }
+    return oldest === null ? null : { lane: oldest, units: oldest.cutOldest() };
+  }
+}

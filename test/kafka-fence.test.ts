@@ -1,0 +1,78 @@
+/**
+ * Fencing: a member stalled past its session timeout (SIGSTOP) is expelled, and the partitions' new
+ * owner recovers them and writes every row. When the stalled member wakes up and stops, its buffered rows
+ * must not land: it either learns of the rejoin first (abandons them) or is refused by the coordinator
+ * just before the rename (drops the file). Either way no row is written twice.
+ */
+import { strict as assert } from "node:assert";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, it } from "node:test";
+import { killRunning, runCli, startCli } from "./helpers/cli.ts";
+import { brokers, freshName, waitFor } from "./helpers/kafka.ts";
+import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
+
+const scratch = mkdtempSync(join(tmpdir(), "trajflow-kafka-fence-"));
+after(() => {
+  killRunning();
+  rmSync(scratch, { recursive: true, force: true });
+});
+let broker = "";
+before(() => {
+  broker = brokers();
+});
+
+it("never lands a file of a member expelled while stalled, after the new owner recovered", async () => {
+  const topic = freshName("fence");
+  const group = freshName("g");
+  const out = join(scratch, "out");
+  const { first, expected: all } = twoPartWorkload(scratch, 80, 20);
+  const expected = all.filter((r) => Number((r.session_id as string).slice(1)) < 40);
+  const env = { KAFKA_BROKERS: broker };
+  assert.equal((await runCli(["produce", first, "--topic", topic], env)).code, 0);
+  const base = ["consume", "--topic", topic, "--group", group, "--out", out, "--reward-grace-ms", "0"];
+
+  // A consumes everything and buffers it: no file is cut until it stops.
+  const a = startCli(
+    [
+      ...base,
+      ...["--session-timeout-ms", "3000", "--file-age-ms", "600000", "--rows-per-file", "100000"],
+      ...["--metrics-address", "127.0.0.1:0", "--status-interval-ms", "0", "--json"],
+    ],
+    { ...env, TRAJFLOW_LOG_LEVEL: "info" },
+  );
+  let address = "";
+  await waitFor("A's endpoint", () => {
+    const m = /"address":"([^"]+)".*Serving \/metrics/.exec(a.stderr());
+    if (m !== null) address = m[1]!;
+    return address !== "";
+  });
+  await waitFor("A to finish every session", async () =>
+    /trajflow_sessions_finalized_total\{[^}]*\} 40/.test(
+      await (await fetch(`http://${address}/metrics`)).text(),
+    ),
+  );
+
+  // A stalls past its session timeout; B joins, gets every partition, writes everything, commits.
+  a.child.kill("SIGSTOP");
+  try {
+    const b = await runCli(
+      [...base, "--session-timeout-ms", "3000", "--until-idle-ms", "4000", "--json"],
+      env,
+    );
+    assert.equal(b.code, 0, b.stderr);
+    assert.deepEqual(await rowsIn(out), expected, "B wrote every row once");
+  } finally {
+    a.child.kill("SIGCONT");
+  }
+  // A wakes up and is told to stop: whatever it held must not land.
+  a.child.kill("SIGTERM");
+  assert.equal(await a.exited, 0, a.stderr());
+  const rows = await rowsIn(out);
+  const keys = rows.map((r) => r.key);
+  assert.equal(new Set(keys).size, keys.length, "the expelled member landed a file: a row is written twice");
+  assert.deepEqual(rows, expected);
+  // What A held was dropped one way or the other, and it said so.
+  assert.match(a.stderr(), /Dropped a file: this process no longer owns its input|lanes start over/);
+});
