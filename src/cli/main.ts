@@ -45,6 +45,8 @@ Assembly:
   --idle-timeout-ms <n>     finalize a session after this much event time without events (default 600000)
   --reward-grace-ms <n>     accept rewards this long after session.end (default 30000)
   --max-tokens <n>          truncate rows longer than n tokens (flagged "truncated")
+  --max-open-sessions <n>   open sessions past which the oldest are cut (default 100000)
+  --max-buffered-bytes <n>  bytes of open sessions' events past which the oldest are cut (default 512 MiB)
 Files:
   --format <f>              parquet (default) or arrow (Arrow IPC files)
   --engine <e>              parquet-wasm (default) or parquetjs-lite
@@ -99,6 +101,8 @@ const ASSEMBLE_AND_FILE_FLAGS = {
   "idle-timeout-ms": { type: "string" },
   "reward-grace-ms": { type: "string" },
   "max-tokens": { type: "string" },
+  "max-open-sessions": { type: "string" },
+  "max-buffered-bytes": { type: "string" },
   format: { type: "string" },
   engine: { type: "string" },
   compression: { type: "string" },
@@ -132,6 +136,8 @@ function assembleOptions(values: Values) {
     idle_timeout_ms: intOption("idle-timeout-ms", str(values, "idle-timeout-ms")),
     reward_grace_ms: intOption("reward-grace-ms", str(values, "reward-grace-ms")),
     max_tokens: intOption("max-tokens", str(values, "max-tokens")),
+    max_open_sessions: intOption("max-open-sessions", str(values, "max-open-sessions")),
+    max_buffered_bytes: intOption("max-buffered-bytes", str(values, "max-buffered-bytes")),
   };
 }
 
@@ -324,8 +330,6 @@ async function runConsume(argv: string[]): Promise<number> {
     ...PIPELINE_COMMAND_FLAGS,
     "until-idle-ms": { type: "string" },
     "session-timeout-ms": { type: "string" },
-    "max-open-sessions": { type: "string" },
-    "max-buffered-bytes": { type: "string" },
     ...SHAPE_FLAGS,
     ...ASSEMBLE_AND_FILE_FLAGS,
   });
@@ -349,11 +353,7 @@ async function runConsume(argv: string[]): Promise<number> {
       decode_workers: intOption("decode-workers", values["decode-workers"]),
     },
     {
-      assemble: {
-        ...assembleOptions(values),
-        max_open_sessions: intOption("max-open-sessions", values["max-open-sessions"]),
-        max_buffered_bytes: intOption("max-buffered-bytes", values["max-buffered-bytes"]),
-      },
+      assemble: assembleOptions(values),
       files: {
         ...fileOptions(values),
         path: values.out,

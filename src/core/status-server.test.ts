@@ -5,7 +5,7 @@ import { watchdogShouldRestart } from "../sources/kafka/source.ts";
 import { Metrics } from "./metrics.ts";
 import { prometheusText, StatusServer, type Gauge } from "./status-server.ts";
 
-it("exposes counters with their label names, and gauges, in the Prometheus text format", () => {
+it("exposes counters with their label names and help, and gauges, in the Prometheus text format", () => {
   const m = new Metrics();
   m.inc("rows_written", "", 12);
   m.inc("dead_letters", "MALFORMED_JSON", 2);
@@ -20,19 +20,24 @@ it("exposes counters with their label names, and gauges, in the Prometheus text 
   assert.equal(
     prometheusText(m, gauges),
     [
+      "# HELP trajflow_dead_letters_total Rejected events and failed rewards, by error code.",
       "# TYPE trajflow_dead_letters_total counter",
       'trajflow_dead_letters_total{code="MALFORMED_JSON"} 2',
       'trajflow_dead_letters_total{code="we\\"ird"} 1',
+      "# HELP trajflow_rows_written_total Rows in committed files.",
       "# TYPE trajflow_rows_written_total counter",
       "trajflow_rows_written_total 12",
+      "# HELP trajflow_session_durable_seconds From a session's end (finalized) to its rows durable in a renamed file.",
       "# TYPE trajflow_session_durable_seconds histogram",
       'trajflow_session_durable_seconds_bucket{le="0.1"} 0',
       'trajflow_session_durable_seconds_bucket{le="1"} 2',
       'trajflow_session_durable_seconds_bucket{le="+Inf"} 3',
       "trajflow_session_durable_seconds_sum 3.7",
       "trajflow_session_durable_seconds_count 3",
+      "# HELP trajflow_open_sessions Sessions being assembled.",
       "# TYPE trajflow_open_sessions gauge",
       "trajflow_open_sessions 3",
+      "# HELP trajflow_consumer_lag Messages behind the partition's high watermark.",
       "# TYPE trajflow_consumer_lag gauge",
       'trajflow_consumer_lag{partition="0"} 7',
       "",
