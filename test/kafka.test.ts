@@ -5,7 +5,7 @@
  */
 import { strict as assert } from "node:assert";
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -128,6 +128,77 @@ describe("kafka", () => {
       assert.match((letters[0]!.origin as { offset: string }).offset, /^\d+$/);
     });
   }
+
+  it("writes dead letters as files from Kafka, then commits past them", async () => {
+    const topic = freshName("bad-files");
+    const input = join(scratch, "bad-files.jsonl");
+    const good = readFileSync(EXAMPLES, "utf8").trimEnd().split("\n").slice(0, 8);
+    writeFileSync(input, `${[...good.slice(0, 3), "{broken", ...good.slice(3)].join("\n")}\n`);
+    assert.equal((await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
+    const out = join(scratch, topic);
+    const letters = join(scratch, `${topic}-letters`);
+    const group = freshName("g");
+    const first = await runCli(
+      [
+        ...["consume", "--topic", topic, "--group", group, "--out", out, "--dead-letter-dir", letters],
+        ...["--until-idle-ms", "2000", "--json"],
+      ],
+      { KAFKA_BROKERS: broker },
+    );
+    assert.equal(first.code, 0, first.stderr);
+    const files = readdirSync(letters).filter((f) => f.endsWith(".jsonl"));
+    assert.equal(files.length, 1);
+    assert.match(files[0]!, /^dead-letters-.+-00000\.jsonl$/);
+    const letter = JSON.parse(readFileSync(join(letters, files[0]!), "utf8")) as Record<string, unknown>;
+    assert.equal(letter.code, "MALFORMED_JSON");
+    assert.equal(letter.raw, "{broken");
+    assert.equal((letter.origin as { topic: string }).topic, topic);
+    assert.deepEqual(await rowsIn(out), assemble(good).rows.map(plain).sort(byKey));
+    // Everything, the dead letter included, was committed: a second member of the group reads nothing.
+    const again = await runCli(
+      [
+        ...["consume", "--topic", topic, "--group", group, "--out", out, "--dead-letter-dir", letters],
+        ...["--until-idle-ms", "2000", "--json"],
+      ],
+      { KAFKA_BROKERS: broker },
+    );
+    assert.equal(again.code, 0, again.stderr);
+    assert.equal((JSON.parse(again.stdout) as { events: number }).events, 0);
+  });
+
+  it("sends a replay's dead letters to a topic and its rows to a trajectory topic", async () => {
+    const topic = freshName("replay-topics");
+    const input = join(scratch, "replay-bad.jsonl");
+    const good = readFileSync(EXAMPLES, "utf8").trimEnd().split("\n").slice(0, 8);
+    writeFileSync(input, `${[...good.slice(0, 3), "{broken", ...good.slice(3)].join("\n")}\n`);
+    const out = join(scratch, `${topic}-out`);
+    const pipeline = join(scratch, `${topic}.yaml`);
+    writeFileSync(
+      pipeline,
+      [
+        "sources:",
+        `  events: { type: jsonl, paths: ["${input}"] }`,
+        "transforms:",
+        "  assemble: { type: assemble, inputs: [events] }",
+        "sinks:",
+        `  files: { type: parquet, inputs: [assemble], path: "${out}" }`,
+        `  rows: { type: kafka, inputs: [assemble], topic: ${topic}.rows, connection: { brokers: ["${broker}"] } }`,
+        `dead_letters: { type: kafka, topic: ${topic}.dl, connection: { brokers: ["${broker}"] } }`,
+        "",
+      ].join("\n"),
+    );
+    const run = await runCli(["run", pipeline, "--json"]);
+    assert.equal(run.code, 0, run.stderr);
+    const expected = assemble(good).rows.map(plain).sort(byKey);
+    assert.deepEqual(await rowsIn(out), expected);
+    const rows = await readTopic(broker, `${topic}.rows`, expected.length);
+    assert.deepEqual(rows.map((m) => m.key).sort(), expected.map((r) => r.key as string).sort());
+    const [letter] = (await readTopic(broker, `${topic}.dl`, 1)).map(
+      (m) => JSON.parse(m.value.toString()) as Record<string, unknown>,
+    );
+    assert.equal(letter!.code, "MALFORMED_JSON");
+    assert.deepEqual(letter!.origin, { kind: "file", file: input, line: 4 });
+  });
 
   for (const format of ["json", "arrow"] as const) {
     it(`produces every row to the trajectory topic as ${format}, keyed uid_session_index`, async () => {
