@@ -3,15 +3,15 @@
  * `validate` checks everything `run` would (every component's config, the graph, the shape) without
  * opening a file or a connection.
  */
-import { createLogger } from "../core/logger.ts";
+import { createLogger } from "../../core/logger.ts";
 import { dirname, resolve } from "node:path";
-import { loadPipeline } from "../runtime/load.ts";
-import { describePlan, planPipeline } from "../runtime/plan.ts";
-import { ExitCode, intOption, parse, usageError } from "./args.ts";
-import { operationsOptions, PIPELINE_COMMAND_FLAGS } from "./operations.ts";
-import { execute } from "./execute.ts";
-import { runReport } from "./report.ts";
-import { stopOnSignals } from "./signals.ts";
+import { loadPipeline } from "../../runtime/load.ts";
+import { describePlan, planPipeline } from "../../runtime/plan.ts";
+import { ExitCode, intOption, parse, usageError } from "../args.ts";
+import { operationsOptions, PIPELINE_COMMAND_FLAGS } from "../operations.ts";
+import { execute } from "../execute.ts";
+import { runReport } from "../report.ts";
+import { stopOnSignals } from "../signals.ts";
 
 export const VALIDATE_HELP = `trajflow validate <pipeline.yaml> [--set path=value]...
 

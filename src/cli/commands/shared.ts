@@ -1,0 +1,115 @@
+/**
+ * Flags and option builders shared by the commands that run a pipeline preset (replay, consume): each
+ * flag sets one value of the pipeline document (docs/cli.md).
+ */
+import { intOption, jsonFileOption, usageError } from "../args.ts";
+import type { PresetOptions } from "../presets.ts";
+
+/** Command-line flags shared by replay and consume (read by assembleOptions and fileOptions). */
+export const ASSEMBLE_AND_FILE_FLAGS = {
+  "drift-policy": { type: "string" },
+  "idle-timeout-ms": { type: "string" },
+  "reward-grace-ms": { type: "string" },
+  "max-tokens": { type: "string" },
+  "max-open-sessions": { type: "string" },
+  "max-buffered-bytes": { type: "string" },
+  format: { type: "string" },
+  engine: { type: "string" },
+  compression: { type: "string" },
+  "rows-per-file": { type: "string" },
+  "tokens-per-file": { type: "string" },
+  "file-age-ms": { type: "string" },
+} as const;
+
+/** Flags of the transforms and file layout shared by replay and consume. */
+export const SHAPE_FLAGS = {
+  "partition-by": { type: "string" },
+  "encode-workers": { type: "string" },
+  "decode-workers": { type: "string" },
+  "dead-letter-dir": { type: "string" },
+  grpo: { type: "boolean" },
+  "group-size": { type: "string" },
+  "group-timeout-ms": { type: "string" },
+  "max-policy-lag": { type: "string" },
+  "current-policy": { type: "string" },
+  rewards: { type: "string" },
+} as const;
+
+export type Values = Record<string, string | boolean | string[] | undefined>;
+
+const str = (values: Values, name: string) => values[name] as string | undefined;
+
+/** Assembly options shared by replay and consume. */
+export function assembleOptions(values: Values) {
+  return {
+    drift_policy: str(values, "drift-policy") as "fork" | "realign" | undefined,
+    idle_timeout_ms: intOption("idle-timeout-ms", str(values, "idle-timeout-ms")),
+    reward_grace_ms: intOption("reward-grace-ms", str(values, "reward-grace-ms")),
+    max_tokens: intOption("max-tokens", str(values, "max-tokens")),
+    max_open_sessions: intOption("max-open-sessions", str(values, "max-open-sessions")),
+    max_buffered_bytes: intOption("max-buffered-bytes", str(values, "max-buffered-bytes")),
+  };
+}
+
+/** File options shared by replay and consume. */
+export function fileOptions(values: Values) {
+  return {
+    format: str(values, "format") as "parquet" | undefined,
+    engine: str(values, "engine") as "parquet-wasm" | undefined,
+    compression: str(values, "compression") as "zstd" | undefined,
+    max_rows_per_file: intOption("rows-per-file", str(values, "rows-per-file")),
+    max_tokens_per_file: intOption("tokens-per-file", str(values, "tokens-per-file")),
+    max_file_age_ms: intOption("file-age-ms", str(values, "file-age-ms")),
+  };
+}
+
+export function checkPolicyFlags(values: Values): void {
+  if (values["current-policy"] !== undefined && values["max-policy-lag"] === undefined) {
+    throw usageError("--current-policy needs --max-policy-lag");
+  }
+}
+
+/**
+ * The transforms and file layout the shared flags describe. `groupMode`: the command's own switch for
+ * GRPO groups (replay's --group; consume's --grpo, since --group names its consumer group).
+ */
+export function presetOptions(values: Values, groupMode: boolean): PresetOptions & { baseDir: string } {
+  const rewards = jsonFileOption("rewards", values.rewards as string | undefined);
+  return {
+    assemble: assembleOptions(values),
+    files: {
+      ...fileOptions(values),
+      path: values.out,
+      partition_by: values["partition-by"],
+      encode_workers: intOption("encode-workers", str(values, "encode-workers")),
+    },
+    rewards: rewards?.value,
+    baseDir: rewards?.dir ?? process.cwd(),
+    group:
+      groupMode || values["group-size"] !== undefined || values["group-timeout-ms"] !== undefined
+        ? {
+            group_size: intOption("group-size", str(values, "group-size")),
+            timeout_ms: intOption("group-timeout-ms", str(values, "group-timeout-ms")),
+          }
+        : undefined,
+    staleness:
+      values["max-policy-lag"] !== undefined
+        ? {
+            max_lag: intOption("max-policy-lag", str(values, "max-policy-lag"))!,
+            current_version: intOption("current-policy", str(values, "current-policy")),
+          }
+        : undefined,
+    deadLetters:
+      values["dead-letter-dir"] === undefined
+        ? undefined
+        : { type: "files", path: values["dead-letter-dir"] },
+  };
+}
+
+/** --brokers, or $KAFKA_BROKERS, or the local default. */
+export function brokers(value: string | undefined): string[] {
+  return (value ?? process.env.KAFKA_BROKERS ?? "127.0.0.1:9092")
+    .split(",")
+    .map((b) => b.trim())
+    .filter((b) => b.length > 0);
+}
