@@ -5,25 +5,16 @@
  * just before the rename (drops the file). Either way no row is written twice.
  */
 import { strict as assert } from "node:assert";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, before, it } from "node:test";
-import { killRunning, runCli, startCli } from "./helpers/cli.ts";
-import { brokers, freshName, waitFor } from "./helpers/kafka.ts";
+import { it } from "node:test";
+import { runCli, startCli } from "./helpers/cli.ts";
+import { freshName, kafkaTestScope, waitFor } from "./helpers/kafka.ts";
 import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
 
-const scratch = mkdtempSync(join(tmpdir(), "trajflow-kafka-fence-"));
-after(() => {
-  killRunning();
-  rmSync(scratch, { recursive: true, force: true });
-});
-let broker = "";
-before(() => {
-  broker = brokers();
-});
+const { scratch, broker: currentBroker } = kafkaTestScope("kafka-fence");
 
 it("never lands a file of a member expelled while stalled, after the new owner recovered", async () => {
+  const broker = currentBroker();
   const topic = freshName("fence");
   const group = freshName("g");
   const out = join(scratch, "out");

@@ -5,24 +5,15 @@
  * placeholders; and every row exactly once through SIGKILLs while groups are half collected.
  */
 import { strict as assert } from "node:assert";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { mulberry32 } from "../src/core/prng.ts";
-import { killAfterFiles, killRunning, parquetFiles, runCli } from "./helpers/cli.ts";
-import { brokers, freshName, readTopic } from "./helpers/kafka.ts";
-import { groupWorkload, rowsIn, uidsByFile } from "./helpers/workload.ts";
+import { killAfterFiles, parquetFiles, runCli } from "./helpers/cli.ts";
+import { freshName, kafkaTestScope, readTopic } from "./helpers/kafka.ts";
+import { assertGroupsWhole, groupWorkload, rowsIn } from "./helpers/workload.ts";
 
-const scratch = mkdtempSync(join(tmpdir(), "trajflow-kafka-group-"));
-after(() => {
-  killRunning();
-  rmSync(scratch, { recursive: true, force: true });
-});
-let broker = "";
-before(() => {
-  broker = brokers();
-});
+const { scratch, broker: currentBroker } = kafkaTestScope("kafka-group");
 
 const REWARDS = { stages: [{ name: "env", type: "env", required: false }] };
 
@@ -51,18 +42,9 @@ async function replayed(input: string, out: string) {
   return rowsIn(out);
 }
 
-/** Each uid's rows (its group) are in exactly one file. */
-async function assertGroupsWhole(out: string) {
-  const files = new Map<string, string[]>();
-  for (const [file, uids] of await uidsByFile(out))
-    for (const uid of uids) files.set(uid, [...(files.get(uid) ?? []), file]);
-  assert.ok(files.size > 0);
-  for (const [uid, holding] of files)
-    assert.equal(holding.length, 1, `the group of ${uid} is split: ${holding}`);
-}
-
 describe("GRPO groups from Kafka", () => {
   it("runs kafka → assemble → rewards → staleness → group → Parquet + topic, equal to replay --group", async () => {
+    const broker = currentBroker();
     const { all } = groupWorkload(scratch);
     const topic = freshName("groups");
     assert.equal((await runCli(["produce", all, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
@@ -114,6 +96,7 @@ sinks:
   });
 
   it("writes every group exactly once through SIGKILLs while groups are half collected", async () => {
+    const broker = currentBroker();
     const { first, second, all } = groupWorkload(scratch, 32);
     const topic = freshName("groups-crash");
     const group = freshName("g");

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { killRunning, parquetFiles, runCli, type RunningCli, startCli } from "./helpers/cli.ts";
 import { brokers, freshName, waitFor } from "./helpers/kafka.ts";
-import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
+import { assertGroupsWhole, groupWorkload, rowsIn, twoPartWorkload } from "./helpers/workload.ts";
 
 const KAFKA_SCRIPT = new URL("../scripts/kafka.sh", import.meta.url).pathname;
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-kafka-rebalance-"));
@@ -77,32 +77,49 @@ async function assertExactlyOnce(out: string, expected: Array<Record<string, unk
   assert.deepEqual(rows, expected);
 }
 
-it("writes every row exactly once while a second consumer joins and leaves mid-stream", async () => {
-  const dir = join(scratch, "rebalance");
-  const out = join(dir, "out");
-  const topic = freshName("rebalance");
-  const group = freshName("rebalance-group");
-  const env = { KAFKA_BROKERS: broker };
-  const logs = { ...env, TRAJFLOW_LOG_LEVEL: "info", KAFKAJS_NO_PARTITIONER_WARNING: "1" };
-  execFileSync("mkdir", ["-p", dir]);
-  const { first, second, expected } = twoPartWorkload(dir);
-  assert.equal((await runCli(["produce", first, "--topic", topic], env)).code, 0);
+for (const mode of ["sessions", "GRPO groups"] as const) {
+  it(`writes every row exactly once while a second consumer joins and leaves mid-stream (${mode})`, async () => {
+    const dir = join(scratch, `rebalance-${mode.replace(" ", "-")}`);
+    const out = join(dir, "out");
+    const topic = freshName("rebalance");
+    const group = freshName("rebalance-group");
+    const env = { KAFKA_BROKERS: broker };
+    const logs = { ...env, TRAJFLOW_LOG_LEVEL: "info", KAFKAJS_NO_PARTITIONER_WARNING: "1" };
+    execFileSync("mkdir", ["-p", dir]);
+    let first: string;
+    let second: string;
+    let expected: Array<Record<string, unknown>>;
+    const extra: string[] = [];
+    if (mode === "sessions") ({ first, second, expected } = twoPartWorkload(dir));
+    else {
+      // Complete groups of 4 over 40 uids, in group mode: a group's offsets are held until its file lands.
+      const w = groupWorkload(dir, 40, 4, { complete: true });
+      ({ first, second } = w);
+      const reference = join(dir, "reference");
+      const r = await runCli(["replay", w.all, "--out", reference, "--group", "--reward-grace-ms", "0"]);
+      assert.equal(r.code, 0, r.stderr);
+      expected = await rowsIn(reference);
+      extra.push("--grpo");
+    }
+    assert.equal((await runCli(["produce", first, "--topic", topic], env)).code, 0);
 
-  const a = startCli(consumeArgs(topic, group, out), logs);
-  await waitFor("consumer A's first files", () => parquetFiles(out) >= 2);
-  const b = startCli(consumeArgs(topic, group, out), logs);
-  // B gets partitions (the group rebalanced) and works on them while the second half arrives.
-  await waitFor("consumer B to start a partition", () => b.stderr().includes("Started a partition"));
-  const before = parquetFiles(out);
-  assert.equal((await runCli(["produce", second, "--topic", topic], env)).code, 0);
-  await waitFor("files written after B joined", () => parquetFiles(out) >= before + 2);
-  await stopGracefully(b, "consumer B");
-  // A takes B's partitions back and finishes the stream.
-  await waitForRows(out, expected.length, [a, b]);
-  await stopGracefully(a, "consumer A");
-  assert.match(a.stderr(), /Started a partition/);
-  await assertExactlyOnce(out, expected);
-});
+    const a = startCli([...consumeArgs(topic, group, out), ...extra], logs);
+    await waitFor("consumer A's first files", () => parquetFiles(out) >= 2);
+    const b = startCli([...consumeArgs(topic, group, out), ...extra], logs);
+    // B gets partitions (the group rebalanced) and works on them while the second half arrives.
+    await waitFor("consumer B to start a partition", () => b.stderr().includes("Started a partition"));
+    const before = parquetFiles(out);
+    assert.equal((await runCli(["produce", second, "--topic", topic], env)).code, 0);
+    await waitFor("files written after B joined", () => parquetFiles(out) >= before + 2);
+    await stopGracefully(b, "consumer B");
+    // A takes B's partitions back and finishes the stream.
+    await waitForRows(out, expected.length, [a, b]);
+    await stopGracefully(a, "consumer A");
+    assert.match(a.stderr(), /Started a partition/);
+    await assertExactlyOnce(out, expected);
+    if (mode === "GRPO groups") await assertGroupsWhole(out);
+  });
+}
 
 it("waits through a broker restart mid-stream and resumes, losing nothing", async () => {
   const dir = join(scratch, "restart");

@@ -31,6 +31,14 @@ before(() => {
   broker = brokers();
 });
 
+/** The first 8 example events with a broken line after the third; returns the path and the good lines. */
+function badInput(name: string): { input: string; good: string[] } {
+  const input = join(scratch, `${name}.jsonl`);
+  const good = readFileSync(EXAMPLES, "utf8").trimEnd().split("\n").slice(0, 8);
+  writeFileSync(input, `${[...good.slice(0, 3), "{broken", ...good.slice(3)].join("\n")}\n`);
+  return { input, good };
+}
+
 const byKey = (a: Record<string, unknown>, b: Record<string, unknown>) =>
   (a.key as string) < (b.key as string) ? -1 : 1;
 const expected = assemble(readFileSync(EXAMPLES, "utf8").trimEnd().split("\n")).rows.map(plain).sort(byKey);
@@ -109,9 +117,7 @@ describe("kafka", () => {
   for (const workers of ["0", "1"]) {
     it(`sends bad messages to the dead-letter topic with code, origin and raw bytes (decode workers: ${workers})`, async () => {
       const topic = freshName("bad");
-      const input = join(scratch, "bad.jsonl");
-      const good = readFileSync(EXAMPLES, "utf8").trimEnd().split("\n").slice(0, 8);
-      writeFileSync(input, `${[...good.slice(0, 3), "{broken", ...good.slice(3)].join("\n")}\n`);
+      const { input, good } = badInput("bad");
       assert.equal((await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
       const out = join(scratch, topic);
       const metrics = await consumeAll(topic, out, "--decode-workers", workers);
@@ -131,9 +137,7 @@ describe("kafka", () => {
 
   it("writes dead letters as files from Kafka, then commits past them", async () => {
     const topic = freshName("bad-files");
-    const input = join(scratch, "bad-files.jsonl");
-    const good = readFileSync(EXAMPLES, "utf8").trimEnd().split("\n").slice(0, 8);
-    writeFileSync(input, `${[...good.slice(0, 3), "{broken", ...good.slice(3)].join("\n")}\n`);
+    const { input, good } = badInput("bad-files");
     assert.equal((await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
     const out = join(scratch, topic);
     const letters = join(scratch, `${topic}-letters`);
@@ -168,9 +172,7 @@ describe("kafka", () => {
 
   it("sends a replay's dead letters to a topic and its rows to a trajectory topic", async () => {
     const topic = freshName("replay-topics");
-    const input = join(scratch, "replay-bad.jsonl");
-    const good = readFileSync(EXAMPLES, "utf8").trimEnd().split("\n").slice(0, 8);
-    writeFileSync(input, `${[...good.slice(0, 3), "{broken", ...good.slice(3)].join("\n")}\n`);
+    const { input, good } = badInput("replay-bad");
     const out = join(scratch, `${topic}-out`);
     const pipeline = join(scratch, `${topic}.yaml`);
     writeFileSync(

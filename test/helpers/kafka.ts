@@ -3,9 +3,14 @@
  * starts (and `npm test` starts before the tests run). Every test uses fresh, random topics and groups.
  */
 import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before } from "node:test";
 import { randomBytes } from "node:crypto";
 import kafkajs from "kafkajs";
 import { registerKafkaCodecs } from "../../src/sources/kafka/codecs.ts";
+import { killRunning } from "./cli.ts";
 
 const SCRIPT = new URL("../../scripts/kafka.sh", import.meta.url).pathname;
 
@@ -61,4 +66,21 @@ export async function readTopic(
     await consumer.disconnect();
   }
   return messages;
+}
+
+/**
+ * A Kafka test file's scratch directory and broker: the broker is looked up before the tests, and what
+ * the tests started or wrote is removed after them.
+ */
+export function kafkaTestScope(prefix: string): { scratch: string; broker: () => string } {
+  const scratch = mkdtempSync(join(tmpdir(), `trajflow-${prefix}-`));
+  let broker = "";
+  before(() => {
+    broker = brokers();
+  });
+  after(() => {
+    killRunning();
+    rmSync(scratch, { recursive: true, force: true });
+  });
+  return { scratch, broker: () => broker };
 }

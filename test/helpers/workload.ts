@@ -2,6 +2,7 @@
  * A two-part stream of linear agent sessions for the Kafka crash, rebalance and broker-restart tests,
  * with the rows a replay of it gives.
  */
+import { strict as assert } from "node:assert";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { linearSession } from "../../bench/workloads.ts";
@@ -44,16 +45,16 @@ export async function rowsIn(dir: string): Promise<Array<Record<string, unknown>
 
 /**
  * GRPO-shaped sessions: `uids` prompts with `groupSize` rollouts each, over policies 1-3 by uid; every
- * third uid misses its last rollout (its group is padded with a placeholder). Written as first.jsonl and
- * second.jsonl (half the uids each) in `dir`.
+ * third uid misses its last rollout (its group is padded with a placeholder) unless `complete`. Written as
+ * group-first.jsonl, group-second.jsonl (half the uids each) and group-all.jsonl in `dir`.
  */
-export function groupWorkload(dir: string, uids = 24, groupSize = 4) {
+export function groupWorkload(dir: string, uids = 24, groupSize = 4, options: { complete?: boolean } = {}) {
   const shape = { initialPrompt: 64, turns: 3, outputTokens: 16, observationTokens: 8 };
   const first: string[] = [];
   const second: string[] = [];
   let s = 0;
   for (let u = 0; u < uids; u++) {
-    const rollouts = u % 3 === 0 ? groupSize - 1 : groupSize;
+    const rollouts = u % 3 === 0 && options.complete !== true ? groupSize - 1 : groupSize;
     const policy = 1 + (u % 3);
     for (let k = 0; k < rollouts; k++, s++) {
       const lines = linearSession(shape, "delta", {
@@ -87,4 +88,14 @@ export async function uidsByFile(dir: string): Promise<Map<string, Set<string>>>
   const out = new Map<string, Set<string>>();
   for (const f of await listDataFiles(dir)) out.set(f, new Set((await readRows(f)).map((r) => r.uid)));
   return out;
+}
+
+/** Each uid's rows (its GRPO group) are in exactly one file under `dir`. */
+export async function assertGroupsWhole(dir: string): Promise<void> {
+  const files = new Map<string, string[]>();
+  for (const [file, uids] of await uidsByFile(dir))
+    for (const uid of uids) files.set(uid, [...(files.get(uid) ?? []), file]);
+  assert.ok(files.size > 0, `no rows in ${dir}`);
+  for (const [uid, holding] of files)
+    assert.equal(holding.length, 1, `the group of ${uid} is split: ${holding}`);
 }
