@@ -1,6 +1,6 @@
 /**
- * `trajflow inspect --html`: the page opened in headless Chromium (Debian's package, driven by
- * playwright-core) shows each session's tree, every row's tokens coloured by mask, decoded text,
+ * `trajflow inspect --html`: the page opened in headless Chromium (the build @sparticuz/chromium ships
+ * inside its npm package, so `npm install` brings it; driven by playwright-core) shows each session's tree, every row's tokens coloured by mask, decoded text,
  * logprobs on hover, rewards and flags.
  */
 import { strict as assert } from "node:assert";
@@ -8,21 +8,25 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
+import sparticuz from "@sparticuz/chromium";
 import { chromium, type Browser } from "playwright-core";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { runCli } from "./helpers/cli.ts";
 
 const EXAMPLES = new URL("../examples/sessions.jsonl", import.meta.url).pathname;
 const REWARDS = new URL("../examples/rewards/rewards.json", import.meta.url).pathname;
-const CHROMIUM = process.env.TRAJFLOW_CHROMIUM ?? "/usr/bin/chromium";
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-html-"));
 let browser: Browser;
 before(async () => {
-  assert.ok(
-    existsSync(CHROMIUM),
-    `Chromium is needed at ${CHROMIUM} (Debian: apt-get install chromium; .ci/run installs it)`,
-  );
-  browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+  // TRAJFLOW_CHROMIUM picks another build (a system Chromium); by default the npm package's, unpacked
+  // into the temporary directory on first use.
+  const own = process.env.TRAJFLOW_CHROMIUM;
+  if (own !== undefined) assert.ok(existsSync(own), `TRAJFLOW_CHROMIUM=${own} does not exist`);
+  browser = await chromium.launch({
+    executablePath: own ?? (await sparticuz.executablePath()),
+    // Its serverless defaults run one process, which dies with the first page closed: the tests open two.
+    args: own === undefined ? sparticuz.args.filter((a) => a !== "--single-process") : ["--no-sandbox"],
+  });
 });
 after(async () => {
   await browser?.close();
