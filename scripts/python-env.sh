@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Creates .cache/python, a virtual environment with the independent readers the tests use to check
-# trajflow's output (pyarrow, DuckDB), installed from PyPI. Idempotent: a complete environment is reused.
+# trajflow's output (pyarrow, DuckDB), pytest, and the trajflow Python package (python/, installed
+# editable), from PyPI. Idempotent: a complete environment is reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.cache/python
 stamp="$venv/.trajflow-ready"
 requirements=scripts/python-requirements.txt
-if [ -f "$stamp" ] && cmp -s "$stamp" "$requirements"; then
+want=$(cat "$requirements" python/pyproject.toml)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 python=${PYTHON:-python3}
 rm -rf "$venv"
 "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
-cp "$requirements" "$stamp"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e python
+printf '%s' "$want" >"$stamp"
 echo "python environment ready: $venv ($("$venv/bin/python" -c 'import pyarrow, duckdb; print("pyarrow", pyarrow.__version__, "duckdb", duckdb.__version__)'))"

@@ -1,7 +1,8 @@
 /**
- * `npm test`: prepares the independent readers (pyarrow, DuckDB, confluent-kafka from PyPI), starts a
- * Kafka broker (unless KAFKA_BROKERS names one), and runs every test with
- * node's test runner: unit tests beside the code (src/**) and integration tests (test/**).
+ * `npm test`: prepares the independent readers (pyarrow, DuckDB, confluent-kafka from PyPI) and the
+ * trajflow Python package, starts a Kafka broker (unless KAFKA_BROKERS names one), and runs every test:
+ * node's test runner for unit tests beside the code (src/**) and integration tests (test/**), then pytest
+ * for the Python package (python/tests, against real trajflow output). Patterns select node tests only.
  */
 import { spawnSync } from "node:child_process";
 
@@ -37,5 +38,14 @@ const result = spawnSync(
   ],
   { cwd: root, stdio: "inherit" },
 );
+// The Python package's tests run on a full run (no patterns); they call the CLI with this very Node.
+const python =
+  patterns.length > 0
+    ? { status: 0 }
+    : spawnSync(".cache/python/bin/python", ["-m", "pytest", "-q", "python/tests"], {
+        cwd: root,
+        stdio: "inherit",
+        env: { ...process.env, TRAJFLOW_NODE: process.execPath },
+      });
 if (startedKafka) spawnSync("bash", ["scripts/kafka.sh", "stop"], { cwd: root, stdio: "inherit" });
-process.exit(result.status ?? 1);
+process.exit(result.status !== 0 ? (result.status ?? 1) : (python.status ?? 1));

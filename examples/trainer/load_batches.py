@@ -19,7 +19,8 @@ PAD = 0
 
 
 def load(path: str):
-    table = ds.dataset(path, format="parquet").to_table()
+    # exclude_invalid_files: dead-letter/ (JSON lines) sits beside the data.
+    table = ds.dataset(path, format="parquet", exclude_invalid_files=True).to_table()
     rows = sorted(table.to_pylist(), key=lambda r: r["key"])
 
     # Keys split back into (uid, session_id, index); session ids had "_" escaped as %5F in the key.

@@ -1,0 +1,61 @@
+"""Tensors from a hand-built session: every value written out."""
+import json
+
+import numpy as np
+
+from trajflow import TrajectoryReader, grpo_advantages, to_packed, to_verl
+
+from conftest import trajflow
+
+
+def events(tmp_path):
+    def ev(seq, **f):
+        return {"v": 1, "uid": "u", "session_id": "s", "seq": seq, "ts": 1000 + seq * 10, **f}
+
+    lines = [
+        ev(0, type="session.start", sample_index=0, group_size=1),
+        ev(1, type="request", call_id="c1", prompt_ids=[1, 2], weight_version=7),
+        ev(2, type="response", call_id="c1", output_ids=[3, 4], logprobs=[-0.5, -0.25], finish_reason="stop", weight_version=7),
+        ev(3, type="request", call_id="c2", prompt_ids=[1, 2, 3, 4, 5], weight_version=7),
+        ev(4, type="response", call_id="c2", output_ids=[6], logprobs=[-0.125], finish_reason="stop", weight_version=7),
+        ev(5, type="reward", value=2.0),
+        ev(6, type="session.end", status="ok"),
+    ]
+    path = tmp_path / "e.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+def test_verl_and_packed_tensors_of_one_session(tmp_path):
+    out = tmp_path / "out"
+    trajflow("replay", str(events(tmp_path)), "--out", str(out), "--reward-grace-ms", "0")
+    batch = TrajectoryReader(str(out), batch_rows=10).next_batch()
+    t = to_verl(batch.table, pad_token_id=0)
+    assert t["prompts"].tolist() == [[1, 2]]
+    assert t["responses"].tolist() == [[3, 4, 5, 6]]
+    assert t["response_mask"].tolist() == [[1, 1, 0, 1]]
+    assert t["rollout_log_probs"].tolist() == [[-0.5, -0.25, 0.0, -0.125]]
+    assert t["rm_scores"].tolist() == [[0, 0, 0, 2.0]]
+    assert t["attention_mask"].tolist() == [[1] * 6]
+    assert t["position_ids"].tolist() == [[0, 1, 2, 3, 4, 5]]
+    assert t["has_log_probs"].tolist() == [True] and t["has_reward"].tolist() == [True]
+    p = to_packed(batch.table)
+    assert p["input_ids"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert p["cu_seqlens"].tolist() == [0, 6]
+    assert p["loss_mask"].tolist() == [0, 0, 1, 1, 0, 1]
+    assert p["log_probs"].tolist() == [0, 0, -0.5, -0.25, 0, -0.125]
+    assert p["parent_index"].tolist() == [-1] and p["shared_prefix_len"].tolist() == [0]
+    assert grpo_advantages(batch.table).tolist() == [0.0]
+
+
+def test_missing_logprobs_are_nan_never_zero(tmp_path):
+    out = tmp_path / "out"
+    path = events(tmp_path)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    for e in lines:
+        e.pop("logprobs", None)
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    trajflow("replay", str(path), "--out", str(out), "--reward-grace-ms", "0")
+    t = TrajectoryReader(str(out), batch_rows=10).next_batch().to_verl()
+    assert t["has_log_probs"].tolist() == [False]
+    assert np.isnan(t["rollout_log_probs"][0]).all()
