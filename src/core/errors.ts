@@ -6,6 +6,11 @@ export const ErrorCodes = {
   // Event decoding (the source edge).
   MALFORMED_JSON: { retryable: false, summary: "the event is not valid JSON" },
   NOT_AN_OBJECT: { retryable: false, summary: "the event is valid JSON but not an object" },
+  INVALID_UTF8: { retryable: false, summary: "the event's bytes are not valid UTF-8" },
+  NESTING_TOO_DEEP: {
+    retryable: false,
+    summary: "a free-form field (messages, tools, tool_calls, metadata, info) is nested too deeply",
+  },
   UNSUPPORTED_VERSION: { retryable: false, summary: "the event's protocol version `v` is not 1" },
   UNKNOWN_EVENT_TYPE: { retryable: false, summary: "the event's `type` is not one of the protocol's types" },
   INVALID_EVENT: { retryable: false, summary: "a field is missing or has the wrong type" },

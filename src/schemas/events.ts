@@ -64,12 +64,18 @@ export const chatMessage = z.looseObject({
   tool_calls: z.array(z.unknown()).optional(),
 });
 
+/** Columns holding these are int32: a larger value is rejected, never wrapped. */
+export const INT32_MAX = 2_147_483_647;
+/** The latest time a Date can hold (ms since the epoch): partitions by date need one. */
+export const MAX_TIME_MS = 8_640_000_000_000_000;
+const int32Count = () => z.int().nonnegative().max(INT32_MAX);
+
 const envelope = {
   v: z.literal(PROTOCOL_VERSION).describe("protocol version, always 1"),
   session_id: identifier.describe("the agent session (one rollout); unique within its uid"),
   uid: identifier.describe("the dataset prompt / GRPO group id; Kafka messages are keyed by it"),
   seq: z.int().nonnegative().describe("0,1,2,... contiguous per session, assigned by the gateway"),
-  ts: z.number().nonnegative().describe("event time, milliseconds since the Unix epoch"),
+  ts: z.number().nonnegative().max(MAX_TIME_MS).describe("event time, milliseconds since the Unix epoch"),
 };
 
 /** Fields describing a call's prompt; on `request`, or inline on a `response` that had no request event. */
@@ -93,8 +99,8 @@ const promptFields = {
 export const sessionStartEvent = z.object({
   ...envelope,
   type: z.literal("session.start"),
-  sample_index: z.int().nonnegative().optional().describe("this session's index within its GRPO group"),
-  group_size: z.int().positive().optional().describe("n: how many sessions (rollouts) the uid has"),
+  sample_index: int32Count().optional().describe("this session's index within its GRPO group"),
+  group_size: int32Count().positive().optional().describe("n: how many sessions (rollouts) the uid has"),
   metadata: z
     .record(z.string(), z.unknown())
     .optional()
@@ -106,7 +112,7 @@ export const requestEvent = z.object({
   type: z.literal("request"),
   call_id: identifier.describe("unique within the session"),
   ...promptFields,
-  weight_version: z.int().nonnegative().optional().describe("the policy version that will sample"),
+  weight_version: int32Count().optional().describe("the policy version that will sample"),
 });
 
 export const responseEvent = z.object({
@@ -116,7 +122,7 @@ export const responseEvent = z.object({
   output_ids: tokenIds("the sampled token ids"),
   logprobs: logprobValues("one logprob per output id, of the sampled token").optional(),
   finish_reason: z.string().describe("the backend's raw finish reason: stop, length, tool_calls, abort, ..."),
-  weight_version: z.int().nonnegative().optional().describe("the policy version that sampled"),
+  weight_version: int32Count().optional().describe("the policy version that sampled"),
   text: z.string().optional().describe("the decoded output text"),
   tool_calls: z.array(z.unknown()).optional().describe("tool calls parsed from the output (OpenAI format)"),
   ...promptFields,
@@ -146,7 +152,7 @@ export const sessionEndEvent = z.object({
 export const policyUpdateEvent = z.object({
   v: envelope.v,
   type: z.literal("policy.update"),
-  weight_version: z.int().nonnegative().describe("the policy version now being trained/served"),
+  weight_version: int32Count().describe("the policy version now being trained/served"),
   ts: envelope.ts,
 });
 export type PolicyUpdateEvent = z.output<typeof policyUpdateEvent>;

@@ -12,7 +12,7 @@
  * Arrays and objects of free-form fields (messages, tools, tool_calls, metadata, info) are passed on as
  * JSON.parse made them, where zod copies them: equal values, one allocation less.
  */
-import type { EventType, GatewayEvent } from "./events.ts";
+import { INT32_MAX, MAX_TIME_MS, type EventType, type GatewayEvent } from "./events.ts";
 import { decodeLogprobs, decodeTokenIds } from "./tokens.ts";
 
 type Obj = Record<string, unknown>;
@@ -20,7 +20,10 @@ type Obj = Record<string, unknown>;
 const isObject = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
 const isId = (v: unknown): v is string => typeof v === "string" && v.length > 0;
 const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
-const isTime = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v >= 0;
+const isTime = (v: unknown): v is number =>
+  typeof v === "number" && Number.isFinite(v) && v >= 0 && v <= MAX_TIME_MS;
+/** A count stored in an int32 column. */
+const isCount32 = (v: unknown): v is number => isCount(v) && (v as number) <= INT32_MAX;
 
 const ENVELOPE = ["v", "session_id", "uid", "seq", "ts", "type"];
 const PROMPT = ["prompt_ids", "parent_call_id", "prompt_delta_ids", "messages", "tools", "choice_index"];
@@ -86,8 +89,8 @@ function promptFields(out: Obj, o: Obj): void {
 const PATHS: Record<EventType, (o: Obj) => Obj> = {
   "session.start": (o) => {
     const out = envelope(o, "session.start");
-    optional(out, o, "sample_index", isCount);
-    optional(out, o, "group_size", (v) => isCount(v) && (v as number) > 0);
+    optional(out, o, "sample_index", isCount32);
+    optional(out, o, "group_size", (v) => isCount32(v) && (v as number) > 0);
     optional(out, o, "metadata", isObject);
     return out;
   },
@@ -96,7 +99,7 @@ const PATHS: Record<EventType, (o: Obj) => Obj> = {
     if (!isId(o.call_id)) throw SLOW;
     out.call_id = o.call_id;
     promptFields(out, o);
-    optional(out, o, "weight_version", isCount);
+    optional(out, o, "weight_version", isCount32);
     return out;
   },
   response: (o) => {
@@ -110,7 +113,7 @@ const PATHS: Record<EventType, (o: Obj) => Obj> = {
       return decoded;
     });
     out.finish_reason = o.finish_reason;
-    optional(out, o, "weight_version", isCount);
+    optional(out, o, "weight_version", isCount32);
     optional(out, o, "text", isString);
     optional(out, o, "tool_calls", Array.isArray);
     promptFields(out, o);

@@ -34,6 +34,23 @@ describe("assemble: linear sessions", () => {
     ]);
   });
 
+  // Regression: a finish_reason of "constructor" crashed the run (an object lookup reached
+  // Object.prototype) and "__proto__" was written as "[object Object]".
+  it("takes finish reasons named like Object.prototype's members as unknown, keeping the raw text", () => {
+    const raws = ["constructor", " __proto__ ", "toString", "hasOwnProperty"];
+    let s = new SessionScript();
+    let prompt = P;
+    raws.forEach((raw, i) => {
+      s = s.call(`c${i}`, prompt, [20 + i], { finish_reason: raw });
+      prompt = [...prompt, 20 + i, 30 + i];
+    });
+    const { rows, deadLetters } = assemble(s.end().lines());
+    assert.deepEqual(deadLetters, []);
+    assert.equal(rows.length, 1);
+    assert.deepEqual(rows[0]!.finish_reasons, ["unknown", "unknown", "unknown", "unknown"]);
+    assert.deepEqual(rows[0]!.finish_reasons_raw, raws);
+  });
+
   it("gives the same row for the delta form as for full prompts", () => {
     const full = new SessionScript()
       .call("c1", P, O1)

@@ -196,3 +196,56 @@ describe("decode", () => {
     assert.equal(result.deadLetter.raw_b64, Buffer.from(raw).toString("base64"));
   });
 });
+
+describe("decode: hostile input", () => {
+  const nested = (depth: number, leaf: unknown = "x"): unknown => {
+    let v: unknown = leaf;
+    for (let i = 0; i < depth; i++) v = [v];
+    return v;
+  };
+
+  // Regression: content nested ~3,000 levels overflowed the stack in assembly; metadata nested 20,000
+  // levels killed a decode worker (structured clone recursed).
+  it("rejects free-form fields nested deeper than 64 levels, without recursing", () => {
+    const request = { ...base, type: "request", call_id: "c1", prompt_ids: [1] };
+    const deep = reject(JSON.stringify({ ...request, messages: [{ role: "user", content: nested(3_000) }] }));
+    assert.equal(deep.code, "NESTING_TOO_DEEP");
+    assert.deepEqual(deep.details, { field: "messages" });
+    const start = { ...base, type: "session.start" };
+    // Written as text: JSON.stringify itself recurses.
+    const metadata = `{"a":${"[".repeat(20_000)}"x"${"]".repeat(20_000)}}`;
+    const raw = `${JSON.stringify(start).slice(0, -1)},"metadata":${metadata}}`;
+    assert.equal(reject(raw).code, "NESTING_TOO_DEEP");
+    const ok = decodeEvent({ raw: JSON.stringify({ ...start, metadata: { a: nested(60) } }), origin });
+    assert.equal(ok.kind, "event");
+  });
+
+  // Regression: a timestamp past what a Date holds crashed --partition-by date ("Invalid time value").
+  it("rejects a timestamp past the largest Date", () => {
+    assert.equal(reject(JSON.stringify({ ...response, ts: 8.64e15 + 1 })).code, "INVALID_EVENT");
+    assert.equal(decodeEvent({ raw: JSON.stringify({ ...response, ts: 8.64e15 }), origin }).kind, "event");
+  });
+
+  // Regression: weight_version 3e9, sample_index 5e9 and group_size 2^40 wrapped silently into int32.
+  it("rejects counts that do not fit the int32 columns, never wrapping them", () => {
+    assert.equal(reject(JSON.stringify({ ...response, weight_version: 3e9 })).code, "INVALID_EVENT");
+    const start = { ...base, type: "session.start" };
+    assert.equal(reject(JSON.stringify({ ...start, sample_index: 5e9 })).code, "INVALID_EVENT");
+    assert.equal(reject(JSON.stringify({ ...start, group_size: 2 ** 40 })).code, "INVALID_EVENT");
+    const max = decodeEvent({ raw: JSON.stringify({ ...response, weight_version: 2 ** 31 - 1 }), origin });
+    assert.equal(max.kind, "event");
+  });
+
+  // Regression: invalid UTF-8 was replaced with U+FFFD, so distinct ids could become equal.
+  it("rejects invalid UTF-8 and keeps the raw bytes", () => {
+    const bytes = Buffer.concat([
+      Buffer.from('{"v":1,"type":"session.start","uid":"u'),
+      Buffer.from([0xff, 0xfe]),
+      Buffer.from('","session_id":"s","seq":0,"ts":1}'),
+    ]);
+    const result = decodeEvent({ raw: new Uint8Array(bytes), origin });
+    assert.ok(result.kind === "rejected");
+    assert.equal(result.deadLetter.code, "INVALID_UTF8");
+    assert.equal(result.deadLetter.raw_b64, bytes.toString("base64"));
+  });
+});

@@ -49,7 +49,25 @@ export type DecodeResult =
   | { kind: "control"; control: PolicyUpdateEvent; record: RawRecord }
   | { kind: "rejected"; deadLetter: DeadLetter; envelope?: RejectedEnvelope };
 
-const utf8 = new TextDecoder();
+// Fatal: a replacement character would make distinct ids equal.
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/** Deeper free-form fields are rejected: later stages (and structured clone) would recurse that deep. */
+export const MAX_NESTING = 64;
+const FREE_FORM = ["messages", "tools", "tool_calls", "metadata", "info"] as const;
+
+/** Whether `value` nests deeper than `limit` arrays/objects, found without recursion. */
+function nestsDeeper(value: unknown, limit: number): boolean {
+  if (typeof value !== "object" || value === null) return false;
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (depth > limit) return true;
+    const children = Array.isArray(v) ? v : Object.values(v as object);
+    for (const c of children) if (typeof c === "object" && c !== null) stack.push([c, depth + 1]);
+  }
+  return false;
+}
 
 function reject(
   code: ErrorCode,
@@ -101,7 +119,12 @@ function describeIssues(error: ZodError): { code: ErrorCode; message: string; is
 export function decodeEvent(record: RawRecord): DecodeResult {
   // Formatted only for a rejection: most events are valid.
   const where = () => formatOrigin(record.origin);
-  const text = typeof record.raw === "string" ? record.raw : utf8.decode(record.raw);
+  let text: string;
+  try {
+    text = typeof record.raw === "string" ? record.raw : utf8.decode(record.raw);
+  } catch {
+    return reject("INVALID_UTF8", `${where()}: the event is not valid UTF-8`, record);
+  }
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -118,6 +141,17 @@ export function decodeEvent(record: RawRecord): DecodeResult {
         ? `${where()}: missing protocol version "v" (expected 1)`
         : `${where()}: protocol version ${JSON.stringify(obj.v)} is not supported (expected 1)`;
     return reject(obj.v === undefined ? "INVALID_EVENT" : "UNSUPPORTED_VERSION", message, record, obj);
+  }
+  for (const key of FREE_FORM) {
+    if (nestsDeeper(obj[key], MAX_NESTING)) {
+      return reject(
+        "NESTING_TOO_DEEP",
+        `${where()}: ${key} nests deeper than ${MAX_NESTING} levels`,
+        record,
+        obj,
+        { field: key },
+      );
+    }
   }
   const type = obj.type;
   if (type === "policy.update") {

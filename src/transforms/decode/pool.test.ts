@@ -69,3 +69,18 @@ for (const size of [0, 1, 2]) {
     assert.equal(asBytes.value.digest, asString.value.digest);
   });
 }
+
+// Regression: metadata nested 20,000 levels killed the decode worker ("decode worker crashed").
+it("rejects deeply nested events on a worker without crashing it", async () => {
+  const pool = new DecodePool(1);
+  pools.push(pool);
+  const deep = `{"v":1,"uid":"u","session_id":"s","seq":0,"ts":1,"type":"session.start","metadata":{"a":${"[".repeat(20_000)}1${"]".repeat(20_000)}}}`;
+  const records: RawRecord[] = [deep, lines[1]!].map((raw, i) => ({
+    raw: new TextEncoder().encode(raw),
+    origin: { kind: "file", file: "x.jsonl", line: i + 1 },
+  }));
+  const [rejected, ok] = await pool.decode(records);
+  assert.ok(rejected!.kind === "rejected");
+  assert.equal(rejected!.deadLetter.code, "NESTING_TOO_DEEP");
+  assert.equal(ok!.kind, "event");
+});
