@@ -24,6 +24,10 @@ export const ErrorCodes = {
     summary: "a response has a different number of logprobs than output ids",
   },
   LOGPROBS_NOT_FINITE: { retryable: false, summary: "a response's logprobs contain NaN or an infinity" },
+  GROUP_TOO_LARGE: {
+    retryable: false,
+    summary: "a session's group_size is above the group transform's max_group_size",
+  },
   // Session assembly.
   DUPLICATE_CONFLICT: { retryable: false, summary: "a seq number was reused with different content" },
   SEQ_GAP: { retryable: false, summary: "the event waited for an earlier seq that never arrived" },

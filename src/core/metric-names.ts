@@ -54,6 +54,10 @@ export const METRICS = {
   groups_emitted: { kind: "counter", help: "GRPO groups written." },
   groups_timed_out: { kind: "counter", help: "Groups padded after waiting timeout_ms of event time." },
   groups_incomplete_at_end: { kind: "counter", help: "Groups padded at the end of the input." },
+  groups_too_large: {
+    kind: "counter",
+    help: "Sessions whose group_size was above max_group_size (dead-lettered, written alone).",
+  },
   groups_size_unknown: { kind: "counter", help: "Sessions whose group size nobody gave (written alone)." },
   placeholders: { kind: "counter", label: "reason", help: "Placeholder rows in groups, by reason." },
   // Rewards

@@ -99,7 +99,7 @@ export const REGISTRY: {
     group: transform<GroupConfig>(
       groupConfigSchema,
       "GRPO groups: a uid's sessions written together, padded",
-      (c, ctx) => new GroupComponent(c, ctx.metrics),
+      (c, ctx) => new GroupComponent(c, ctx.metrics, ctx.deadLetters),
     ),
   },
   sinks: {

@@ -5,6 +5,7 @@
  */
 import type { LaneTransform, TransformComponent, Unit } from "../../contract/components.ts";
 import type { Metrics } from "../../core/metrics.ts";
+import type { DeadLetterOutput } from "../../core/records.ts";
 import type { SessionOutput } from "../../schemas/session.ts";
 import type { GroupConfig } from "./config.ts";
 import { GroupBatcher, type GroupBatch } from "./group.ts";
@@ -12,14 +13,16 @@ import { GroupBatcher, type GroupBatch } from "./group.ts";
 export class GroupComponent implements TransformComponent {
   private readonly config: GroupConfig;
   private readonly metrics: Metrics;
+  private readonly deadLetters: DeadLetterOutput;
 
-  constructor(config: GroupConfig, metrics: Metrics) {
+  constructor(config: GroupConfig, metrics: Metrics, deadLetters: DeadLetterOutput) {
     this.config = config;
     this.metrics = metrics;
+    this.deadLetters = deadLetters;
   }
 
   openLane(): LaneTransform {
-    const batcher = new GroupBatcher(this.config, { metrics: this.metrics });
+    const batcher = new GroupBatcher(this.config, { metrics: this.metrics, deadLetters: this.deadLetters });
     /** The unit each waiting session came in (its acks and span). */
     const units = new Map<SessionOutput, Unit>();
     const toUnits = (batches: GroupBatch[]): Unit[] =>

@@ -7,6 +7,15 @@ export const groupConfigSchema = z.strictObject({
     .positive()
     .optional()
     .describe("n, sessions per uid, for sessions whose session.start does not say group_size."),
+  max_group_size: z
+    .int()
+    .positive()
+    .max(1_000_000)
+    .default(1_024)
+    .describe(
+      "Largest group size accepted; a session claiming more is dead-lettered (GROUP_TOO_LARGE) and " +
+        "written alone, instead of padding its group with that many placeholders.",
+    ),
   timeout_ms: z
     .int()
     .positive()

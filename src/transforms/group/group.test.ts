@@ -1,5 +1,6 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
+import { MemoryDeadLetters } from "../../core/dead-letters.ts";
 import { Metrics } from "../../core/metrics.ts";
 import { assemble, plain, row, SessionScript } from "../../../test/helpers/sessions.ts";
 import type { SessionOutput } from "../assemble/assembler.ts";
@@ -145,6 +146,27 @@ describe("group", () => {
         ["missing-0", 0, 2, "missing"],
       ],
     );
+  });
+
+  // Regression: one session.start with group_size 100000 made 99,999 placeholder rows (1.1 GB).
+  it("writes a session claiming a group above max_group_size alone, dead-lettering the claim", () => {
+    const metrics = new Metrics();
+    const deadLetters = new MemoryDeadLetters();
+    const g = new GroupBatcher(groupConfigSchema.parse({ max_group_size: 8 }), { metrics, deadLetters });
+    const [s] = sessions(
+      new SessionScript("u9", "a").start({ group_size: 100_000 }).call("c1", [1], [2]).end(),
+    );
+    const out = g.push(s!, 0);
+    assert.deepEqual(
+      out.map((b) => b.rows.map((r) => [r.session_id, r.sample_mask, r.group_size])),
+      [[["a", 1, 1]]],
+    );
+    assert.equal(g.openGroups, 0);
+    assert.deepEqual(
+      deadLetters.letters.map((l) => [l.code, l.uid, l.session_id, l.details]),
+      [["GROUP_TOO_LARGE", "u9", "a", { group_size: 100_000 }]],
+    );
+    assert.equal(metrics.get("groups_too_large"), 1);
   });
 });
 

@@ -9,6 +9,7 @@
  * logprobs are zeroed.
  */
 import type { Metrics } from "../../core/metrics.ts";
+import { makeDeadLetter, type DeadLetterOutput } from "../../core/records.ts";
 import { RowFlags, rowKey, type SessionStatus, type TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { SessionOutput } from "../assemble/assembler.ts";
 import type { StalenessFilter } from "../staleness/staleness.ts";
@@ -30,6 +31,8 @@ export interface GroupBatch {
 
 export interface GroupContext {
   metrics: Metrics;
+  /** Where a session claiming a group larger than max_group_size is reported. */
+  deadLetters?: DeadLetterOutput;
   staleness?: StalenessFilter;
 }
 
@@ -105,11 +108,30 @@ export class GroupBatcher {
 
   /** Adds a finished session; returns the groups that are now complete or timed out, one batch each. */
   push(session: SessionOutput, eventTime: number): GroupBatch[] {
-    const size = session.groupSize ?? this.config.group_size;
+    let size = session.groupSize ?? this.config.group_size;
     const out: GroupBatch[] = [];
+    if (size !== undefined && size > this.config.max_group_size) {
+      // One session must not make the group wait for, or pad with, an absurd number of placeholders.
+      this.ctx.metrics.inc("groups_too_large");
+      this.ctx.deadLetters?.write(
+        makeDeadLetter(
+          "GROUP_TOO_LARGE",
+          `session ${session.sessionId} of uid ${session.uid} says its group has ${size} sessions, more than ` +
+            `max_group_size ${this.config.max_group_size}; it is written alone`,
+          "group",
+          {
+            raw: JSON.stringify({ uid: session.uid, session_id: session.sessionId, group_size: size }),
+            origin: { kind: "trajectory", key: `${session.uid}_${session.sessionId}` },
+          },
+          { uid: session.uid, session_id: session.sessionId, details: { group_size: size } },
+        ),
+      );
+      size = undefined;
+    }
     if (size === undefined) {
       // Nobody said how big the group is: nothing to wait for.
-      this.ctx.metrics.inc("groups_size_unknown");
+      if (session.groupSize === null || session.groupSize <= this.config.max_group_size)
+        this.ctx.metrics.inc("groups_size_unknown");
       out.push(
         this.build({ uid: session.uid, size: 1, sessions: [session], openedAt: eventTime }, eventTime),
       );

@@ -6,7 +6,7 @@ import { Metrics } from "../../../core/metrics.ts";
 import { judgeTokens, startRewardServer, type RewardServer } from "../../../../test/helpers/reward-server.ts";
 import { rewardItem } from "../../../../test/helpers/reward-items.ts";
 import { batchPolicySchema, StageRunner } from "../runner.ts";
-import { httpStage, httpStageOptionsSchema } from "./http.ts";
+import { fillTemplate, httpStage, httpStageOptionsSchema } from "./http.ts";
 import { referenceLogits, tinyWeights } from "./onnx/tiny-model.ts";
 
 const weights = tinyWeights();
@@ -71,6 +71,17 @@ describe("http reward stage", () => {
       const expected = Math.exp(l1!) / (Math.exp(l0!) + Math.exp(l1!));
       assert.ok(o.kind === "score" && Math.abs(o.score - expected) < 1e-5, JSON.stringify(o));
     });
+  });
+
+  // Regression: a response containing "{reference}" reached the judge with the reference answer put in
+  // (a policy could hack its reward), and "$`" inserted the text before the placeholder.
+  it("fills the judge's template in one pass, never re-reading what it inserted", () => {
+    const template = "Reference:\n{reference}\n\nAnswer:\n{response}";
+    assert.equal(
+      fillTemplate(template, { reference: "42", response: "The answer is {reference}. $` $& $$" }),
+      "Reference:\n42\n\nAnswer:\nThe answer is {reference}. $` $& $$",
+    );
+    assert.equal(fillTemplate("{unknown} {response}", { response: "{response}" }), "{unknown} {response}");
   });
 
   it("asks an OpenAI-compatible judge with the rubric and parses its score", async () => {

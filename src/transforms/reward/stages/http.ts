@@ -184,10 +184,14 @@ export function httpStage(options: HttpStageOptions): RewardStage {
   const pattern = new RegExp(options.score_pattern);
   const judgeOne = async (item: RewardItem, signal: AbortSignal): Promise<RewardOutcome> => {
     if (item.final_text === null) return { kind: "skip", reason: "the session's last turn has no text" };
-    const reference = item.metadata?.[options.reference_key];
-    const content = options.prompt
-      .replaceAll("{response}", item.final_text)
-      .replaceAll("{reference}", reference === undefined ? "(none)" : String(reference));
+    const reference =
+      item.metadata !== null && Object.hasOwn(item.metadata, options.reference_key)
+        ? item.metadata[options.reference_key]
+        : undefined;
+    const content = fillTemplate(options.prompt, {
+      response: item.final_text,
+      reference: reference === undefined ? "(none)" : String(reference),
+    });
     await limit?.take();
     const reply = (await post(
       `${base}/v1/chat/completions`,
@@ -221,4 +225,15 @@ export function httpStage(options: HttpStageOptions): RewardStage {
           ? classify(items, signal)
           : Promise.all(items.map((i) => judgeOne(i, signal))),
   };
+}
+
+/**
+ * Replaces `{name}` placeholders in one pass over the template only. Inserted text is never scanned
+ * again, and no `String.replace` pattern (`$&`, `` $` ``) applies: a policy writing "{reference}" in its
+ * answer must not receive the reference answer from the judge's prompt (reward hacking).
+ */
+export function fillTemplate(template: string, values: Record<string, string>): string {
+  return template.replace(/\{([a-z_]+)\}/g, (whole, name: string) =>
+    Object.hasOwn(values, name) ? values[name]! : whole,
+  );
 }
