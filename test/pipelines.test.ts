@@ -145,6 +145,28 @@ describe("pipeline validation", () => {
     );
   });
 
+  // Regression: `--set __proto__.x=1` polluted every object, and `type: toString` exited 1, not 2.
+  it("refuses prototype keys in --set and component types named like Object members", async () => {
+    const path = file(
+      "proto.yaml",
+      [
+        "sources:",
+        "  events: { type: toString, paths: [x] }",
+        "transforms:",
+        "  assemble: { type: constructor, inputs: [events] }",
+        "sinks:",
+        "  files: { type: parquet, inputs: [assemble], path: out }",
+        "",
+      ].join("\n"),
+    );
+    const r = await runCli(["validate", path, "--set", "__proto__.polluted=1", "--set", "a.constructor.b=2"]);
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, /--set __proto__.polluted=1: "__proto__" is not a pipeline key/);
+    assert.match(r.stderr, /--set a.constructor.b=2: "constructor" is not a pipeline key/);
+    assert.match(r.stderr, /sources.events.type: must be one of jsonl, kafka \(got "toString"\)/);
+    assert.match(r.stderr, /transforms.assemble.type: must be one of/);
+  });
+
   it("takes --set overrides and typed environment values", async () => {
     const path = file(
       "env.yaml",

@@ -5,7 +5,7 @@
 import type { Logger } from "../core/logger.ts";
 import { intOption } from "./args.ts";
 import type { Metrics } from "../core/metrics.ts";
-import { startStatusLine, StatusServer, type Gauge } from "../core/status-server.ts";
+import { parseListenAddress, startStatusLine, StatusServer, type Gauge } from "../core/status-server.ts";
 
 export interface OperationsOptions {
   /** `host:port` to serve /metrics, /healthz and /readyz on (port 0: any free port). Off when absent. */
@@ -58,6 +58,8 @@ export const PIPELINE_COMMAND_FLAGS = {
 } as const;
 
 export function operationsOptions(values: Record<string, unknown>): OperationsOptions {
+  // A bad address is a usage error, found before anything runs.
+  if (values["metrics-address"] !== undefined) parseListenAddress(values["metrics-address"] as string);
   return {
     metricsAddress: values["metrics-address"] as string | undefined,
     statusIntervalMs: intOption("status-interval-ms", values["status-interval-ms"] as string | undefined),

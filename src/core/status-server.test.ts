@@ -3,7 +3,7 @@ import { it } from "node:test";
 import { pino } from "pino";
 import { watchdogShouldRestart } from "../sources/kafka/source.ts";
 import { Metrics } from "./metrics.ts";
-import { prometheusText, StatusServer, type Gauge } from "./status-server.ts";
+import { parseListenAddress, prometheusText, StatusServer, type Gauge } from "./status-server.ts";
 
 it("exposes counters with their label names and help, and gauges, in the Prometheus text format", () => {
   const m = new Metrics();
@@ -86,4 +86,25 @@ it("the watchdog restarts only a consumer that receives nothing while messages w
     "slow, not stalled",
   );
   assert.equal(watchdogShouldRestart({ behind: 10, stalledMs: 600_000, watchdogMs: 0 }), false, "turned off");
+});
+
+// Regression: ":9464" bound every interface, "[::1]:9464" failed, and a bad port exited 1, not 2.
+it("listens on the loopback interface unless a host is given, and takes IPv6 in brackets", () => {
+  assert.deepEqual(parseListenAddress(":9464"), { host: "127.0.0.1", port: 9464 });
+  assert.deepEqual(parseListenAddress("9464"), { host: "127.0.0.1", port: 9464 });
+  assert.deepEqual(parseListenAddress("0.0.0.0:0"), { host: "0.0.0.0", port: 0 });
+  assert.deepEqual(parseListenAddress("[::1]:9464"), { host: "::1", port: 9464 });
+  for (const bad of ["localhost:99999", "localhost:http", "::1:9464", ""])
+    assert.throws(() => parseListenAddress(bad), { code: "CONFIG_INVALID" });
+});
+
+it("serves on [::1] and reports the address in brackets", async () => {
+  const server = new StatusServer(new Metrics(), pino({ level: "silent" }));
+  const address = await server.listen("[::1]:0");
+  try {
+    assert.match(address, /^\[::1\]:\d+$/);
+    assert.equal((await fetch(`http://${address}/healthz`)).status, 200);
+  } finally {
+    await server.close();
+  }
 });

@@ -5,6 +5,7 @@
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { TrajflowError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import { METRICS } from "./metric-names.ts";
 import type { Metrics } from "./metrics.ts";
@@ -65,11 +66,9 @@ export class StatusServer {
     this.logger = logger;
   }
 
-  /** Listens on `host:port` (port 0: any free port); resolves with the bound address. */
+  /** Listens on `host:port` (parseListenAddress; port 0: any free port); resolves with the bound address. */
   async listen(address: string): Promise<string> {
-    const at = address.lastIndexOf(":");
-    const host = at < 0 ? "127.0.0.1" : address.slice(0, at);
-    const port = Number(at < 0 ? address : address.slice(at + 1));
+    const { host, port } = parseListenAddress(address);
     this.server = createServer((req, res) => {
       const path = (req.url ?? "/").split("?")[0];
       if (path === "/metrics") {
@@ -91,7 +90,7 @@ export class StatusServer {
       this.server!.listen(port, host, () => resolve());
     });
     const bound = this.server.address() as AddressInfo;
-    const where = `${bound.address}:${bound.port}`;
+    const where = `${bound.family === "IPv6" ? `[${bound.address}]` : bound.address}:${bound.port}`;
     this.logger.info({ address: where }, "Serving /metrics, /healthz and /readyz.");
     return where;
   }
@@ -135,4 +134,21 @@ export function startStatusLine(
   }, intervalMs);
   timer.unref();
   return () => clearInterval(timer);
+}
+
+/**
+ * `port`, `:port`, `host:port` or `[ipv6]:port`. Without a host the endpoint listens on the loopback
+ * interface only: exposing metrics to the network is a choice (`0.0.0.0:9464`), never a default.
+ */
+export function parseListenAddress(address: string): { host: string; port: number } {
+  const m = /^(?:(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]*)):)?(\d{1,5})$/.exec(address.trim());
+  const port = m === null ? NaN : Number(m[3]);
+  if (m === null || !(port >= 0 && port <= 65_535)) {
+    throw new TrajflowError(
+      "CONFIG_INVALID",
+      `--metrics-address ${JSON.stringify(address)}: expected port, :port, host:port or [ipv6]:port (port 0-65535)`,
+    );
+  }
+  const host = m[1] ?? (m[2] === undefined || m[2] === "" ? "127.0.0.1" : m[2]);
+  return { host, port };
 }

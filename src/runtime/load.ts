@@ -67,9 +67,15 @@ function applySet(root: Record<string, unknown>, assignment: string, problems: s
     return;
   }
   const path = assignment.slice(0, eq).split(".");
+  // Setting these would change every object of the process (prototype pollution), not the pipeline.
+  const bad = path.find((p) => p === "__proto__" || p === "constructor" || p === "prototype" || p === "");
+  if (bad !== undefined) {
+    problems.push(`--set ${assignment}: ${JSON.stringify(bad)} is not a pipeline key`);
+    return;
+  }
   let node: Record<string, unknown> = root;
   for (const part of path.slice(0, -1)) {
-    const next = node[part];
+    const next = Object.hasOwn(node, part) ? node[part] : undefined;
     if (typeof next !== "object" || next === null) node[part] = {};
     node = node[part] as Record<string, unknown>;
   }
