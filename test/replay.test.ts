@@ -5,7 +5,7 @@
 import { strict as assert } from "node:assert";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, relative as relativePath } from "node:path";
 import { gzipSync } from "node:zlib";
 import { after, describe, it } from "node:test";
 import { assemble, plain, plainWithTimes, SessionScript } from "./helpers/sessions.ts";
@@ -140,6 +140,22 @@ describe("replay", () => {
     assert.deepEqual(rows.map(plain), assemble(good).rows.map(plain));
   });
 
+  // Regression: the same input spelled ./x and x gave different file metadata, so a re-run failed with
+  // FILE_CONFLICT.
+  it("reproduces the same files when the input path is spelled differently", async () => {
+    const out = freshDir();
+    const relative = relativePath(process.cwd(), EXAMPLES);
+    assert.equal((await runCli(["replay", relative, "--out", out])).code, 0);
+    const again = await runCli(["replay", `./${relative}`, "--out", out, "--json"]);
+    assert.equal(again.code, 0, again.stderr);
+    assert.deepEqual(
+      (JSON.parse(again.stdout) as { metrics: { files_committed: unknown } }).metrics.files_committed,
+      {
+        "already-committed": 1,
+      },
+    );
+  });
+
   it("reads gzip input and reproduces the same files on a second run (idempotent)", async () => {
     const out = freshDir();
     const gz = join(scratch, "sessions.jsonl.gz");
@@ -170,6 +186,24 @@ describe("replay", () => {
     const result = await runCli(["replay", other, "--out", out]);
     assert.equal(result.code, 1);
     assert.match(result.stderr, /\[FILE_CONFLICT\]/);
+  });
+
+  // Regression: an output path that is a file gave an uncoded stack trace, and an unwritable dead-letter
+  // directory was found only after the data files were committed (the dead letters lost).
+  it("fails with SINK_WRITE_FAILED before reading when an output cannot be written", async () => {
+    const file = join(scratch, "a-file");
+    writeFileSync(file, "not a directory");
+    const data = await runCli(["replay", EXAMPLES, "--out", file]);
+    assert.equal(data.code, 1);
+    assert.match(data.stderr, /\[SINK_WRITE_FAILED\] cannot write trajectory files to .*a-file/);
+    const out = freshDir();
+    const letters = await runCli(["replay", EXAMPLES, "--out", out, "--dead-letter-dir", join(file, "dl")]);
+    assert.equal(letters.code, 1);
+    assert.match(
+      letters.stderr,
+      /\[SINK_WRITE_FAILED\] cannot write dead letters to .*a-file.dl: .*not a directory/,
+    );
+    assert.deepEqual(readdirSync(out), [], "nothing was written");
   });
 
   it("exits 2 on usage and configuration errors, listing every problem", async () => {

@@ -13,7 +13,7 @@ import type { Ack } from "../../contract/ledger.ts";
 import { isTrajflowError, TrajflowError } from "../../core/errors.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
-import { commitFile, removeStaleTemps } from "../shared/atomic-file.ts";
+import { assertWritableDir, commitFile, removeStaleTemps } from "../shared/atomic-file.ts";
 
 export interface DeadLetterFilesOptions {
   dir: string;
@@ -51,8 +51,8 @@ export class DeadLetterFiles implements DeadLetterSink {
   }
 
   async open(): Promise<void> {
-    // Only a single writer may take every temporary for a crashed writer's.
-    await removeStaleTemps(this.options.dir, this.options.writerTag === undefined ? undefined : 10 * 60_000);
+    await assertWritableDir(this.options.dir, "dead letters", false);
+    await removeStaleTemps(this.options.dir);
     const age = this.options.maxAgeMs;
     if (age !== undefined) {
       this.timer = setInterval(

@@ -5,15 +5,12 @@
  * named after the offsets they cover, list their sessions for recovery, and are fenced: a process that
  * no longer owns the partition drops them instead of landing them.
  */
-import { promises as fs } from "node:fs";
-import { join } from "node:path";
-import { randomBytes } from "node:crypto";
 import type { Lane, LaneSink, SessionSpan, SinkComponent, Unit } from "../../contract/components.ts";
 import { unitRows } from "../../contract/components.ts";
-import { TrajflowError } from "../../core/errors.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { writtenSessions } from "../../sources/kafka/recovery.ts";
+import { assertWritableDir } from "../shared/atomic-file.ts";
 import type { FileSinkConfig } from "./config.ts";
 import { EncoderPool } from "./pool.ts";
 import { FileSink } from "./sink.ts";
@@ -40,19 +37,8 @@ export class FileSinkComponent implements SinkComponent {
   }
 
   /** Fails before anything is read when the output directory cannot be written. */
-  async open(): Promise<void> {
-    const probe = join(this.config.path, `.trajflow-probe-${randomBytes(6).toString("hex")}`);
-    try {
-      await fs.mkdir(this.config.path, { recursive: true });
-      await fs.writeFile(probe, "");
-      await fs.unlink(probe);
-    } catch (err) {
-      throw new TrajflowError(
-        "SINK_WRITE_FAILED",
-        `cannot write to the output directory ${this.config.path}: ${(err as Error).message}`,
-        { cause: err },
-      );
-    }
+  open(): Promise<void> {
+    return assertWritableDir(this.config.path, "trajectory files");
   }
 
   async openLane(lane: Lane): Promise<LaneSink> {

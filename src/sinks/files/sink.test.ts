@@ -1,6 +1,7 @@
 import { strict as assert } from "node:assert";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { spawnSync } from "node:child_process";
+import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { pino } from "pino";
@@ -15,6 +16,12 @@ const scratch = mkdtempSync(join(tmpdir(), "trajflow-sink-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
 let n = 0;
 const silent = pino({ level: "silent" });
+
+/** The pid of a process that has exited. */
+function deadPid(): number {
+  const child = spawnSync(process.execPath, ["-e", "0"]);
+  return child.pid!;
+}
 
 function session(id: string) {
   return assemble(new SessionScript("u", id).call("c1", [1, 2], [3]).end().lines()).rows;
@@ -124,7 +131,11 @@ describe("file sink", () => {
   it("removes temporary files left by a crash when it opens", async () => {
     const { path, sink: s, metrics } = sink({ partition_by: "policy" });
     mkdirSync(join(path, "policy=3"), { recursive: true });
-    writeFileSync(join(path, "policy=3", ".trajflow-tmp-abc-part-00000.parquet"), "half");
+    // Written by a process of this host that no longer runs.
+    writeFileSync(
+      join(path, "policy=3", `.trajflow-tmp-abc~${deadPid()}~${hostname()}~part-00000.parquet`),
+      "half",
+    );
     await s.open();
     await s.close();
     assert.equal(metrics.get("stale_temp_files_removed"), 1);
@@ -134,18 +145,21 @@ describe("file sink", () => {
 
 describe("stale temporaries", () => {
   // Regression: a consumer starting a partition deleted another group member's file in flight.
-  it("leaves young temporaries alone when the directory is shared", async () => {
+  // Regression (also: replay deleted every .trajflow-tmp-* under --out, other live writers' included).
+  it("leaves young temporaries of live writers and other hosts alone", async () => {
     const { removeStaleTemps } = await import("../shared/atomic-file.ts");
     const { utimesSync } = await import("node:fs");
     const dir = join(scratch, "shared");
     mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, ".trajflow-tmp-young-a.parquet"), "in flight");
-    writeFileSync(join(dir, ".trajflow-tmp-old-b.parquet"), "crashed");
+    const live = `.trajflow-tmp-aa~${process.ppid}~${hostname()}~a.parquet`;
+    const elsewhere = `.trajflow-tmp-bb~${deadPid()}~another-host~b.parquet`;
+    const crashed = `.trajflow-tmp-cc~${deadPid()}~${hostname()}~c.parquet`;
+    const old = ".trajflow-tmp-dd-d.parquet";
+    for (const name of [live, elsewhere, crashed, old]) writeFileSync(join(dir, name), "bytes");
     const hourAgo = new Date(Date.now() - 3_600_000);
-    utimesSync(join(dir, ".trajflow-tmp-old-b.parquet"), hourAgo, hourAgo);
-    assert.equal(await removeStaleTemps(dir, 600_000), 1);
-    assert.deepEqual(readdirSync(dir), [".trajflow-tmp-young-a.parquet"]);
-    assert.equal(await removeStaleTemps(dir), 1, "a sole writer removes every temporary");
+    utimesSync(join(dir, old), hourAgo, hourAgo);
+    assert.equal(await removeStaleTemps(dir), 2);
+    assert.deepEqual(readdirSync(dir).sort(), [live, elsewhere].sort());
   });
 });
 

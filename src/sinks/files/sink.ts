@@ -44,8 +44,8 @@ export interface FileSinkContext {
   /** An encoder pool shared with other sinks (one per partition); the sink then does not close it. */
   pool?: EncoderPool;
   /**
-   * Other live processes may write to the same directory (a consumer group): then only temporaries older
-   * than this are taken for a crashed writer's and removed. Absent: this sink is the only writer.
+   * Temporaries of writers that cannot be identified as crashed (another host) are removed once older
+   * than this; default 10 minutes (atomic-file.ts).
    */
   sharedDirectoryTempAgeMs?: number;
 }

@@ -8,7 +8,8 @@
  * range, which fails rather than overwrite.
  */
 import { randomBytes } from "node:crypto";
-import { linkSync, promises as fs } from "node:fs";
+import { constants as fsConstants, linkSync, promises as fs } from "node:fs";
+import { hostname } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { TrajflowError } from "../../core/errors.ts";
 
@@ -16,6 +17,25 @@ export type CommitOutcome = "written" | "already-committed";
 
 /** Prefix of in-progress files: readers (pyarrow, DuckDB, Spark) skip names starting with `.` or `_`. */
 export const TEMP_PREFIX = ".trajflow-tmp-";
+/** Who writes a temporary (pid and host), so a later start can tell a crashed writer's from a live one's. */
+const WRITER = `${process.pid}~${hostname()}`;
+const TEMP_WRITER = /^\.trajflow-tmp-[0-9a-f]+~(\d+)~([^~]+)~/;
+/** Temporaries of writers that cannot be identified as crashed are removed only after this long. */
+export const STALE_TEMP_AGE_MS = 10 * 60_000;
+
+/** True when `name` is a temporary of a process of this host that no longer runs. */
+function writtenByCrashedProcess(name: string): boolean {
+  const m = TEMP_WRITER.exec(name);
+  if (m === null || m[2] !== hostname()) return false;
+  const pid = Number(m[1]);
+  if (pid === process.pid) return false;
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "ESRCH";
+  }
+}
 
 async function fsyncDir(dir: string): Promise<void> {
   const handle = await fs.open(dir, "r");
@@ -30,7 +50,7 @@ async function fsyncDir(dir: string): Promise<void> {
 export async function writeTemp(path: string, bytes: Uint8Array): Promise<string> {
   const dir = dirname(path);
   await fs.mkdir(dir, { recursive: true });
-  const temp = join(dir, `${TEMP_PREFIX}${randomBytes(6).toString("hex")}-${basename(path)}`);
+  const temp = join(dir, `${TEMP_PREFIX}${randomBytes(6).toString("hex")}~${WRITER}~${basename(path)}`);
   const handle = await fs.open(temp, "wx");
   try {
     await handle.writeFile(bytes);
@@ -84,12 +104,13 @@ export async function commitFile(path: string, bytes: Uint8Array): Promise<Commi
 }
 
 /**
- * Removes temporary files a crashed writer left behind, in `dir` and its subdirectories (partitions).
- * With `olderThanMs`, only temporaries not modified for that long: when several live processes share a
- * directory (a consumer group), a younger one may be another writer's file in flight. Returns how many
- * were removed.
+ * Removes temporary files crashed writers left behind, in `dir` and its subdirectories (partitions): a
+ * temporary of a process of this host that no longer runs at once, any other only once untouched for
+ * `olderThanMs`. Several live processes may share a directory (a consumer group, two replays), so a
+ * young temporary of a live writer, or of another host, is never taken for a crashed one's. Returns how
+ * many were removed.
  */
-export async function removeStaleTemps(dir: string, olderThanMs?: number): Promise<number> {
+export async function removeStaleTemps(dir: string, olderThanMs = STALE_TEMP_AGE_MS): Promise<number> {
   let entries;
   try {
     entries = await fs.readdir(dir, { withFileTypes: true });
@@ -103,7 +124,8 @@ export async function removeStaleTemps(dir: string, olderThanMs?: number): Promi
     if (entry.isDirectory()) removed += await removeStaleTemps(path, olderThanMs);
     else if (entry.name.startsWith(TEMP_PREFIX)) {
       try {
-        if (olderThanMs !== undefined && Date.now() - (await fs.stat(path)).mtimeMs < olderThanMs) continue;
+        const crashed = writtenByCrashedProcess(entry.name);
+        if (!crashed && Date.now() - (await fs.stat(path)).mtimeMs < olderThanMs) continue;
         await fs.unlink(path);
         removed++;
       } catch (err) {
@@ -113,4 +135,41 @@ export async function removeStaleTemps(dir: string, olderThanMs?: number): Promi
     }
   }
   return removed;
+}
+
+/**
+ * Fails with SINK_WRITE_FAILED unless `dir` can be created and written (a probe file, removed again):
+ * checked before any input is read, so an unwritable output is found first, not after the work.
+ */
+export async function assertWritableDir(dir: string, what: string, create = true): Promise<void> {
+  const probe = join(dir, `${TEMP_PREFIX}probe-${randomBytes(6).toString("hex")}`);
+  try {
+    if (!create) {
+      // Created only when something is written to it: find the nearest existing ancestor instead.
+      let at = dir;
+      for (;;) {
+        const stat = await fs.stat(at).catch((err: NodeJS.ErrnoException) => {
+          if (err.code === "ENOENT") return null;
+          throw err;
+        });
+        if (stat !== null) {
+          if (!stat.isDirectory()) throw new Error(`${at} is not a directory`);
+          await fs.access(at, fsConstants.W_OK);
+          return;
+        }
+        at = dirname(at);
+      }
+    }
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(probe, "");
+    await fs.unlink(probe);
+  } catch (err) {
+    throw new TrajflowError(
+      "SINK_WRITE_FAILED",
+      `cannot write ${what} to ${dir}: ${(err as Error).message}`,
+      {
+        cause: err,
+      },
+    );
+  }
 }

@@ -4,6 +4,7 @@
  * dead letter if it is rejected, even when they are not valid UTF-8.
  */
 import { createReadStream, promises as fs } from "node:fs";
+import { resolve } from "node:path";
 import { createGunzip } from "node:zlib";
 import type { Readable } from "node:stream";
 import { z } from "zod";
@@ -141,10 +142,14 @@ export class JsonlSource implements Source {
       live: true,
       fence: () => Promise.resolve(true),
       files: {
+        // Paths resolved: the same input spelled `./x` or `x` gives the same files (no FILE_CONFLICT).
         describe: () => ({
           "trajflow.source": "replay",
-          "trajflow.inputs": JSON.stringify(this.config.paths),
-          "trajflow.position": this.position === null ? "" : formatOrigin(this.position),
+          "trajflow.inputs": JSON.stringify(this.config.paths.map((p) => resolve(p))),
+          "trajflow.position":
+            this.position === null || this.position.kind !== "file"
+              ? ""
+              : formatOrigin({ ...this.position, file: resolve(this.position.file) }),
         }),
       },
     };
