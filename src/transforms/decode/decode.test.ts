@@ -236,6 +236,21 @@ describe("decode: hostile input", () => {
     assert.equal(max.kind, "event");
   });
 
+  // Regression: a positive logprob (0.7) was accepted, and -1e39 was reported as "-Infinity".
+  it("rejects positive logprobs and reports an overflowing one as it was sent", () => {
+    const positive = reject(JSON.stringify({ ...response, logprobs: [-0.5, 0.7] }));
+    assert.equal(positive.code, "INVALID_LOGPROBS");
+    assert.match(
+      positive.message,
+      /logprob 0\.699999988079071 at position 1; a log-probability is at most 0/,
+    );
+    const rounding = decodeEvent({ raw: JSON.stringify({ ...response, logprobs: [-0.5, 1e-7] }), origin });
+    assert.equal(rounding.kind, "event", "a log_softmax rounding a hair above 0 is kept as sent");
+    const huge = reject(JSON.stringify({ ...response, logprobs: [-0.5, -1e39] }));
+    assert.equal(huge.code, "LOGPROBS_NOT_FINITE");
+    assert.match(huge.message, /logprob -1e\+39 at position 1/);
+  });
+
   // Regression: invalid UTF-8 was replaced with U+FFFD, so distinct ids could become equal.
   it("rejects invalid UTF-8 and keeps the raw bytes", () => {
     const bytes = Buffer.concat([

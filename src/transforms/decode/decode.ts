@@ -52,6 +52,17 @@ export type DecodeResult =
 // Fatal: a replacement character would make distinct ids equal.
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
+/**
+ * The largest logprob accepted: log-probabilities are at most 0, and a float32 log_softmax can round to a
+ * hair above it; anything larger is a broken gateway (probabilities above 1).
+ */
+export const MAX_LOGPROB = 1e-5;
+
+function firstAbove(values: Float32Array, limit: number): number {
+  for (let i = 0; i < values.length; i++) if (values[i]! > limit) return i;
+  return -1;
+}
+
 /** Deeper free-form fields are rejected: later stages (and structured clone) would recurse that deep. */
 export const MAX_NESTING = 64;
 const FREE_FORM = ["messages", "tools", "tool_calls", "metadata", "info"] as const;
@@ -194,13 +205,26 @@ export function decodeEvent(record: RawRecord): DecodeResult {
     }
     const bad = firstNonFinite(event.logprobs);
     if (bad >= 0) {
+      // The value as sent (a JSON -1e39 becomes -Infinity only in the float32 column).
+      const sent = Array.isArray(obj.logprobs) ? (obj.logprobs[bad] as unknown) : event.logprobs[bad];
       return reject(
         "LOGPROBS_NOT_FINITE",
-        `${where()}: response of call ${event.call_id} has logprob ${event.logprobs[bad]} at position ${bad}; ` +
-          `logprobs must be finite`,
+        `${where()}: response of call ${event.call_id} has logprob ${String(sent)} at position ${bad}; ` +
+          `logprobs must be finite float32 values`,
         record,
         obj,
         { position: bad },
+      );
+    }
+    const positive = firstAbove(event.logprobs, MAX_LOGPROB);
+    if (positive >= 0) {
+      return reject(
+        "INVALID_LOGPROBS",
+        `${where()}: response of call ${event.call_id} has logprob ${event.logprobs[positive]} at position ` +
+          `${positive}; a log-probability is at most 0`,
+        record,
+        obj,
+        { position: positive },
       );
     }
   }

@@ -36,7 +36,7 @@ export function combine(
     case "sum":
       return present.reduce((a, [, v]) => a + v, 0);
     case "weighted_sum":
-      return present.reduce((a, [n, v]) => a + (weights[n] ?? 1) * v, 0);
+      return present.reduce((a, [n, v]) => a + (Object.hasOwn(weights, n) ? weights[n]! : 1) * v, 0);
     case "product":
       return present.reduce((a, [, v]) => a * v, 1);
     case "min":

@@ -60,6 +60,28 @@ describe("reward transform", () => {
     assert.deepEqual(info.num!.info, { answer: "41" });
   });
 
+  // Regression: two rewards of 1e308 summed to Infinity, written as the row's reward.
+  it("nulls and flags a combined reward that overflows, keeping each stage's value", async () => {
+    const huge = new URL("./testdata/huge-stage.ts", import.meta.url).pathname;
+    const { rows, metrics } = await score(
+      {
+        stages: [
+          { name: "a", type: "module", path: huge },
+          { name: "b", type: "module", path: huge },
+        ],
+      },
+      session("s", "42"),
+    );
+    assert.deepEqual(rows[0]!.reward_values, [1e308, 1e308]);
+    assert.equal(rows[0]!.reward, null);
+    assert.ok(rows[0]!.flags.includes("reward_failed"));
+    assert.deepEqual(JSON.parse(rows[0]!.reward_info!)._combined, {
+      status: "failed",
+      error: "sum of the stage values is Infinity",
+    });
+    assert.equal(metrics.get("reward_failures", "_combined"), 1);
+  });
+
   it("skips a stage that does not apply, and nulls the reward when a required stage fails", async () => {
     const failing = new URL("./testdata/failing-stage.ts", import.meta.url).pathname;
     const { rows, deadLetters } = await score(

@@ -237,8 +237,18 @@ export class RewardTransform {
       });
       row.reward_names = values.map((v) => v.name);
       row.reward_values = values.map((v) => v.value);
+      const combined = combine(values, this.config.combine, this.config.weights);
+      if (combined !== null && !Number.isFinite(combined)) {
+        // Finite stage values can still overflow (two rewards of 1e308 sum to Infinity): never write it.
+        row.reward = null;
+        flags.add(RowFlags.REWARD_FAILED);
+        info._combined = {
+          status: "failed",
+          error: `${this.config.combine} of the stage values is ${combined}`,
+        };
+        metrics.inc("reward_failures", "_combined");
+      } else row.reward = combined;
       row.reward_info = JSON.stringify(info);
-      row.reward = combine(values, this.config.combine, this.config.weights);
       row.flags = [...flags].sort();
     });
     return session;
