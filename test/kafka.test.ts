@@ -135,6 +135,34 @@ describe("kafka", () => {
     });
   }
 
+  // Regression: --until-idle-ms exited 0 after delivering a third of 150,000 dead letters, committing no
+  // offsets (reruns sent them again).
+  it("delivers a flood of dead letters before it exits, and commits past them", async () => {
+    const topic = freshName("flood");
+    const input = join(scratch, "flood.jsonl");
+    const count = 20_000;
+    writeFileSync(input, `${Array.from({ length: count }, (_, i) => `{garbage ${i}`).join("\n")}\n`);
+    assert.equal((await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
+    const group = freshName("g");
+    const args = ["consume", "--topic", topic, "--group", group, "--out", join(scratch, topic)];
+    const run = await runCli([...args, "--until-idle-ms", "2000", "--json"], { KAFKA_BROKERS: broker });
+    assert.equal(run.code, 0, run.stderr);
+    assert.deepEqual(
+      (JSON.parse(run.stdout) as { metrics: { dead_letters: unknown } }).metrics.dead_letters,
+      {
+        MALFORMED_JSON: count,
+      },
+    );
+    const letters = await readTopic(broker, `${topic}.dead-letter`, count, 60_000);
+    assert.equal(
+      new Set(letters.map((m) => (JSON.parse(m.value.toString()) as { raw: string }).raw)).size,
+      count,
+    );
+    const again = await runCli([...args, "--until-idle-ms", "2000", "--json"], { KAFKA_BROKERS: broker });
+    assert.equal(again.code, 0, again.stderr);
+    assert.equal((JSON.parse(again.stdout) as { events: number }).events, 0, "every offset was committed");
+  });
+
   it("writes dead letters as files from Kafka, then commits past them", async () => {
     const topic = freshName("bad-files");
     const { input, good } = badInput("bad-files");

@@ -7,6 +7,7 @@
  */
 import type { DeadLetterSink } from "../../contract/components.ts";
 import type { Ack } from "../../contract/ledger.ts";
+import { TrajflowError } from "../../core/errors.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
@@ -104,17 +105,31 @@ export class DeadLetterTopic implements DeadLetterSink {
     while (this.backlogBytes > bytes && this.sending !== null) await this.sending;
   }
 
+  /**
+   * Waits until every letter is acknowledged, for as long as batches keep being acknowledged; when none
+   * is for 30 s (the topic is gone), fails: the run must not end as if its dead letters were delivered
+   * (their offsets stay uncommitted, so the next run sends them again).
+   */
   async close(): Promise<void> {
-    // Whatever is queued gets one more chance within 10 s; what is still unacknowledged keeps its offset
-    // uncommitted.
-    const flushed = this.sending ?? Promise.resolve();
-    const done = await Promise.race([
-      flushed.then(() => true),
-      new Promise<false>((r) => setTimeout(() => r(false), 10_000).unref()),
-    ]);
-    this.stopping = true;
-    if (!done)
-      this.log.warn("Dead letters were not all acknowledged while stopping; their offsets stay uncommitted.");
-    await disconnectWithin(this.producer, 10_000);
+    try {
+      let last = this.backlogBytes;
+      let since = Date.now();
+      while (this.sending !== null) {
+        await Promise.race([this.sending, new Promise((r) => setTimeout(r, 1_000).unref())]);
+        if (this.backlogBytes !== last) {
+          last = this.backlogBytes;
+          since = Date.now();
+        } else if (Date.now() - since >= 30_000) {
+          throw new TrajflowError(
+            "SINK_WRITE_FAILED",
+            `${this.queue.length} dead letters were not acknowledged by ${this.topic} within 30 s; their ` +
+              `offsets stay uncommitted and the next run sends them again`,
+          );
+        }
+      }
+    } finally {
+      this.stopping = true;
+      await disconnectWithin(this.producer, 10_000);
+    }
   }
 }
