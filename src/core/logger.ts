@@ -25,3 +25,33 @@ export function createLogger(config: LoggerConfig = {}): Logger {
   }
   return pino(options, pino.destination(2));
 }
+
+/**
+ * A warning that can happen once per item of a flood (a cut session, a dropped file): the first
+ * occurrence is logged at once, later ones are counted and logged as one line per `intervalMs` with how
+ * many there were, so a flood costs a few lines, not one per item.
+ */
+export class RateLimitedWarning {
+  private readonly logger: Logger;
+  private readonly message: string;
+  private readonly intervalMs: number;
+  private lastAt = -Infinity;
+  private suppressed = 0;
+
+  constructor(logger: Logger, message: string, intervalMs = 10_000) {
+    this.logger = logger;
+    this.message = message;
+    this.intervalMs = intervalMs;
+  }
+
+  warn(fields: Record<string, unknown>, now = Date.now()): void {
+    if (now - this.lastAt < this.intervalMs) {
+      this.suppressed++;
+      return;
+    }
+    const extra = this.suppressed > 0 ? { suppressed_since_last: this.suppressed } : {};
+    this.logger.warn({ ...fields, ...extra }, this.message);
+    this.lastAt = now;
+    this.suppressed = 0;
+  }
+}

@@ -5,6 +5,7 @@
  * Time is event time: the watermark is the greatest `ts` seen, so a replay closes sessions at the same
  * points as the live run did, and output is deterministic for the same input.
  */
+import { RateLimitedWarning } from "../../core/logger.ts";
 import { makeDeadLetter } from "../../core/records.ts";
 import { RowFlags } from "../../schemas/trajectory.ts";
 import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
@@ -23,6 +24,8 @@ export class Assembler {
   /** Recently finalized sessions, oldest first, to recognise their late events. */
   private readonly finalized = new Map<string, true>();
   private watermark = 0;
+  /** One warning line per 10 s however many sessions are cut (a flood wrote 45 MB of log). */
+  private cutWarning: RateLimitedWarning | null | undefined;
   private lastSweep = 0;
 
   constructor(ctx: AssembleContext) {
@@ -129,10 +132,14 @@ export class Assembler {
     if (session === undefined) return null;
     if (session.end === null) session.flags.add(RowFlags.SESSION_CUT);
     this.ctx.metrics.inc("sessions_cut");
-    this.ctx.logger?.warn(
-      { uid, session_id: sessionId },
-      "Cut an open session to stay within the open-session limits; its later events will be dead-lettered.",
-    );
+    this.cutWarning ??=
+      this.ctx.logger === undefined
+        ? null
+        : new RateLimitedWarning(
+            this.ctx.logger,
+            "Cut open sessions to stay within the open-session limits; their later events will be dead-lettered.",
+          );
+    this.cutWarning?.warn({ uid, session_id: sessionId });
     return this.finalize(key, session, "timeout");
   }
 
