@@ -231,6 +231,24 @@ describe("replay", () => {
     assert.match(missing.stderr, /SOURCE_READ_FAILED/);
   });
 
+  // Regression: inspect printed terminal escape sequences from ids raw.
+  it("inspect escapes control characters of ids and finish reasons", async () => {
+    const input = join(scratch, "escapes.jsonl");
+    const lines = new SessionScript("u\u001b[31mred", "s\u0007")
+      .call("c1", [1, 2], [3], { finish_reason: "stop\u001b]0;title\u0007" })
+      .end()
+      .lines();
+    writeFileSync(input, `${lines.join("\n")}\n`);
+    const out = freshDir();
+    assert.equal((await runCli(["replay", input, "--out", out])).code, 0);
+    const shown = await runCli(["inspect", out]);
+    assert.equal(shown.code, 0, shown.stderr);
+    const controls = [...shown.stdout].filter((ch) => ch !== "\n" && (ch < " " || ch === "\u007f"));
+    assert.deepEqual(controls, []);
+    assert.match(shown.stdout, /u\\u001b\[31mred_s\\u0007_0/);
+    assert.match(shown.stdout, /\[stop\\u001b\]0;title\\u0007\]/);
+  });
+
   it("inspect prints rows a person can read, filtered by uid", async () => {
     const out = freshDir();
     assert.equal((await runCli(["replay", EXAMPLES, "--out", out])).code, 0);

@@ -29,6 +29,19 @@ export interface InspectFilter {
   tokens?: boolean;
 }
 
+/**
+ * Text from the input (keys, raw finish reasons) with control characters escaped: an id holding a
+ * terminal escape sequence must not drive the terminal of whoever inspects the files.
+ */
+export function printable(text: string): string {
+  let out = "";
+  for (const ch of text) {
+    const c = ch.charCodeAt(0);
+    out += c < 0x20 || (c >= 0x7f && c <= 0x9f) ? `\\u${c.toString(16).padStart(4, "0")}` : ch;
+  }
+  return out;
+}
+
 export function formatRow(row: TrajectoryRow, showTokens: boolean): string {
   const reward = row.reward === null ? "none" : String(row.reward);
   const wv =
@@ -38,7 +51,8 @@ export function formatRow(row: TrajectoryRow, showTokens: boolean): string {
         ? String(row.weight_version_min)
         : `${row.weight_version_min}..${row.weight_version_max}`;
   const lines = [
-    `${row.key}  status=${row.status}  reward=${reward}  turns=${row.num_turns} [${row.finish_reasons_raw.join(", ")}]  ` +
+    `${printable(row.key)}  status=${row.status}  reward=${reward}  turns=${row.num_turns} ` +
+      `[${printable(row.finish_reasons_raw.join(", "))}]  ` +
       `policy=${wv}  flags=${row.flags.length > 0 ? row.flags.join(",") : "-"}`,
     `    tokens: prompt ${row.prompt_ids.length}, response ${row.response_ids.length}, trained ${row.num_trained_tokens}` +
       `${row.parent_index !== null ? `, shares ${row.shared_prefix_len} with row ${row.parent_index}` : ""}` +
