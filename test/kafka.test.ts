@@ -324,6 +324,19 @@ describe("kafka", () => {
     assert.equal(await running.exited, 0, running.stderr());
   });
 
+  // Regression: producing an event over 1 MB failed with an uncoded error.
+  it("refuses an event larger than a Kafka message with a coded error naming its line", async () => {
+    const input = join(scratch, "huge-event.jsonl");
+    const big = JSON.stringify({
+      ...JSON.parse(readFileSync(EXAMPLES, "utf8").split("\n")[0]!),
+      pad: "x".repeat(1_100_000),
+    });
+    writeFileSync(input, `${readFileSync(EXAMPLES, "utf8").split("\n")[1]}\n${big}\n`);
+    const r = await runCli(["produce", input, "--topic", freshName("huge")], { KAFKA_BROKERS: broker });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /\[EVENT_TOO_LARGE\] .*huge-event.jsonl:2: the event is \d+ bytes/);
+  });
+
   // Regression: 500 large events of one uid made a record batch over the broker's 1 MiB limit
   // (MESSAGE_TOO_LARGE) and the whole produce failed.
   it("produces large events in batches the broker accepts", async () => {

@@ -3,7 +3,9 @@
  * group lands in one partition), as a gateway would. Control events (`policy.update`, no uid) go to every
  * partition. Lines are sent byte for byte, bad ones too: the pipeline dead-letters them.
  */
+import { TrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
+import { formatOrigin } from "../schemas/origin.ts";
 import {
   compressionCodec,
   createKafka,
@@ -27,6 +29,8 @@ export interface ProduceOptions {
    * `message.max.bytes` (1 MiB by default) is refused whole, so large events must not be batched past it.
    */
   maxBatchBytes?: number;
+  /** One event's bytes at most: the broker's default `message.max.bytes` less the record overhead. */
+  maxMessageBytes?: number;
   logger: Logger;
 }
 
@@ -75,8 +79,19 @@ export async function produce(options: ProduceOptions): Promise<{ messages: numb
       batch = [];
       batchBytes = 0;
     };
+    const maxMessageBytes = options.maxMessageBytes ?? 1_000_000;
     for await (const record of readJsonl({ paths: options.inputs })) {
       const raw = Buffer.from(record.raw as Uint8Array);
+      if (raw.length > maxMessageBytes) {
+        // The broker would refuse it (MESSAGE_TOO_LARGE) and the whole batch with it.
+        throw new TrajflowError(
+          "EVENT_TOO_LARGE",
+          `${formatOrigin(record.origin)}: the event is ${raw.length} bytes, more than a Kafka message holds ` +
+            `(${maxMessageBytes}); send its token arrays packed (docs/events.md), or raise the topic's ` +
+            `max.message.bytes and the broker's message.max.bytes`,
+          { details: { bytes: raw.length } },
+        );
+      }
       const { key, control } = keyOf(raw);
       if (control) {
         await flush();

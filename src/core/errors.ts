@@ -6,6 +6,10 @@ export const ErrorCodes = {
   // Event decoding (the source edge).
   MALFORMED_JSON: { retryable: false, summary: "the event is not valid JSON" },
   NOT_AN_OBJECT: { retryable: false, summary: "the event is valid JSON but not an object" },
+  EVENT_TOO_LARGE: {
+    retryable: false,
+    summary: "an event is larger than a Kafka message may be (trajflow produce)",
+  },
   INVALID_UTF8: { retryable: false, summary: "the event's bytes are not valid UTF-8" },
   NESTING_TOO_DEEP: {
     retryable: false,

@@ -24,7 +24,22 @@ export const ruleStageOptionsSchema = z.strictObject({
   extract: z
     .string()
     .optional()
-    .describe("Regex applied to the response first; its first capture group (or match) is the answer."),
+    .describe(
+      "Regex applied to the response first; its first capture group (or match) is the answer. It runs on " +
+        "the last max_answer_chars characters only, so a hostile response cannot make it backtrack for long.",
+    ),
+  last_number: z
+    .boolean()
+    .default(false)
+    .describe(
+      "Take the last number in the response as the answer (a linear scan, no regex): the usual math " +
+        "extraction, safe on any input. Applied before `extract` when both are given.",
+    ),
+  max_answer_chars: z
+    .int()
+    .positive()
+    .default(4_096)
+    .describe("Only the response's last this many characters are examined (final answers come last)."),
   case_sensitive: z.boolean().default(false).describe("exact mode: compare case-sensitively."),
   tolerance: z.number().nonnegative().default(1e-6).describe("numeric mode: largest accepted |a - b|."),
   score_match: z.number().default(1).describe("Score of a correct answer."),
@@ -43,9 +58,28 @@ function lookup(metadata: Record<string, unknown> | null, path: string): unknown
   let v: unknown = metadata;
   for (const part of path.split(".")) {
     if (typeof v !== "object" || v === null) return undefined;
-    v = (v as Record<string, unknown>)[part];
+    // Own keys only: metadata comes from events, and "constructor" must not reach Object.prototype.
+    v = Object.hasOwn(v, part) ? (v as Record<string, unknown>)[part] : undefined;
   }
   return v;
+}
+
+/** The last number (`-12`, `3.5`, `1,234`) in `text`, found scanning back from its end; null if none. */
+export function lastNumber(text: string): string | null {
+  const isDigit = (c: number) => c >= 48 && c <= 57;
+  let end = text.length;
+  while (end > 0 && !isDigit(text.charCodeAt(end - 1))) end--;
+  if (end === 0) return null;
+  let start = end;
+  for (;;) {
+    while (start > 0 && isDigit(text.charCodeAt(start - 1))) start--;
+    const sep = start > 1 ? text.charCodeAt(start - 1) : -1;
+    // A decimal point or thousands separator between digits belongs to the number.
+    if ((sep === 46 || sep === 44) && isDigit(text.charCodeAt(start - 2))) start--;
+    else break;
+  }
+  if (start > 0 && text.charCodeAt(start - 1) === 45) start--;
+  return text.slice(start, end);
 }
 
 function responseOf(item: RewardItem, source: RuleStageOptions["source"]): string | null {
@@ -70,6 +104,9 @@ export function ruleStage(options: RuleStageOptions): RewardStage {
       return { kind: "skip", reason: `no ${options.reference_key} in session.start.metadata` };
     }
     let answer = responseOf(item, options.source);
+    if (answer !== null && answer.length > options.max_answer_chars)
+      answer = answer.slice(answer.length - options.max_answer_chars);
+    if (answer !== null && options.last_number) answer = lastNumber(answer);
     if (answer !== null && extract !== null) {
       const m = extract.exec(answer);
       answer = m === null ? null : (m[1] ?? m[0]);
