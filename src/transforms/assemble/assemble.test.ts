@@ -436,6 +436,27 @@ describe("assemble: ordering and duplicates", () => {
 });
 
 describe("assemble: session lifecycle", () => {
+  // Regression: one event with a clock a day ahead timed out every other open session (partial rows,
+  // unflagged), and their later events became LATE_EVENT.
+  it("does not let one session's clock far ahead time out the others", () => {
+    const DAY = 86_400_000;
+    const a = new SessionScript("u", "a", 1_000).call("c1", [1, 2], [3]);
+    const b = new SessionScript("u", "b", 1_005).call("c1", [1, 2], [4]);
+    const broken = new SessionScript("u", "clock", 1_000 + DAY).call("c1", [7], [8]).end();
+    const a2 = a.call("c2", [1, 2, 3, 9], [5]).end();
+    const b2 = b.call("c2", [1, 2, 4, 9], [6]).end();
+    // Interleaved: both sessions are open when the broken clock's events arrive.
+    const first = [...a.lines().slice(0, 2), ...b.lines().slice(0, 2)];
+    const lines = [...first, ...broken.lines(), ...a2.lines().slice(2), ...b2.lines().slice(2)];
+    const { rows, deadLetters } = assemble(lines, { reward_grace_ms: 0 });
+    assert.deepEqual(deadLetters, []);
+    const byId = Object.fromEntries(rows.map((r) => [r.session_id, r]));
+    assert.equal(byId.a!.status, "ok");
+    assert.equal(byId.b!.status, "ok");
+    assert.equal(byId.a!.num_turns, 2);
+    assert.equal(byId.b!.num_turns, 2);
+  });
+
   it("records when the session ended, in event time", () => {
     const ended = new SessionScript("u1", "a", 5_000).call("c1", P, O1).end();
     const open = new SessionScript("u1", "b", 9_000).call("c1", P, O1);

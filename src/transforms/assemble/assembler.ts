@@ -2,8 +2,10 @@
  * The `assemble` transform: a stateful task that routes decoded events to their sessions, closes sessions
  * on `session.end` (after the reward grace period) or when idle, and emits each closed session's rows.
  *
- * Time is event time: the watermark is the greatest `ts` seen, so a replay closes sessions at the same
- * points as the live run did, and output is deterministic for the same input.
+ * Time is event time, so a replay closes sessions at the same points as the live run did, and output is
+ * deterministic for the same input. The watermark is the greatest `ts` seen, but one session cannot move
+ * it more than `max_clock_skew_ms` past every other session's clock: a single event with a clock a day
+ * ahead would otherwise time out every open session.
  */
 import { RateLimitedWarning } from "../../core/logger.ts";
 import { makeDeadLetter } from "../../core/records.ts";
@@ -24,6 +26,9 @@ export class Assembler {
   /** Recently finalized sessions, oldest first, to recognise their late events. */
   private readonly finalized = new Map<string, true>();
   private watermark = 0;
+  /** The two most advanced session clocks (latest ts per session): the watermark follows the second. */
+  private top1 = { key: "", ts: -Infinity };
+  private top2 = -Infinity;
   /** One warning line per 10 s however many sessions are cut (a flood wrote 45 MB of log). */
   private cutWarning: RateLimitedWarning | null | undefined;
   private lastSweep = 0;
@@ -91,7 +96,7 @@ export class Assembler {
       this.ctx.metrics.inc("sessions_opened");
     }
     session.offer(d);
-    if (ts > this.watermark) this.watermark = ts;
+    this.advance(key, ts);
 
     const out: SessionOutput[] = [];
     if (
@@ -106,6 +111,27 @@ export class Assembler {
       out.push(...this.sweep());
     }
     return out;
+  }
+
+  /** Moves the watermark with a session's clock, bounded by the second most advanced session's. */
+  private advance(key: string, ts: number): void {
+    if (key === this.top1.key) {
+      if (ts > this.top1.ts) this.top1.ts = ts;
+    } else if (ts > this.top1.ts) {
+      this.top2 = this.top1.ts;
+      this.top1 = { key, ts };
+    } else if (ts > this.top2) {
+      this.top2 = ts;
+    }
+    // With one session so far, nobody else can be timed out by its clock.
+    const bounded =
+      this.top2 === -Infinity
+        ? this.top1.ts
+        : Math.min(this.top1.ts, this.top2 + this.ctx.config.max_clock_skew_ms);
+    // Non-decreasing but for one step: a first session's outlier clock stops counting once a second
+    // session shows the real time.
+    this.watermark = bounded;
+    if (this.lastSweep > bounded) this.lastSweep = bounded;
   }
 
   /** Finalizes sessions whose grace period passed or that went idle. */

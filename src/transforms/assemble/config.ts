@@ -20,6 +20,15 @@ export const assembleConfigSchema = z.strictObject({
     .nonnegative()
     .default(30_000)
     .describe("Rewards arriving up to this long (event time) after `session.end` still apply."),
+  max_clock_skew_ms: z
+    .int()
+    .positive()
+    .default(60_000)
+    .describe(
+      "How far one session's clock may move the watermark past every other session's: an event with a " +
+        "clock far ahead (a broken host) must not time out all open sessions. Keep it well below " +
+        "idle_timeout_ms; gateway hosts' clocks agree to within seconds.",
+    ),
   max_tokens: z
     .int()
     .positive()
