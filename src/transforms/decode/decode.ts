@@ -67,15 +67,32 @@ function firstAbove(values: Float32Array, limit: number): number {
 export const MAX_NESTING = 64;
 const FREE_FORM = ["messages", "tools", "tool_calls", "metadata", "info"] as const;
 
-/** Whether `value` nests deeper than `limit` arrays/objects, found without recursion. */
+/** Whether `value` nests deeper than `limit` arrays/objects, found without recursion or allocation per node. */
 function nestsDeeper(value: unknown, limit: number): boolean {
   if (typeof value !== "object" || value === null) return false;
-  const stack: Array<[unknown, number]> = [[value, 1]];
+  const stack: object[] = [value];
+  const depths: number[] = [1];
   while (stack.length > 0) {
-    const [v, depth] = stack.pop()!;
+    const v = stack.pop()!;
+    const depth = depths.pop()!;
     if (depth > limit) return true;
-    const children = Array.isArray(v) ? v : Object.values(v as object);
-    for (const c of children) if (typeof c === "object" && c !== null) stack.push([c, depth + 1]);
+    if (Array.isArray(v)) {
+      for (let i = 0; i < v.length; i++) {
+        const c: unknown = v[i];
+        if (typeof c === "object" && c !== null) {
+          stack.push(c);
+          depths.push(depth + 1);
+        }
+      }
+    } else {
+      for (const k in v) {
+        const c = (v as Record<string, unknown>)[k];
+        if (typeof c === "object" && c !== null) {
+          stack.push(c);
+          depths.push(depth + 1);
+        }
+      }
+    }
   }
   return false;
 }
