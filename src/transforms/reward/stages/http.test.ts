@@ -1,4 +1,6 @@
 import { strict as assert } from "node:assert";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { pino } from "pino";
 import { MemoryDeadLetters } from "../../../core/dead-letters.ts";
@@ -139,5 +141,47 @@ describe("http reward stage", () => {
     await Promise.all([0, 1, 2, 3, 4].map((i) => r.score(item(`r${i}`, [1, 2]))));
     // 5 requests at 20/s: the last may start 200 ms after the first.
     assert.ok(performance.now() - started >= 190, `took ${performance.now() - started} ms`);
+  });
+});
+
+// Regression: judge error bodies and URLs with user:password@ put an echoed API key into logs, dead
+// letters and the reward_info column.
+describe("http reward stage: credentials", () => {
+  let echo: Server;
+  let port = 0;
+  before(async () => {
+    // Answers 401 and echoes what it received, as misconfigured servers do.
+    echo = createServer((req, res) => {
+      res.writeHead(401, { "content-type": "text/plain" });
+      res.end(`denied ${req.headers.authorization} for ${req.headers["x-api-key"]}`);
+    });
+    await new Promise<void>((r) => echo.listen(0, "127.0.0.1", r));
+    port = (echo.address() as AddressInfo).port;
+  });
+  after(() => echo.close());
+
+  it("never lets a credential into an error message", async () => {
+    const secrets = ["sk-live-abcdef123456", "hunter2-password", "key-0123456789"];
+    const messages: string[] = [];
+    for (const url of [`http://127.0.0.1:${port}`, `http://judge:hunter2-password@127.0.0.1:${port}`]) {
+      const stage = httpStage(
+        httpStageOptionsSchema.parse({
+          url,
+          protocol: "openai_judge",
+          model: "m",
+          headers: { authorization: "Bearer sk-live-abcdef123456", "x-api-key": "key-0123456789" },
+        }),
+      );
+      const [outcome] = await stage
+        .score([rewardItem("k", [1], [2], { final_text: "hi" })], new AbortController().signal)
+        .then(
+          (o) => o,
+          (err: Error) => [{ kind: "error" as const, message: err.message }],
+        );
+      assert.equal(outcome!.kind, "error");
+      messages.push((outcome as { message: string }).message);
+    }
+    assert.match(messages[0]!, /answered 401: denied Bearer \*\*\* for \*\*\*/);
+    for (const m of messages) for (const s of secrets) assert.ok(!m.includes(s), `${s} leaked: ${m}`);
   });
 });

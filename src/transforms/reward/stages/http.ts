@@ -10,6 +10,7 @@
  * errors are retryable and 4xx are not, and requests are rate limited.
  */
 import { z } from "zod";
+import { redactor, urlSecrets } from "../../../core/redact.ts";
 import { RewardStageError, type RewardItem, type RewardOutcome, type RewardStage } from "../contract.ts";
 import { sequenceOf } from "./onnx/stage.ts";
 
@@ -77,7 +78,13 @@ class RateLimit {
   }
 }
 
-async function post(url: string, body: unknown, headers: Record<string, string>, signal: AbortSignal) {
+async function post(
+  url: string,
+  body: unknown,
+  headers: Record<string, string>,
+  signal: AbortSignal,
+  redact: (text: string) => string,
+) {
   let response: Response;
   try {
     response = await fetch(url, {
@@ -87,19 +94,19 @@ async function post(url: string, body: unknown, headers: Record<string, string>,
       signal,
     });
   } catch (err) {
-    throw new RewardStageError(`${url}: ${(err as Error).message}`, true, { cause: err });
+    throw new RewardStageError(redact(`${url}: ${(err as Error).message}`), true);
   }
   const text = await response.text();
   if (!response.ok) {
     throw new RewardStageError(
-      `${url} answered ${response.status}: ${text.slice(0, 200)}`,
+      redact(`${url} answered ${response.status}: ${text.slice(0, 200)}`),
       response.status >= 500,
     );
   }
   try {
     return JSON.parse(text) as unknown;
   } catch {
-    throw new RewardStageError(`${url} answered with invalid JSON: ${text.slice(0, 200)}`, false);
+    throw new RewardStageError(redact(`${url} answered with invalid JSON: ${text.slice(0, 200)}`), false);
   }
 }
 
@@ -118,6 +125,8 @@ export function httpStage(options: HttpStageOptions): RewardStage {
   const limit =
     options.max_requests_per_second === undefined ? null : new RateLimit(options.max_requests_per_second);
   const base = options.url.replace(/\/+$/, "");
+  // Error messages reach logs, dead letters and reward_info: no credential may ride along.
+  const redact = redactor([...Object.values(options.headers), ...urlSecrets(options.url)]);
 
   const kserve = async (items: readonly RewardItem[], signal: AbortSignal): Promise<RewardOutcome[]> => {
     const sequences = items.map((i) => {
@@ -145,6 +154,7 @@ export function httpStage(options: HttpStageOptions): RewardStage {
       },
       options.headers,
       signal,
+      redact,
     )) as { outputs?: Array<{ name: string; shape: number[]; data: number[] }> };
     const out = reply.outputs?.find((o) => o.name === options.output);
     if (out === undefined)
@@ -164,6 +174,7 @@ export function httpStage(options: HttpStageOptions): RewardStage {
       { model: options.model, input },
       options.headers,
       signal,
+      redact,
     )) as { data?: Array<{ index: number; probs: number[] }> };
     const data = reply.data;
     if (!Array.isArray(data) || data.length !== items.length) {
@@ -206,6 +217,7 @@ export function httpStage(options: HttpStageOptions): RewardStage {
       },
       options.headers,
       signal,
+      redact,
     )) as { choices?: Array<{ message?: { content?: string } }> };
     const text = reply.choices?.[0]?.message?.content ?? "";
     const m = pattern.exec(text);
