@@ -125,7 +125,7 @@ describe("replay", () => {
     assert.equal(result.code, 0, result.stderr);
     const summary = JSON.parse(result.stdout) as { metrics: Record<string, unknown> };
     assert.deepEqual(summary.metrics.dead_letters, { MALFORMED_JSON: 1, UNKNOWN_EVENT_TYPE: 1 });
-    const letters = readFileSync(join(out, "dead-letter", "dead-letters-00000.jsonl"), "utf8")
+    const letters = readFileSync(join(out, "_dead-letter", "dead-letters-00000.jsonl"), "utf8")
       .trimEnd()
       .split("\n")
       .map((l) => JSON.parse(l) as Record<string, unknown>);

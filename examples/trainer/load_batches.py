@@ -19,7 +19,7 @@ PAD = 0
 
 
 def load(path: str):
-    # exclude_invalid_files: dead-letter/ (JSON lines) sits beside the data.
+    # exclude_invalid_files: a dead-letter directory chosen under the output root holds JSON lines.
     table = ds.dataset(path, format="parquet", exclude_invalid_files=True).to_table()
     rows = sorted(table.to_pylist(), key=lambda r: r["key"])
 

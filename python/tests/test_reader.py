@@ -14,10 +14,12 @@ def all_keys(out):
 
 def test_lists_only_committed_data_files_in_order(grouped_output):
     files = [f.path for f in list_data_files(str(grouped_output))]
-    assert (grouped_output / "dead-letter").is_dir(), "the fixture has a dead letter"
+    assert (grouped_output / "_dead-letter").is_dir(), "the fixture has a dead letter"
     assert files == sorted(files) and all(f.startswith("part-") for f in files)
     assert not any("dead-letter" in f or f.startswith(".") for f in files)
     assert len(files) >= 5
+    # Regression: the documented plain reader crashed on dead-letter/ (JSON lines) beside the data.
+    assert ds.dataset(str(grouped_output), format="parquet").count_rows() == 48
 
 
 def test_every_row_once_in_batches_of_whole_groups(grouped_output):

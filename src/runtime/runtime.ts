@@ -98,7 +98,7 @@ export class Runtime implements SourceHandler {
       plan.deadLetters === null
         ? plan.source.type === "kafka"
           ? null
-          : join(this.filesDir, "dead-letter")
+          : join(this.filesDir, "_dead-letter")
         : plan.deadLetters.type === "files"
           ? resolve(plan.deadLetters.path)
           : null;

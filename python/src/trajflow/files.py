@@ -3,7 +3,7 @@
 trajflow commits a file by renaming it into place, so a listed name is always a complete file; in-flight
 temporaries start with ``.`` and are skipped, as are names starting with ``_``. Data files are
 ``*.parquet`` and ``*.arrow`` in the root and in hive partition directories (``key=value/``); any other
-directory (``dead-letter/``) is never read, so dead letters never reach a trainer as data.
+directory (``_dead-letter/``, or one named otherwise) is never read, so dead letters never reach a trainer as data.
 
 The order is deterministic: files written from Kafka (``<topic>-<partition>-<first>-<last>``) by topic,
 partition and offsets; replay files (``part-NNNNN``) by cut number; partition directories of one cut
@@ -68,7 +68,7 @@ def _walk(fs: pafs.FileSystem, base: str, rel: str, out: List[DataFile]) -> None
             continue
         child = f"{rel}/{name}" if rel else name
         if info.type == pafs.FileType.Directory:
-            # Only hive partitions hold data; dead-letter/ and anything else are not read.
+            # Only hive partitions hold data; dead-letter directories and anything else are not read.
             if "=" in name:
                 _walk(fs, base, child, out)
         elif info.type == pafs.FileType.File and name.endswith(DATA_SUFFIXES):

@@ -12,7 +12,7 @@ export const REPLAY_HELP = `trajflow replay <events.jsonl[.gz]...> --out <dir> [
 
 Replays recorded gateway events (protocol v1, one JSON object per line; gzip is detected), assembles
 each session's trajectories and writes them as Parquet (or Arrow IPC) files under <dir>. Rejected
-events are written to <dir>/dead-letter/ with an error code (docs/errors.md). Prints a summary.
+events are written to <dir>/_dead-letter/ with an error code (docs/errors.md). Prints a summary.
 A preset: the same runtime as \`trajflow run\` of a pipeline with a jsonl source (docs/pipelines.md).
 
 Assembly:
@@ -34,7 +34,7 @@ Files:
   --partition-by <p>        none (default), date (date=YYYY-MM-DD) or policy (policy=<version>)
   --encode-workers <n>      worker threads encoding files (default 1)
   --decode-workers <n>      worker threads decoding events (default 0: decoded inline)
-  --dead-letter-dir <dir>   where rejected events go (default <out>/dead-letter)
+  --dead-letter-dir <dir>   where rejected events go (default <out>/_dead-letter: dataset readers skip names starting with _)
 Trainer-shaped batches:
   --group                   GRPO group mode: write a uid's n sessions together, padded with placeholders
   --group-size <n>          n for sessions whose session.start has no group_size (implies --group)
