@@ -206,6 +206,21 @@ describe("replay", () => {
     assert.deepEqual(readdirSync(out), [], "nothing was written");
   });
 
+  // Regression: the CLI stopped at the first bad integer, before the other problems were checked.
+  it("lists bad integer flags together with every other problem", async () => {
+    const bad = await runCli([
+      "replay",
+      EXAMPLES,
+      "--out",
+      freshDir(),
+      ...["--rows-per-file", "ten", "--status-interval-ms", "1.5", "--drift-policy", "merge"],
+    ]);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--rows-per-file must be an integer, got "ten"/);
+    assert.match(bad.stderr, /--status-interval-ms must be an integer, got "1.5"/);
+    assert.match(bad.stderr, /transforms\.assemble\.drift_policy/);
+  });
+
   it("exits 2 on usage and configuration errors, listing every problem", async () => {
     const noOut = await runCli(["replay", EXAMPLES]);
     assert.equal(noOut.code, 2);

@@ -25,11 +25,29 @@ export function parse<const O extends ParseArgsOptionsConfig>(argv: string[], op
   }
 }
 
+/** Problems of flags read so far: reported together with every other problem, not one at a time. */
+const flagProblems: string[] = [];
+
+/** An integer flag; a bad value is recorded (see takeFlagProblems) and reads as absent. */
 export function intOption(name: string, value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
-  if (!Number.isInteger(n)) throw usageError(`--${name} must be an integer, got ${JSON.stringify(value)}`);
+  if (value.trim() === "" || !Number.isInteger(n)) {
+    flagProblems.push(`--${name} must be an integer, got ${JSON.stringify(value)}`);
+    return undefined;
+  }
   return n;
+}
+
+/** The flag problems recorded so far (and forgets them). */
+export function takeFlagProblems(): string[] {
+  return flagProblems.splice(0);
+}
+
+/** Throws a usage error listing every flag problem recorded so far, if any. */
+export function throwFlagProblems(): void {
+  const problems = takeFlagProblems();
+  if (problems.length > 0) throw usageError(problems.join("\n  "));
 }
 
 /** Reads a JSON configuration file given on the command line (e.g. `--rewards rewards.json`). */

@@ -4,6 +4,7 @@
  * a user did not give are left out, so each component's defaults apply.
  */
 import { TrajflowError } from "../core/errors.ts";
+import { takeFlagProblems } from "./args.ts";
 import type { Logger } from "../core/logger.ts";
 import { Runtime, type RunResult } from "../runtime/runtime.ts";
 import type { LoadedPipeline } from "../runtime/load.ts";
@@ -53,7 +54,8 @@ function document(source: Doc, o: PresetOptions): Doc {
 function plan(command: string, doc: Doc): Plan {
   const pipeline: LoadedPipeline = { file: command, value: doc, where: () => `${command} options` };
   try {
-    return planPipeline(pipeline);
+    // Bad flag values (not integers) are listed with the document's problems, all at once.
+    return planPipeline(pipeline, takeFlagProblems());
   } catch (err) {
     if (err instanceof TrajflowError && err.code === "CONFIG_INVALID")
       throw new TrajflowError("CONFIG_INVALID", err.message.replace("invalid pipeline", "invalid options"), {

@@ -73,6 +73,8 @@ export async function runConsume(argv: string[]): Promise<number> {
   checkPolicyFlags(values);
   const logger = createLogger({ level: values["log-level"] });
   const { baseDir, deadLetters, ...options } = presetOptions(values, values.grpo === true);
+  const operations = operationsOptions(values);
+  const untilIdleMs = intOption("until-idle-ms", values["until-idle-ms"]);
   const plan = consumePlan(
     {
       connection: { brokers: brokers(values.brokers) },
@@ -101,8 +103,8 @@ export async function runConsume(argv: string[]): Promise<number> {
   const result = await execute(plan, {
     logger,
     baseDir,
-    operations: operationsOptions(values),
-    untilIdleMs: intOption("until-idle-ms", values["until-idle-ms"]),
+    operations,
+    untilIdleMs,
     stopSignal: stopOnSignals(logger),
   });
   process.stdout.write(runReport("consume", result, values.json === true));

@@ -1,6 +1,6 @@
 /** `trajflow inspect`: rows a person can read, as text or an HTML page. */
 import { writeFileSync } from "node:fs";
-import { ExitCode, intOption, parse, usageError } from "../args.ts";
+import { ExitCode, intOption, parse, throwFlagProblems, usageError } from "../args.ts";
 import { isTokenizerName, renderHtml, tokenDecoder, type TokenizerName } from "../inspect-html.ts";
 import { inspect, selectRows } from "../inspect.ts";
 
@@ -42,6 +42,7 @@ export async function runInspect(argv: string[]): Promise<number> {
     limit: intOption("limit", values.limit),
     tokens: values.tokens,
   };
+  throwFlagProblems();
   if (values.tokenizer !== undefined && !isTokenizerName(values.tokenizer)) {
     throw usageError(
       `--tokenizer must be cl100k_base, o200k_base, p50k_base or r50k_base, got ${values.tokenizer}`,

@@ -7,7 +7,7 @@ import { createLogger } from "../../core/logger.ts";
 import { dirname, resolve } from "node:path";
 import { loadPipeline } from "../../runtime/load.ts";
 import { describePlan, planPipeline } from "../../runtime/plan.ts";
-import { ExitCode, intOption, parse, usageError } from "../args.ts";
+import { ExitCode, intOption, parse, takeFlagProblems, usageError } from "../args.ts";
 import { operationsOptions, PIPELINE_COMMAND_FLAGS } from "../operations.ts";
 import { execute } from "../execute.ts";
 import { runReport } from "../report.ts";
@@ -50,7 +50,10 @@ export async function runPipelineCommand(command: "validate" | "run", argv: stri
     throw usageError("--until-idle-ms is for run");
   const file = positionals[0]!;
   const { pipeline, problems } = loadPipeline(file, { set: values.set ?? [] });
-  const plan = planPipeline(pipeline, problems);
+  const operations = operationsOptions(values);
+  const untilIdleMs = intOption("until-idle-ms", values["until-idle-ms"]);
+  // Bad flag values are listed with the file's problems, all at once.
+  const plan = planPipeline(pipeline, [...takeFlagProblems(), ...problems]);
   if (command === "validate") {
     process.stdout.write(`${file}: valid: ${describePlan(plan)}\n`);
     return ExitCode.OK;
@@ -61,9 +64,9 @@ export async function runPipelineCommand(command: "validate" | "run", argv: stri
     logger,
     // Model and module paths of reward stages are relative to the pipeline file.
     baseDir: dirname(resolve(file)),
-    untilIdleMs: intOption("until-idle-ms", values["until-idle-ms"]),
+    untilIdleMs,
     stopSignal: plan.source.type === "kafka" ? stopOnSignals(logger) : undefined,
-    operations: operationsOptions(values),
+    operations,
   });
   process.stdout.write(runReport("run", result, values.json === true));
   return ExitCode.OK;

@@ -71,12 +71,13 @@ export async function runReplay(argv: string[]): Promise<number> {
   checkPolicyFlags(values);
   const logger = createLogger({ level: values["log-level"] });
   const { baseDir, ...options } = presetOptions(values, values.group === true);
+  const operations = operationsOptions(values);
   const plan = replayPlan(positionals, intOption("decode-workers", values["decode-workers"]), options);
   const bar = progressBar(positionals);
   const result = await execute(plan, {
     logger,
     baseDir,
-    operations: operationsOptions(values),
+    operations,
     onBatch: (runtime) => {
       const progress = runtime.source.progress;
       if (progress !== undefined) bar?.(progress, runtime.metrics);
