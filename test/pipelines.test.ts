@@ -167,6 +167,29 @@ describe("pipeline validation", () => {
     assert.match(r.stderr, /transforms.assemble.type: must be one of/);
   });
 
+  // Regression: ${VAR} values were parsed as YAML: a password 123456 or true was rejected, and
+  // "pa ss #word" silently became "pa ss".
+  it("inserts environment variables as strings, read as numbers only where a number is expected", async () => {
+    const path = file(
+      "secrets.yaml",
+      [
+        "sources:",
+        '  events: { type: kafka, connection: { brokers: [b:9092], sasl: { mechanism: plain, username: u, password: "${PW}" } }, topic: t, group_id: g }',
+        "transforms:",
+        "  assemble: { type: assemble, inputs: [events] }",
+        "sinks:",
+        '  files: { type: parquet, inputs: [assemble], path: out, max_rows_per_file: "${ROWS}" }',
+        '  rows: { type: kafka, inputs: [assemble], topic: "${ROWS_TOPIC}" }',
+        "",
+      ].join("\n"),
+    );
+    for (const pw of ["123456", "true", "pa ss #word"]) {
+      const r = await runCli(["validate", path], { PW: pw, ROWS: "7", ROWS_TOPIC: "pa ss #word" });
+      assert.equal(r.code, 0, `${pw}: ${r.stderr}`);
+      assert.match(r.stdout, /topic pa ss #word \+ parquet files in out/);
+    }
+  });
+
   it("takes --set overrides and typed environment values", async () => {
     const path = file(
       "env.yaml",

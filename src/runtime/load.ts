@@ -43,9 +43,9 @@ function interpolate(
       });
       return "";
     });
-    if (missing || replaced === value) return value;
-    // A value that is one variable alone keeps its type: `rows: ${ROWS}` with ROWS=5 is the number 5.
-    return /^\$\{[^}]+\}$/.test(value) ? scalar(replaced) : replaced;
+    // Always a string, inserted after parsing: a password `123456` or `pa ss #word` stays as it is. Where
+    // a component expects a number or a boolean, the plan reads the string as one (typedFromString).
+    return missing ? value : replaced;
   }
   if (Array.isArray(value)) return value.map((v, i) => interpolate(v, [...path, i], env, problems));
   if (typeof value === "object" && value !== null) {

@@ -117,7 +117,7 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
         inputList = inputs as string[];
       }
       const config = type === "arrow" ? { ...rest, format: "arrow" } : rest;
-      const parsed = (types[type]!.schema as z.ZodType).safeParse(config);
+      const parsed = parseTyped(types[type]!.schema as z.ZodType, config);
       if (!parsed.success) {
         for (const issue of parsed.error.issues)
           at([...path, ...(issue.path as Array<string | number>)], issue.message);
@@ -249,4 +249,39 @@ export function describePlan(plan: Plan): string {
   const letters =
     dl === null ? "" : dl.type === "files" ? `; dead letters in ${dl.path}` : `; dead letters to ${dl.topic}`;
   return `${steps.join(" → ")} → ${sinks.join(" + ")}${letters}`;
+}
+
+/**
+ * Parses a component's config; where the schema expects a number or a boolean and finds a string (an
+ * environment variable is always inserted as a string), reads the string as one and parses again.
+ */
+function parseTyped(schema: z.ZodType, config: unknown): ReturnType<z.ZodType["safeParse"]> {
+  const first = schema.safeParse(config);
+  if (first.success || typeof config !== "object" || config === null) return first;
+  const copy = structuredClone(config) as Record<string, unknown>;
+  let changed = false;
+  for (const issue of first.error.issues) {
+    const expected = (issue as { expected?: string }).expected;
+    if (issue.code !== "invalid_type" || (expected !== "number" && expected !== "boolean")) continue;
+    const path = issue.path as Array<string | number>;
+    let parent: unknown = copy;
+    for (const key of path.slice(0, -1)) parent = (parent as Record<string | number, unknown>)?.[key];
+    const last = path[path.length - 1]!;
+    const value = (parent as Record<string | number, unknown> | undefined)?.[last];
+    if (typeof value !== "string") continue;
+    const typed =
+      expected === "boolean"
+        ? value === "true"
+          ? true
+          : value === "false"
+            ? false
+            : undefined
+        : /^-?\d+(\.\d+)?([eE][-+]?\d+)?$/.test(value.trim())
+          ? Number(value)
+          : undefined;
+    if (typed === undefined) continue;
+    (parent as Record<string | number, unknown>)[last] = typed;
+    changed = true;
+  }
+  return changed ? schema.safeParse(copy) : first;
 }
