@@ -226,6 +226,13 @@ describe("decode: hostile input", () => {
     assert.equal(decodeEvent({ raw: JSON.stringify({ ...response, ts: 8.64e15 }), origin }).kind, "event");
   });
 
+  // Regression (found by test/fuzz.test.ts): a rejected event with ts 1.8e308 still gave its session that
+  // clock through the envelope, and the row's ended_at_ms was past any Date.
+  it("gives a rejected event no envelope when its ts is out of range", () => {
+    const bad = reject(JSON.stringify({ ...response, ts: Number.MAX_VALUE, output_ids: "x" }));
+    assert.equal(bad.envelope, undefined);
+  });
+
   // Regression: weight_version 3e9, sample_index 5e9 and group_size 2^40 wrapped silently into int32.
   it("rejects counts that do not fit the int32 columns, never wrapping them", () => {
     assert.equal(reject(JSON.stringify({ ...response, weight_version: 3e9 })).code, "INVALID_EVENT");

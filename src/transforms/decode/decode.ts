@@ -9,6 +9,7 @@ import { makeDeadLetter, type RawRecord } from "../../core/records.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
 import {
   CONTROL_EVENT_TYPES,
+  MAX_TIME_MS,
   EVENT_TYPES,
   eventSchemas,
   policyUpdateEvent,
@@ -119,7 +120,9 @@ function reject(
       Number.isInteger(seq) &&
       (seq as number) >= 0 &&
       typeof ts === "number" &&
-      Number.isFinite(ts)
+      Number.isFinite(ts) &&
+      ts >= 0 &&
+      ts <= MAX_TIME_MS
     ) {
       envelope = { uid, session_id, seq: seq as number, ts, digest: digestOf(record) };
     }
