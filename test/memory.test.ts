@@ -17,7 +17,7 @@ const BOUNDED = { NODE_OPTIONS: "--max-old-space-size=192" };
 async function writeLines(path: string, count: number, line: (i: number) => string): Promise<void> {
   const out = createWriteStream(path);
   for (let i = 0; i < count; i++)
-    if (!out.write(`${line(i)}\n`)) await new Promise((r) => out.once("drain", r));
+    if (!out.write(`${line(i)}\n`)) await new Promise<void>((r) => out.once("drain", () => r()));
   await new Promise<void>((r) => out.end(() => r()));
 }
 
