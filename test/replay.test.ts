@@ -188,6 +188,34 @@ describe("replay", () => {
     assert.match(result.stderr, /\[FILE_CONFLICT\]/);
   });
 
+  // Regression: a run failing with FILE_CONFLICT left some of its files in the other run's dataset.
+  it("takes its own files back out after a FILE_CONFLICT", async () => {
+    const session = (uid: string, id: string, out: number, version: number, ts = 1_000) =>
+      new SessionScript(uid, id, ts).call("c1", [1], [out], { weight_version: version }).end().lines();
+    const write = (name: string, lines: string[]) => {
+      const path = join(scratch, name);
+      writeFileSync(path, `${lines.join("\n")}\n`);
+      return path;
+    };
+    const out = freshDir();
+    const flags = ["--out", out, "--partition-by", "policy", "--rows-per-file", "1"];
+    // policy=1/part-00000 and policy=1/part-00001.
+    const first = write("conflict-a.jsonl", [...session("u", "a", 2, 1), ...session("u", "b", 3, 1, 2_000)]);
+    assert.equal((await runCli(["replay", first, ...flags])).code, 0);
+    // Cut 0 lands policy=2/part-00000 (new); cut 1 meets policy=1/part-00001 with other rows.
+    const second = write("conflict-b.jsonl", [...session("v", "c", 4, 2), ...session("u", "d", 5, 1, 2_000)]);
+    const r = await runCli(["replay", second, ...flags]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /\[FILE_CONFLICT\]/);
+    assert.deepEqual(
+      readdirSync(out)
+        .filter((d) => !d.startsWith("_"))
+        .sort(),
+      ["policy=1"],
+    );
+    assert.deepEqual(readdirSync(join(out, "policy=1")).sort(), ["part-00000.parquet", "part-00001.parquet"]);
+  });
+
   // Regression: an output path that is a file gave an uncoded stack trace, and an unwritable dead-letter
   // directory was found only after the data files were committed (the dead letters lost).
   it("fails with SINK_WRITE_FAILED before reading when an output cannot be written", async () => {

@@ -23,6 +23,7 @@ import type { DeadLetterOutput, RawRecord } from "../core/records.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { DeadLetterFiles } from "../sinks/dead-letter/files.ts";
 import { DeadLetterTopic } from "../sinks/dead-letter/topic.ts";
+import { FileSinkComponent } from "../sinks/files/component.ts";
 import type { FileSinkConfig } from "../sinks/files/config.ts";
 import type { KafkaSourceConfig } from "../sources/kafka/config.ts";
 import { AssembleComponent } from "../transforms/assemble/component.ts";
@@ -399,6 +400,19 @@ export class Runtime implements SourceHandler {
       await this.deadLetters.close().catch(() => {});
     }
     await this.closeAll().catch(() => {});
+    // A replay into a directory holding a different run: take this run's files back out of it.
+    if (
+      isTrajflowError(this.failure) &&
+      this.failure.code === "FILE_CONFLICT" &&
+      this.plan.source.type === "jsonl"
+    ) {
+      for (const sink of this.sinks) {
+        if (!(sink instanceof FileSinkComponent)) continue;
+        const removed = await sink.removeCreated();
+        if (removed.length > 0)
+          this.log.warn({ files: removed.length }, "Removed the files this run wrote before the conflict.");
+      }
+    }
   }
 
   private async closeAll(): Promise<void> {

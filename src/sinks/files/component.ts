@@ -5,6 +5,8 @@
  * named after the offsets they cover, list their sessions for recovery, and are fenced: a process that
  * no longer owns the partition drops them instead of landing them.
  */
+import { promises as fs } from "node:fs";
+import { dirname, resolve } from "node:path";
 import type { Lane, LaneSink, SessionSpan, SinkComponent, Unit } from "../../contract/components.ts";
 import { unitRows } from "../../contract/components.ts";
 import type { Logger } from "../../core/logger.ts";
@@ -83,6 +85,21 @@ export class FileSinkComponent implements SinkComponent {
         return writtenSessions(this.config.path, topic, partition, lane.ledger.next);
       },
     };
+  }
+
+  /**
+   * Removes the files this run created (a replay that found another run's files in its directory):
+   * after a FILE_CONFLICT the other run's dataset keeps none of this run's rows. Files found already
+   * committed (identical bytes) are left: they belong to both.
+   */
+  async removeCreated(): Promise<string[]> {
+    const created = [...this.retired, ...this.sinks].flatMap((s) => s.created);
+    for (const path of created) {
+      await fs.unlink(path).catch(() => {});
+      // A partition directory this run made and left empty goes too (rmdir fails on a non-empty one).
+      if (dirname(path) !== resolve(this.config.path)) await fs.rmdir(dirname(path)).catch(() => {});
+    }
+    return created;
   }
 
   async close(): Promise<void> {

@@ -90,6 +90,8 @@ export class FileSink {
   private timer: NodeJS.Timeout | null = null;
   /** Committed file paths, in the order they were cut. */
   readonly files: string[] = [];
+  /** Of `files`, those this sink created (not found already committed by an earlier run). */
+  readonly created: string[] = [];
 
   constructor(config: FileSinkConfig, ctx: FileSinkContext) {
     this.config = config;
@@ -247,6 +249,7 @@ export class FileSink {
     metrics.inc("bytes_written", "", outcome === "written" ? done.bytes : 0);
     metrics.inc("encode_ms", "", done.encodeMs);
     this.files.push(path);
+    if (outcome === "written") this.created.push(path);
     this.ctx.logger.debug(
       {
         file: path,
