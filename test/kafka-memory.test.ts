@@ -4,21 +4,13 @@
  * backlog bound and the open-session limit doing their work, instead of growing until the process dies.
  */
 import { strict as assert } from "node:assert";
-import { createWriteStream } from "node:fs";
 import { join } from "node:path";
 import { it } from "node:test";
 import { runCli } from "./helpers/cli.ts";
+import { BOUNDED_HEAP, writeGarbage, writeOpenSessions } from "./helpers/floods.ts";
 import { freshName, kafkaTestScope } from "./helpers/kafka.ts";
 
 const { scratch, broker } = kafkaTestScope("kafka-memory");
-const BOUNDED = { NODE_OPTIONS: "--max-old-space-size=192" };
-
-async function writeLines(path: string, count: number, line: (i: number) => string): Promise<void> {
-  const out = createWriteStream(path);
-  for (let i = 0; i < count; i++)
-    if (!out.write(`${line(i)}\n`)) await new Promise<void>((r) => out.once("drain", () => r()));
-  await new Promise<void>((r) => out.end(() => r()));
-}
 
 async function consumeBounded(topic: string, ...extra: string[]) {
   const r = await runCli(
@@ -27,7 +19,7 @@ async function consumeBounded(topic: string, ...extra: string[]) {
       ...["--topic", topic, "--group", freshName("g"), "--out", join(scratch, topic)],
       ...["--until-idle-ms", "3000", "--json", ...extra],
     ],
-    { KAFKA_BROKERS: broker(), ...BOUNDED },
+    { KAFKA_BROKERS: broker(), ...BOUNDED_HEAP },
   );
   assert.equal(r.code, 0, r.stderr.slice(-3_000));
   return (JSON.parse(r.stdout) as { metrics: Record<string, unknown> }).metrics;
@@ -37,7 +29,7 @@ async function consumeBounded(topic: string, ...extra: string[]) {
 it("dead-letters 150,000 garbage messages within a 192 MB heap", async () => {
   const topic = freshName("garbage");
   const input = join(scratch, "garbage.jsonl");
-  await writeLines(input, 150_000, (i) => `{garbage ${i} ${"x".repeat(64)}`);
+  await writeGarbage(input, 150_000);
   assert.equal((await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker() })).code, 0);
   const metrics = await consumeBounded(topic);
   assert.deepEqual(metrics.dead_letters, { MALFORMED_JSON: 150_000 });
@@ -47,18 +39,7 @@ it("dead-letters 150,000 garbage messages within a 192 MB heap", async () => {
 it("keeps 200,000 never-ending sessions within a 192 MB heap, cutting the oldest", async () => {
   const topic = freshName("open");
   const input = join(scratch, "open.jsonl");
-  await writeLines(input, 200_000, (i) =>
-    JSON.stringify({
-      v: 1,
-      type: "request",
-      uid: `u${i}`,
-      session_id: "s",
-      seq: 0,
-      ts: 1_000 + i,
-      call_id: "c1",
-      prompt_ids: [1, 2, 3, 4, 5, 6, 7, 8],
-    }),
-  );
+  await writeOpenSessions(input, 200_000);
   assert.equal((await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker() })).code, 0);
   const metrics = await consumeBounded(topic, "--max-open-sessions", "1000");
   assert.ok((metrics.sessions_cut as number) >= 199_000, `sessions_cut ${String(metrics.sessions_cut)}`);

@@ -4,41 +4,23 @@
  * limits doing their work (counted), instead of growing until the process dies.
  */
 import { strict as assert } from "node:assert";
-import { createWriteStream, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, it } from "node:test";
 import { runCli } from "./helpers/cli.ts";
+import { BOUNDED_HEAP, writeGarbage, writeLines, writeOpenSessions } from "./helpers/floods.ts";
 
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-memory-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
-const BOUNDED = { NODE_OPTIONS: "--max-old-space-size=192" };
-
-async function writeLines(path: string, count: number, line: (i: number) => string): Promise<void> {
-  const out = createWriteStream(path);
-  for (let i = 0; i < count; i++)
-    if (!out.write(`${line(i)}\n`)) await new Promise<void>((r) => out.once("drain", () => r()));
-  await new Promise<void>((r) => out.end(() => r()));
-}
 
 // Regression: 100k tiny open sessions (27 MB of input) peaked at 2.2 GB in a replay, which had no limit.
 it("replays 100,000 sessions that never end within a 192 MB heap, cutting the oldest", async () => {
   const input = join(scratch, "open.jsonl");
-  await writeLines(input, 100_000, (i) =>
-    JSON.stringify({
-      v: 1,
-      type: "request",
-      uid: `u${i}`,
-      session_id: "s",
-      seq: 0,
-      ts: 1_000 + i,
-      call_id: "c1",
-      prompt_ids: [1, 2, 3, 4, 5, 6, 7, 8],
-    }),
-  );
+  await writeOpenSessions(input, 100_000);
   const r = await runCli(
     ["replay", input, "--out", join(scratch, "open-out"), "--max-open-sessions", "1000", "--json"],
-    BOUNDED,
+    BOUNDED_HEAP,
   );
   assert.equal(r.code, 0, r.stderr.slice(-2_000));
   const metrics = (JSON.parse(r.stdout) as { metrics: Record<string, number> }).metrics;
@@ -47,8 +29,8 @@ it("replays 100,000 sessions that never end within a 192 MB heap, cutting the ol
 
 it("dead-letters 150,000 garbage lines within a 192 MB heap", async () => {
   const input = join(scratch, "garbage.jsonl");
-  await writeLines(input, 150_000, (i) => `{garbage ${i} ${"x".repeat(64)}`);
-  const r = await runCli(["replay", input, "--out", join(scratch, "garbage-out"), "--json"], BOUNDED);
+  await writeGarbage(input, 150_000);
+  const r = await runCli(["replay", input, "--out", join(scratch, "garbage-out"), "--json"], BOUNDED_HEAP);
   assert.equal(r.code, 0, r.stderr.slice(-2_000));
   const result = JSON.parse(r.stdout) as { metrics: { dead_letters: unknown }; dead_letter_files: string[] };
   assert.deepEqual(result.metrics.dead_letters, { MALFORMED_JSON: 150_000 });
@@ -71,7 +53,7 @@ it("does not pad a group to a size one event claims, within a 192 MB heap", asyn
   );
   const r = await runCli(
     ["replay", input, "--out", join(scratch, "group-out"), "--group", "--json"],
-    BOUNDED,
+    BOUNDED_HEAP,
   );
   assert.equal(r.code, 0, r.stderr.slice(-2_000));
   const metrics = (JSON.parse(r.stdout) as { metrics: Record<string, unknown> }).metrics;
