@@ -3,11 +3,12 @@
  * the first message consumed (the group join is not ingest work) to the last file renamed into place and
  * its offsets committed, with the lag sampled every 500 ms and the process's peak RSS.
  */
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
+import { join } from "node:path";
 import kafkajs from "kafkajs";
 import { pino } from "pino";
 import { produce } from "../src/cli/produce.ts";
-import type { Metrics } from "../src/core/metrics.ts";
+import type { Metrics, Timeline } from "../src/core/metrics.ts";
 import { consumePlan } from "../src/cli/presets.ts";
 import { Runtime } from "../src/runtime/runtime.ts";
 import type { FileSinkConfigInput } from "../src/sinks/files/config.ts";
@@ -131,4 +132,76 @@ export async function consumeTopic(
   await running;
   await admin.disconnect();
   return { seconds, drainSeconds, metrics, lag, peakRss };
+}
+
+export interface ProcessRun {
+  /** First record read to last file committed (steady state). */
+  seconds: number;
+  /** Process spawned to first file committed (fixed overhead, including the file age). */
+  firstFileSeconds: number;
+  /** Process spawned to first record read (startup: module loading, group join, first fetch). */
+  firstRecordSeconds: number;
+  peakRss: number;
+  /** The run's `--json` report. */
+  report: {
+    metrics: Record<string, number | Record<string, number>>;
+    session_durable_seconds?: { p50: number; p99: number };
+  };
+}
+
+/**
+ * Runs `trajflow consume` as its own process (the way users run it: its own heap, its own startup) until
+ * `messages` are consumed, then stops it with SIGTERM (a graceful stop writes the open files and commits)
+ * and reads its JSON report. Progress is read from its /metrics endpoint every 20 ms.
+ */
+export async function consumeTopicProcess(
+  brokers: string,
+  topic: string,
+  out: string,
+  messages: number,
+  args: string[] = [],
+): Promise<ProcessRun> {
+  const root = new URL("..", import.meta.url).pathname;
+  const port = 20_000 + Math.floor(Math.random() * 20_000);
+  const spawned = Date.now();
+  const child = spawn(
+    process.execPath,
+    [
+      join(root, "src/cli/main.ts"),
+      "consume",
+      ...["--brokers", brokers, "--topic", topic, "--group", `${topic}-process`, "--out", out],
+      ...["--file-age-ms", "1000", "--reward-grace-ms", "0", "--status-interval-ms", "0"],
+      ...["--metrics-address", `127.0.0.1:${port}`, "--log-level", "warn", "--json", ...args],
+    ],
+    { stdio: ["ignore", "pipe", "inherit"] },
+  );
+  let stdout = "";
+  child.stdout.on("data", (b: Buffer) => (stdout += b.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on("exit", resolve));
+  const consumed = async (): Promise<number> => {
+    try {
+      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      const line = /^trajflow_kafka_messages_total(?:\{[^}]*\})? (\d+)/m.exec(text);
+      return line === null ? 0 : Number(line[1]);
+    } catch {
+      return 0; // not listening yet
+    }
+  };
+  let running = true;
+  void exited.then(() => (running = false));
+  while (running && (await consumed()) < messages) await new Promise((r) => setTimeout(r, 20));
+  child.kill("SIGTERM");
+  const code = await exited;
+  if (code !== 0) throw new Error(`trajflow consume exited with ${code}`);
+  const report = JSON.parse(stdout) as ProcessRun["report"] & { timeline: Timeline; peak_rss_bytes: number };
+  const t = report.timeline;
+  if (t.first_record_at_ms === null || t.first_file_at_ms === null || t.last_file_at_ms === null)
+    throw new Error("trajflow consume wrote no file");
+  return {
+    seconds: (t.last_file_at_ms - t.first_record_at_ms) / 1000,
+    firstFileSeconds: (t.first_file_at_ms - spawned) / 1000,
+    firstRecordSeconds: (t.first_record_at_ms - spawned) / 1000,
+    peakRss: report.peak_rss_bytes,
+    report,
+  };
 }

@@ -1,35 +1,35 @@
 /**
  * `npm run bench:peers`: trajflow against what users would otherwise run, on the same workloads, in the
  * same run, on this machine (docs in BENCHMARKS.md). For each workload the events are produced to a
- * fresh topic (zstd), then consumed by:
- * - trajflow (parquet-wasm, the default) and trajflow with the parquetjs-lite engine, in process, timed
- *   from the first message to the last file committed;
- * - the Python peer (bench/peers/linear_merger.py: confluent-kafka + a linear merger + pyarrow Parquet
- *   zstd), timed the same way by itself;
- * - raw ceilings: reading the topic with no processing (kafkajs), and writing the same rows as Arrow IPC
- *   with no assembly.
- * Correctness side by side: the token columns of both for linear workloads; rows and trained tokens for
- * the branchy one. The tables are printed and written into BENCHMARKS.md between its bench:peers markers.
+ * fresh topic (zstd), then consumed by, one after the other, each in its own process:
+ * - `trajflow consume` (the CLI as users run it), stopped with SIGTERM once it consumed everything;
+ * - the fast Python peer (bench/peers/fast_pipeline.py: confluent-kafka + orjson + numpy + pyarrow
+ *   columns built from concatenated buffers, Parquet zstd without dictionaries, a writer thread);
+ * - the linear Python peer (bench/peers/linear_merger.py: confluent-kafka + json + lists, the idiomatic
+ *   version).
+ * Each reports its steady state (first message to last file written), its fixed overhead (process spawn
+ * to first file, which includes the 1 s file age every pipeline here is given) and its peak RSS. Two
+ * ceilings: JSON.parse + typed arrays of the same messages in one thread (decode only), and reading the
+ * topic with no processing (kafkajs). Correctness side by side: the token columns of all three for linear
+ * workloads; rows and trained tokens for the branchy one. The tables are printed and written into
+ * BENCHMARKS.md between its bench:peers markers.
  */
 import { execFile, execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { tableToIPC } from "apache-arrow";
 import kafkajs from "kafkajs";
 import { mulberry32 } from "../src/core/prng.ts";
-import { rowsToTable } from "../src/schemas/trajectory-arrow.ts";
-import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { registerKafkaCodecs } from "../src/sources/kafka/codecs.ts";
-import { assemble } from "../test/helpers/sessions.ts";
-import { gc } from "./harness.ts";
-import { benchBrokers, consumeTopic, produceFile } from "./kafka-harness.ts";
+import { bestOf, gc } from "./harness.ts";
+import { benchBrokers, consumeTopicProcess, produceFile } from "./kafka-harness.ts";
 import { branchySession, linearSession } from "./workloads.ts";
 
 const root = new URL("..", import.meta.url).pathname;
 const PYTHON = join(root, ".cache/python/bin/python");
-const PEER = join(root, "bench/peers/linear_merger.py");
+const FAST_PEER = join(root, "bench/peers/fast_pipeline.py");
+const LINEAR_PEER = join(root, "bench/peers/linear_merger.py");
 const brokers = benchBrokers();
 
 interface Workload {
@@ -135,6 +135,57 @@ async function readTopicRaw(topic: string, expected: number): Promise<number> {
   return seconds;
 }
 
+/** The decode-only ceiling: JSON.parse and typed arrays of every message, one thread, nothing else. */
+function decodeCeiling(values: Buffer[]): number {
+  const ints = (a: unknown) => (Array.isArray(a) ? Int32Array.from(a as number[]) : null);
+  const floats = (a: unknown) => (Array.isArray(a) ? Float32Array.from(a as number[]) : null);
+  return bestOf(2, () => {
+    let sink = 0;
+    for (const v of values) {
+      const e = JSON.parse(v.toString("utf8")) as Record<string, unknown>;
+      sink += ints(e.prompt_ids)?.length ?? 0;
+      sink += ints(e.prompt_delta_ids)?.length ?? 0;
+      sink += ints(e.output_ids)?.length ?? 0;
+      sink += floats(e.logprobs)?.length ?? 0;
+    }
+    if (sink < 0) throw new Error("unreachable");
+  });
+}
+
+interface PeerRun {
+  events: number;
+  rows: number;
+  seconds: number;
+  first_file_at: number;
+  peak_rss: number;
+  latency_p50: number | null;
+  latency_p99: number | null;
+}
+
+/** Runs a Python peer to the end; its fixed overhead counts from the spawn, as trajflow's does. */
+async function runPeer(script: string, topic: string, out: string, n: number) {
+  const spawned = Date.now();
+  const { stdout } = await promisify(execFile)(PYTHON, [script, brokers, topic, out, String(n)], {
+    maxBuffer: 1 << 20,
+  });
+  const run = JSON.parse(stdout) as PeerRun;
+  return { ...run, firstFileSeconds: run.first_file_at - spawned / 1000 };
+}
+
+function readTokenColumns(out: string): Array<Record<string, unknown>> {
+  return JSON.parse(
+    execFileSync(
+      PYTHON,
+      [
+        "-c",
+        "import sys,json,pyarrow.dataset as ds; t=ds.dataset(sys.argv[1], exclude_invalid_files=True).to_table(columns=['key','prompt_ids','response_ids','response_mask']); print(json.dumps(t.to_pylist()))",
+        out,
+      ],
+      { maxBuffer: 1 << 30, encoding: "utf8" },
+    ),
+  ) as Array<Record<string, unknown>>;
+}
+
 const tokenKey = (r: Record<string, unknown>) =>
   JSON.stringify([
     r.key,
@@ -156,102 +207,74 @@ try {
     writeFileSync(input, `${lines.join("\n")}\n`);
     const n = lines.length;
     const wireBytes = lines.reduce((sum, l) => sum + Buffer.byteLength(l), 0);
-    // The Arrow IPC ceiling first, then everything the bench holds is dropped, so trajflow (in this
-    // process) does not pay for the bench's heap in garbage collection.
-    let expected = assemble(lines).rows;
+    let values = lines.map((l) => Buffer.from(l));
     lines = [];
-    const tokens = expected.reduce((sum, r) => sum + r.prompt_ids.length + r.response_ids.length, 0);
-    const ipcStarted = performance.now();
-    writeFileSync(join(dir, `w${w}.arrow`), tableToIPC(rowsToTable(expected), "file"));
-    const ipcSeconds = (performance.now() - ipcStarted) / 1000;
-    expected = [];
+    const ceiling = decodeCeiling(values);
+    values = [];
     gc();
     const topic = `peers-${Date.now()}-${w}`;
     await produceFile(brokers, input, topic);
-    gc();
-    const wasm = await consumeTopic(brokers, topic, join(dir, `w${w}-wasm`), n);
-    gc();
-    const pjs = await consumeTopic(brokers, topic, join(dir, `w${w}-pjs`), n, {
-      sink: { engine: "parquetjs-lite" },
-      group: `${topic}-parquetjs`,
-    });
-    const { stdout } = await promisify(execFile)(
-      PYTHON,
-      [PEER, brokers, topic, join(dir, `w${w}-py`), String(n)],
-      {
-        maxBuffer: 1 << 20,
-      },
-    );
-    const py = JSON.parse(stdout) as {
-      events: number;
-      rows: number;
-      seconds: number;
-      peak_rss: number;
-      latency_p50: number | null;
-      latency_p99: number | null;
-    };
+    const ours = await consumeTopicProcess(brokers, topic, join(dir, `w${w}-trajflow`), n);
+    const fast = await runPeer(FAST_PEER, topic, join(dir, `w${w}-fast`), n);
+    const linear = await runPeer(LINEAR_PEER, topic, join(dir, `w${w}-linear`), n);
     const raw = await readTopicRaw(topic, n);
+    const m = ours.report.metrics;
+    const tokens = m.tokens_emitted as number;
 
-    const ms = (s: number | null) => (s === null ? "" : `${Math.round(s * 1000)} ms`);
-    const latencyOf = (run: typeof wasm) =>
-      [
-        run.metrics.quantile("session_durable_seconds", 0.5),
-        run.metrics.quantile("session_durable_seconds", 0.99),
-      ] as const;
+    const ms = (s: number | null | undefined) => (s == null ? "" : `${Math.round(s * 1000)} ms`);
     const row = (
       name: string,
       seconds: number,
-      peak: number | null,
-      [p50, p99]: readonly [number | null, number | null] = [null, null],
+      run?: { firstFileSeconds: number; peakRss: number; p50: number | null; p99: number | null },
     ) =>
       `| ${workload.name} | ${name} | ${fmt(n / seconds)} | ${fmt(tokens / seconds / 1e6)} M | ` +
-      `${peak === null ? "" : `${Math.round(peak / 2 ** 20)} MiB`} | ${ms(p50)} | ${ms(p99)} | ` +
-      `${(py.seconds / seconds).toFixed(2)}x |`;
-    table.push(row("trajflow (parquet-wasm)", wasm.seconds, wasm.peakRss, latencyOf(wasm)));
-    table.push(row("trajflow (parquetjs-lite)", pjs.seconds, pjs.peakRss, latencyOf(pjs)));
+      `${run === undefined ? "" : `${run.firstFileSeconds.toFixed(2)} s`} | ` +
+      `${run === undefined ? "" : `${Math.round(run.peakRss / 2 ** 20)} MiB`} | ` +
+      `${ms(run?.p50)} | ${ms(run?.p99)} | ${(fast.seconds / seconds).toFixed(2)}x | ${(linear.seconds / seconds).toFixed(2)}x |`;
     table.push(
-      row("Python peer (confluent-kafka + pyarrow)", py.seconds, py.peak_rss, [
-        py.latency_p50,
-        py.latency_p99,
-      ]),
+      row("trajflow consume", ours.seconds, {
+        firstFileSeconds: ours.firstFileSeconds,
+        peakRss: ours.peakRss,
+        p50: ours.report.session_durable_seconds?.p50 ?? null,
+        p99: ours.report.session_durable_seconds?.p99 ?? null,
+      }),
     );
-    table.push(row("ceiling: read the topic, no processing", raw, null));
-    table.push(row("ceiling: Arrow IPC write of the rows, no assembly", ipcSeconds, null));
+    for (const [name, peer] of [
+      ["fast Python peer (confluent-kafka + orjson + numpy)", fast],
+      ["linear Python peer (confluent-kafka + lists)", linear],
+    ] as const)
+      table.push(
+        row(name, peer.seconds, {
+          firstFileSeconds: peer.firstFileSeconds,
+          peakRss: peer.peak_rss,
+          p50: peer.latency_p50,
+          p99: peer.latency_p99,
+        }),
+      );
+    table.push(row("ceiling: decode only (JSON.parse + typed arrays, one thread)", ceiling));
+    table.push(row("ceiling: read the topic, no processing (kafkajs)", raw));
     wire.push(`| ${workload.name} | ${fmt(wireBytes / workload.sessions / 1024, 1)} KiB |`);
     console.log(table.slice(-5).join("\n"));
     console.log(
-      `  wire: ${fmt(wireBytes / workload.sessions / 1024, 1)} KiB per session; trajflow's last files and ` +
-        `commit after the last message: ${wasm.drainSeconds.toFixed(2)} s of ${wasm.seconds.toFixed(2)} s`,
+      `  trajflow: first record ${ours.firstRecordSeconds.toFixed(2)} s after the spawn; decode ceiling ` +
+        `${(ours.seconds / ceiling).toFixed(2)}x faster than trajflow`,
     );
 
-    const ours = [];
-    for (const f of await listDataFiles(join(dir, `w${w}-wasm`))) ours.push(...(await readRows(f)));
-    const theirs = JSON.parse(
-      execFileSync(
-        PYTHON,
-        [
-          "-c",
-          "import sys,json,pyarrow.dataset as ds; t=ds.dataset(sys.argv[1]).to_table(columns=['key','prompt_ids','response_ids','response_mask']); print(json.dumps(t.to_pylist()))",
-          join(dir, `w${w}-py`),
-        ],
-        { maxBuffer: 1 << 30, encoding: "utf8" },
-      ),
-    ) as Array<Record<string, unknown>>;
+    const ourRows = readTokenColumns(join(dir, `w${w}-trajflow`));
     const trained = (rows: Array<Record<string, unknown>>) =>
       rows.reduce((s, r) => s + [...(r.response_mask as Iterable<number>)].reduce((a, b) => a + b, 0), 0);
-    if (workload.linear) {
-      const a = new Set(ours.map((r) => tokenKey(r as unknown as Record<string, unknown>)));
-      const same = theirs.every((r) => a.has(tokenKey(r))) && theirs.length === ours.length;
-      correctness.push(
-        `| ${workload.name} | ${ours.length} | ${theirs.length} | ${same ? "identical token columns" : "DIFFERENT"} |`,
-      );
-    } else {
-      correctness.push(
-        `| ${workload.name} | ${ours.length} rows, ${trained(ours as unknown as Array<Record<string, unknown>>)} trained tokens | ` +
-          `${theirs.length} rows, ${trained(theirs)} trained tokens | see BENCHMARKS.md |`,
-      );
-    }
+    const cells = [fast, linear].map((_, i) => {
+      const theirs = readTokenColumns(join(dir, `w${w}-${i === 0 ? "fast" : "linear"}`));
+      if (!workload.linear) return `${theirs.length} rows, ${trained(theirs)} trained tokens`;
+      const a = new Set(ourRows.map(tokenKey));
+      const same = theirs.length === ourRows.length && theirs.every((r) => a.has(tokenKey(r)));
+      return same ? "identical token columns" : "DIFFERENT";
+    });
+    correctness.push(
+      `| ${workload.name} | ${ourRows.length} rows, ${trained(ourRows)} trained tokens | ${cells.join(" | ")} |`,
+    );
     console.log(correctness[correctness.length - 1]);
+    for (const out of ["trajflow", "fast", "linear"]) rmSync(join(dir, `w${w}-${out}`), { recursive: true });
   }
   // The delta form's saving with each array encoding, on one long session.
   const bytesOf = (form: "full" | "delta", packed: boolean) =>
@@ -272,8 +295,8 @@ try {
     `Generated by \`BENCH_SCALE=${SCALE} npm run bench:peers\` on ${new Date().toISOString().slice(0, 10)}, ` +
       `${cpu.length} x ${cpu[0]?.model.trim() ?? "unknown CPU"}, Node ${process.version}, brokers ${brokers}.`,
     "",
-    "| workload | pipeline | events/s | tokens/s | peak RSS | session end → file p50 | p99 | vs Python |",
-    "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    "| workload | pipeline | events/s | tokens/s | start → first file | peak RSS | session end → file p50 | p99 | vs fast peer | vs linear peer |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ...table,
     "",
     "| workload | bytes on the wire per session (JSON arrays, as produced) |",
@@ -282,10 +305,11 @@ try {
     "",
     ...savings,
     "",
-    "| workload | trajflow | Python peer | token columns |",
+    "| workload | trajflow | fast peer | linear peer |",
     "| --- | --- | --- | --- |",
     ...correctness,
   ].join("\n");
+
   console.log(`\n${report}`);
   // The tables go into BENCHMARKS.md between the markers; the prose around them is written by hand.
   const file = join(root, "BENCHMARKS.md");

@@ -2,9 +2,20 @@
  * What a run prints when it ends: one report for `replay`, `consume` and `run`, whatever the source, as
  * text for a person or as JSON (`--json`).
  */
+import type { Timeline } from "../core/metrics.ts";
 import type { RunResult } from "../runtime/runtime.ts";
 
 const fmt = (n: number) => n.toLocaleString("en-US");
+
+/** Startup as an operator sees it: from the process's start to the first record and the first file. */
+function timing(t: Timeline): string[] {
+  if (t.first_record_at_ms === null) return [];
+  const after = (at: number) => `${((at - t.process_started_at_ms) / 1000).toFixed(2)} s`;
+  return [
+    `  startup       first record ${after(t.first_record_at_ms)} after the process started` +
+      (t.first_file_at_ms === null ? "" : `, first file ${after(t.first_file_at_ms)}`),
+  ];
+}
 
 export function runReport(command: string, result: RunResult, json: boolean): string {
   const m = result.metrics;
@@ -18,6 +29,9 @@ export function runReport(command: string, result: RunResult, json: boolean): st
         seconds,
         files,
         dead_letter_files: deadLetterFiles,
+        timeline: m.timeline,
+        // The process's peak resident memory (the kernel's high-water mark, not a sample).
+        peak_rss_bytes: process.resourceUsage().maxRSS * 1024,
         metrics: m.snapshot(),
         ...(p50 === null ? {} : { session_durable_seconds: { p50, p99 } }),
       },
@@ -63,6 +77,7 @@ export function runReport(command: string, result: RunResult, json: boolean): st
       : [
           `  latency       session end -> durable file p50 ${(p50 * 1000).toFixed(0)} ms, p99 ${(p99 * 1000).toFixed(0)} ms`,
         ]),
+    ...timing(m.timeline),
     `  dead letters  ${fmt(deadLetters)}${deadLetters > 0 ? ` (${byLabel("dead_letters")}) in ${where}` : ""}`,
   ];
   return `${lines.join("\n")}\n`;

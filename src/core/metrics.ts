@@ -17,6 +17,14 @@ export interface Histogram {
   recent: Float64Array;
 }
 
+export interface Timeline {
+  /** When this process started (ms since the epoch). */
+  process_started_at_ms: number;
+  first_record_at_ms: number | null;
+  first_file_at_ms: number | null;
+  last_file_at_ms: number | null;
+}
+
 /**
  * Counters keyed by name and an optional label, and latency histograms. Deliberately tiny: the summary
  * printed by the CLI and the Prometheus endpoint both read from here, so every component counts through
@@ -25,6 +33,25 @@ export interface Histogram {
 export class Metrics {
   private readonly counters = new Map<string, Map<string, number>>();
   private readonly histograms = new Map<string, Histogram>();
+
+  /**
+   * When the run's milestones happened (ms since the epoch): the first record read, the first and the
+   * last data file committed. The report prints them, so an operator (or a benchmark) can tell startup
+   * from steady state.
+   */
+  readonly timeline: Timeline = {
+    process_started_at_ms: Math.round(performance.timeOrigin),
+    first_record_at_ms: null,
+    first_file_at_ms: null,
+    last_file_at_ms: null,
+  };
+
+  /** Notes that a data file was committed now. */
+  fileCommitted(): void {
+    const now = Date.now();
+    this.timeline.first_file_at_ms ??= now;
+    this.timeline.last_file_at_ms = now;
+  }
 
   /** Records one observation (e.g. a latency in seconds) in histogram `name`. */
   observe(name: HistogramName, value: number, bounds: number[] = LATENCY_BUCKETS): void {

@@ -226,6 +226,7 @@ export class Runtime implements SourceHandler {
   ): Promise<void> {
     const runner = this.lanes.get(lane);
     if (runner === undefined) return;
+    this.metrics.timeline.first_record_at_ms ??= Date.now();
     const { ledger } = lane;
     const chunks = this.decodeChunks(records);
     let at = 0;

@@ -254,6 +254,7 @@ export class FileSink {
       outcome = await publishTemp(done.temp!, path);
     }
     metrics.inc("files_committed", outcome!);
+    metrics.fileCommitted();
     metrics.inc("rows_written", "", count);
     metrics.inc("bytes_written", "", outcome === "written" ? done.bytes : 0);
     metrics.inc("encode_ms", "", done.encodeMs);
