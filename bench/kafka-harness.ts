@@ -142,6 +142,8 @@ export interface ProcessRun {
   /** Process spawned to first record read (startup: module loading, group join, first fetch). */
   firstRecordSeconds: number;
   peakRss: number;
+  /** CPU time of the whole process (user + system, every thread), startup included. */
+  cpuSeconds: number;
   /** The run's `--json` report. */
   report: {
     metrics: Record<string, number | Record<string, number>>;
@@ -169,7 +171,7 @@ export async function consumeTopicProcess(
     [
       join(root, "src/cli/main.ts"),
       "consume",
-      ...["--brokers", brokers, "--topic", topic, "--group", `${topic}-process`, "--out", out],
+      ...["--brokers", brokers, "--topic", topic, "--group", `${topic}-process-${Date.now()}`, "--out", out],
       ...["--file-age-ms", "1000", "--reward-grace-ms", "0", "--status-interval-ms", "0"],
       ...["--metrics-address", `127.0.0.1:${port}`, "--log-level", "warn", "--json", ...args],
     ],
@@ -181,7 +183,7 @@ export async function consumeTopicProcess(
   const consumed = async (): Promise<number> => {
     try {
       const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-      const line = /^trajflow_kafka_messages_total(?:\{[^}]*\})? (\d+)/m.exec(text);
+      const line = /^trajflow_events_read_total(?:\{[^}]*\})? (\d+)/m.exec(text);
       return line === null ? 0 : Number(line[1]);
     } catch {
       return 0; // not listening yet
@@ -193,7 +195,11 @@ export async function consumeTopicProcess(
   child.kill("SIGTERM");
   const code = await exited;
   if (code !== 0) throw new Error(`trajflow consume exited with ${code}`);
-  const report = JSON.parse(stdout) as ProcessRun["report"] & { timeline: Timeline; peak_rss_bytes: number };
+  const report = JSON.parse(stdout) as ProcessRun["report"] & {
+    timeline: Timeline;
+    peak_rss_bytes: number;
+    cpu_seconds: { user: number; system: number };
+  };
   const t = report.timeline;
   if (t.first_record_at_ms === null || t.first_file_at_ms === null || t.last_file_at_ms === null)
     throw new Error("trajflow consume wrote no file");
@@ -202,6 +208,7 @@ export async function consumeTopicProcess(
     firstFileSeconds: (t.first_file_at_ms - spawned) / 1000,
     firstRecordSeconds: (t.first_record_at_ms - spawned) / 1000,
     peakRss: report.peak_rss_bytes,
+    cpuSeconds: report.cpu_seconds.user + report.cpu_seconds.system,
     report,
   };
 }

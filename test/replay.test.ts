@@ -123,8 +123,21 @@ describe("replay", () => {
     writeFileSync(input, `${lines.join("\n")}\n`);
     const result = await runCli(["replay", input, "--out", out, "--json"]);
     assert.equal(result.code, 0, result.stderr);
-    const summary = JSON.parse(result.stdout) as { metrics: Record<string, unknown> };
+    const summary = JSON.parse(result.stdout) as {
+      metrics: Record<string, unknown>;
+      timeline: Record<string, number>;
+      peak_rss_bytes: number;
+      cpu_seconds: { user: number; system: number };
+    };
     assert.deepEqual(summary.metrics.dead_letters, { MALFORMED_JSON: 1, UNKNOWN_EVENT_TYPE: 1 });
+    // The timeline is in order: process start, first record, first file, last file (one file here).
+    const t = summary.timeline;
+    assert.ok(t.process_started_at_ms! <= t.first_record_at_ms!, JSON.stringify(t));
+    assert.ok(t.first_record_at_ms! <= t.first_file_at_ms!, JSON.stringify(t));
+    assert.equal(t.first_file_at_ms, t.last_file_at_ms);
+    assert.ok(Date.now() - t.process_started_at_ms! < 120_000, JSON.stringify(t));
+    assert.ok(summary.peak_rss_bytes > 10 * 2 ** 20);
+    assert.ok(summary.cpu_seconds.user > 0);
     const letters = readFileSync(join(out, "_dead-letter", "dead-letters-00000.jsonl"), "utf8")
       .trimEnd()
       .split("\n")

@@ -7,6 +7,11 @@ import type { RunResult } from "../runtime/runtime.ts";
 
 const fmt = (n: number) => n.toLocaleString("en-US");
 
+function cpuSeconds(): { user: number; system: number } {
+  const { user, system } = process.cpuUsage();
+  return { user: user / 1e6, system: system / 1e6 };
+}
+
 /** Startup as an operator sees it: from the process's start to the first record and the first file. */
 function timing(t: Timeline): string[] {
   if (t.first_record_at_ms === null) return [];
@@ -32,6 +37,8 @@ export function runReport(command: string, result: RunResult, json: boolean): st
         timeline: m.timeline,
         // The process's peak resident memory (the kernel's high-water mark, not a sample).
         peak_rss_bytes: process.resourceUsage().maxRSS * 1024,
+        // CPU time of every thread of the process (encoders and decoders included), in seconds.
+        cpu_seconds: cpuSeconds(),
         metrics: m.snapshot(),
         ...(p50 === null ? {} : { session_durable_seconds: { p50, p99 } }),
       },
