@@ -121,3 +121,32 @@ it("the example reward model is what the generator writes", async () => {
   const model = new URL("../examples/rewards/tiny-reward.onnx", import.meta.url).pathname;
   execFileSync(process.execPath, [script, model, "--check"]);
 });
+
+it("lists every problem of a rewards file with its file:line, and says where its JSON breaks", async () => {
+  const { writeFileSync } = await import("node:fs");
+  const config = join(scratch, "invalid.json");
+  writeFileSync(
+    config,
+    [
+      "{",
+      '  "stages": [',
+      '    { "name": "a", "type": "rule", "options": { "mode": "numeric", "reference_key": "r" } },',
+      '    { "name": "b", "type": "rule",',
+      '      "options": { "mode": "no_such_mode", "reference_key": "r" } }',
+      "  ],",
+      '  "combine": "nonsense"',
+      "}",
+    ].join("\n"),
+  );
+  const r = await runCli(["replay", EXAMPLES, "--out", join(scratch, "invalid"), "--rewards", config]);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, new RegExp(`${config}:5: transforms\\.rewards\\.stages\\.1\\.options\\.mode: `));
+  assert.match(r.stderr, new RegExp(`${config}:7: transforms\\.rewards\\.combine: `));
+  // Regression: problems used to say "replay options", with no file or line.
+  assert.doesNotMatch(r.stderr, /replay options/);
+
+  writeFileSync(config, '{\n  "stages": [\n    {,}\n  ]\n}\n');
+  const broken = await runCli(["replay", EXAMPLES, "--out", join(scratch, "invalid"), "--rewards", config]);
+  assert.equal(broken.code, 2);
+  assert.match(broken.stderr, new RegExp(`--rewards: ${config}:3: not valid JSON`));
+});

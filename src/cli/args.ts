@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import { TrajflowError } from "../core/errors.ts";
+import { jsonLocator } from "../runtime/load.ts";
 
 /** Exit codes of every command (docs/cli.md). */
 export const ExitCode = {
@@ -54,7 +55,7 @@ export function throwFlagProblems(): void {
 export function jsonFileOption(
   name: string,
   path: string | undefined,
-): { value: unknown; dir: string } | undefined {
+): { value: unknown; dir: string; where: (path: ReadonlyArray<string | number>) => string } | undefined {
   if (path === undefined) return undefined;
   let text: string;
   try {
@@ -62,9 +63,14 @@ export function jsonFileOption(
   } catch (err) {
     throw usageError(`--${name}: cannot read ${path}: ${(err as Error).message}`);
   }
+  let value: unknown;
   try {
-    return { value: JSON.parse(text) as unknown, dir: dirname(resolve(path)) };
+    value = JSON.parse(text) as unknown;
   } catch (err) {
-    throw usageError(`--${name}: ${path} is not valid JSON: ${(err as Error).message}`);
+    // V8 says where: "... in JSON at position 41 (line 3 column 5)".
+    const message = (err as Error).message;
+    const line = /\(line (\d+) column \d+\)/.exec(message)?.[1];
+    throw usageError(`--${name}: ${path}${line === undefined ? "" : `:${line}`}: not valid JSON: ${message}`);
   }
+  return { value, dir: dirname(resolve(path)), where: jsonLocator(path, text) };
 }

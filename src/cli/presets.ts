@@ -21,6 +21,8 @@ export interface PresetOptions {
   assemble: Doc;
   files: Doc;
   rewards?: unknown;
+  /** Where a path inside the rewards document is (`file:line`), when it came from a file. */
+  rewardsWhere?: (path: ReadonlyArray<string | number>) => string;
   staleness?: Doc;
   group?: Doc;
   /** Trajectory topic sink config (topic, format, ...). */
@@ -50,9 +52,16 @@ function document(source: Doc, o: PresetOptions): Doc {
   };
 }
 
-/** Plans a preset's document; problems name the command, since there is no file. */
-function plan(command: string, doc: Doc): Plan {
-  const pipeline: LoadedPipeline = { file: command, value: doc, where: () => `${command} options` };
+/**
+ * Plans a preset's document; problems name the command, since there is no file, except those inside the
+ * rewards document, which point into its file.
+ */
+function plan(command: string, doc: Doc, o: PresetOptions): Plan {
+  const where = (path: ReadonlyArray<string | number>) =>
+    o.rewardsWhere !== undefined && path[0] === "transforms" && path[1] === "rewards"
+      ? o.rewardsWhere(path.slice(2))
+      : `${command} options`;
+  const pipeline: LoadedPipeline = { file: command, value: doc, where };
   try {
     // Bad flag values (not integers) are listed with the document's problems, all at once.
     return planPipeline(pipeline, takeFlagProblems());
@@ -69,6 +78,7 @@ export function replayPlan(inputs: string[], decodeWorkers: number | undefined, 
   return plan(
     "replay",
     document(defined({ type: "jsonl", paths: inputs, decode_workers: decodeWorkers }), o),
+    o,
   );
 }
 
@@ -82,6 +92,7 @@ export function consumePlan(source: Doc, o: PresetOptions): Plan {
         files: { max_file_age_ms: KAFKA_DEFAULT_FILE_AGE_MS, ...defined(o.files) },
       },
     ),
+    o,
   );
 }
 

@@ -82,6 +82,35 @@ function applySet(root: Record<string, unknown>, assignment: string, problems: s
   node[path[path.length - 1]!] = scalar(assignment.slice(eq + 1));
 }
 
+/** `file:line` of the deepest node of a path that exists in the document (`file` when none does). */
+function locator(
+  file: string,
+  doc: Document,
+  lines: LineCounter,
+): (path: ReadonlyArray<string | number>) => string {
+  return (path) => {
+    for (let n = path.length; n >= 0; n--) {
+      const node = n === 0 ? doc.contents : doc.getIn(path.slice(0, n), true);
+      const range =
+        node !== undefined && node !== null && (isScalar(node) || isMap(node) || isSeq(node))
+          ? node.range
+          : undefined;
+      if (range !== undefined && range !== null) return `${file}:${lines.linePos(range[0]).line}`;
+    }
+    return file;
+  };
+}
+
+/**
+ * Where paths of a JSON document are (`file:line`), for files given beside a pipeline (`--rewards`), so
+ * their problems point into them as a pipeline file's do.
+ */
+export function jsonLocator(file: string, text: string): (path: ReadonlyArray<string | number>) => string {
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: lines });
+  return doc.errors.length > 0 ? () => file : locator(file, doc, lines);
+}
+
 export function loadPipeline(
   file: string,
   options: { set?: string[]; env?: NodeJS.ProcessEnv } = {},
@@ -102,18 +131,7 @@ export function loadPipeline(
     const at = e.linePos?.[0];
     problems.push(`${file}${at === undefined ? "" : `:${at.line}`}: ${e.message.split("\n")[0]}`);
   }
-  const where = (path: ReadonlyArray<string | number>): string => {
-    // The deepest node of the path that exists in the document.
-    for (let n = path.length; n >= 0; n--) {
-      const node = n === 0 ? doc.contents : doc.getIn(path.slice(0, n), true);
-      const range =
-        node !== undefined && node !== null && (isScalar(node) || isMap(node) || isSeq(node))
-          ? node.range
-          : undefined;
-      if (range !== undefined && range !== null) return `${file}:${lines.linePos(range[0]).line}`;
-    }
-    return file;
-  };
+  const where = locator(file, doc, lines);
   if (doc.errors.length > 0) return { pipeline: { file, value: null, where: () => file }, problems };
   let value = doc.toJS() as unknown;
   if (typeof value !== "object" || value === null || Array.isArray(value)) {

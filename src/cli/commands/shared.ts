@@ -84,6 +84,7 @@ export function presetOptions(values: Values, groupMode: boolean): PresetOptions
       encode_workers: intOption("encode-workers", str(values, "encode-workers")),
     },
     rewards: rewards?.value,
+    rewardsWhere: rewards?.where,
     baseDir: rewards?.dir ?? process.cwd(),
     group:
       groupMode || values["group-size"] !== undefined || values["group-timeout-ms"] !== undefined
