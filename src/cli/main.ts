@@ -2,13 +2,14 @@
 /**
  * The trajflow command line. Exit codes: 0 success, 1 the run failed, 2 usage or configuration error.
  */
-import { isTrajflowError } from "../core/errors.ts";
-import { ExitCode, usageError } from "./args.ts";
-import { runConsume } from "./commands/consume.ts";
-import { runInspect } from "./commands/inspect.ts";
-import { runPipelineCommand } from "./commands/pipeline.ts";
-import { runProduce } from "./commands/produce.ts";
-import { runReplay } from "./commands/replay.ts";
+import { enableCompileCache } from "node:module";
+
+// Startup: V8's compiled code (and the stripped TypeScript) is cached on disk, in $NODE_COMPILE_CACHE
+// or the system's temporary directory; NODE_DISABLE_COMPILE_CACHE=1 turns it off. Measured: `consume
+// --help` 0.65 s → 0.38 s. Worker threads (encoders, decoders) inherit the directory via the environment.
+// Everything else is imported after this (ES imports would load first), and a command only when it runs.
+const cache = enableCompileCache();
+if (cache.directory !== undefined) process.env.NODE_COMPILE_CACHE ??= cache.directory;
 
 const HELP = `trajflow: LLM agent gateway events → training-ready RL trajectories (Parquet)
 
@@ -25,20 +26,22 @@ Exit codes: 0 success, 1 the run failed, 2 usage or configuration error.
 `;
 
 export async function main(argv: string[]): Promise<number> {
+  const { ExitCode, usageError } = await import("./args.ts");
+  const { isTrajflowError } = await import("../core/errors.ts");
   const [command, ...rest] = argv;
   try {
     switch (command) {
       case "replay":
-        return await runReplay(rest);
+        return await (await import("./commands/replay.ts")).runReplay(rest);
       case "inspect":
-        return await runInspect(rest);
+        return await (await import("./commands/inspect.ts")).runInspect(rest);
       case "produce":
-        return await runProduce(rest);
+        return await (await import("./commands/produce.ts")).runProduce(rest);
       case "consume":
-        return await runConsume(rest);
+        return await (await import("./commands/consume.ts")).runConsume(rest);
       case "validate":
       case "run":
-        return await runPipelineCommand(command, rest);
+        return await (await import("./commands/pipeline.ts")).runPipelineCommand(command, rest);
       case undefined:
       case "help":
       case "--help":
