@@ -155,6 +155,63 @@ describe("replay", () => {
 
   // Regression: the same input spelled ./x and x gave different file metadata, so a re-run failed with
   // FILE_CONFLICT.
+  it("says where the valid events of a session without rows went (SESSION_WITHOUT_ROWS)", async () => {
+    const out = freshDir();
+    const input = join(scratch, "rowless.jsonl");
+    const noCall = new SessionScript("u", "no-call").start().reward(1).end().lines();
+    const unanswered = new SessionScript("u", "unanswered").start().request("c1", [1, 2, 3]).end().lines();
+    const fine = new SessionScript("u", "fine")
+      .start()
+      .request("c1", [1, 2])
+      .response("c1", [3])
+      .end()
+      .lines();
+    writeFileSync(input, `${[...noCall, ...unanswered, ...fine].join("\n")}\n`);
+    const result = await runCli(["replay", input, "--out", out, "--json"]);
+    assert.equal(result.code, 0, result.stderr);
+    const metrics = (JSON.parse(result.stdout) as { metrics: Record<string, unknown> }).metrics;
+    assert.deepEqual(metrics.dead_letters, { SESSION_WITHOUT_ROWS: 2 });
+    assert.equal(metrics.sessions_without_rows, 2);
+    const letters = readFileSync(join(out, "_dead-letter", "dead-letters-00000.jsonl"), "utf8")
+      .trimEnd()
+      .split("\n")
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    assert.deepEqual(
+      letters.map(({ message: _, ...rest }) => rest),
+      [
+        {
+          code: "SESSION_WITHOUT_ROWS",
+          component: "assemble",
+          origin: { kind: "file", file: input, line: 1 },
+          uid: "u",
+          session_id: "no-call",
+          details: { status: "ok", reason: "it made no model call", first_offset: 0, last_offset: 2 },
+        },
+        {
+          code: "SESSION_WITHOUT_ROWS",
+          component: "assemble",
+          origin: { kind: "file", file: input, line: 4 },
+          uid: "u",
+          session_id: "unanswered",
+          details: {
+            status: "ok",
+            reason: "none of its 1 request(s) got a response",
+            first_offset: 3,
+            last_offset: 5,
+          },
+        },
+      ],
+    );
+    assert.match(
+      String(letters[0]!.message),
+      /no-call of uid u ended \(ok\) with no row: it made no model call/,
+    );
+    assert.deepEqual(
+      (await readRows(join(out, "part-00000.parquet"))).map((r) => r.key),
+      ["u_fine_0"],
+    );
+  });
+
   it("reproduces the same files when the input path is spelled differently", async () => {
     const out = freshDir();
     const relative = relativePath(process.cwd(), EXAMPLES);

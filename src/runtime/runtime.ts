@@ -80,6 +80,8 @@ export class Runtime implements SourceHandler {
   private deadLetters!: DeadLetterSink;
   private decoders!: DecodePool;
   private readonly lanes = new Map<Lane, LaneRunner>();
+  /** Batches being applied (idle detection waits for them). */
+  private inFlight = 0;
   /** The batch being applied, so a stop waits for it before it flushes the lanes. */
   private applying: Promise<void> = Promise.resolve();
   private failure: Error | null = null;
@@ -214,7 +216,8 @@ export class Runtime implements SourceHandler {
 
   records(lane: Lane, records: RawRecord[], offsets: number[], live: () => boolean): Promise<void> {
     const run = this.apply(lane, records, offsets, live);
-    this.applying = run.catch(() => {});
+    this.inFlight++;
+    this.applying = run.catch(() => {}).finally(() => this.inFlight--);
     return run;
   }
 
@@ -356,7 +359,8 @@ export class Runtime implements SourceHandler {
           : new TrajflowError("SOURCE_READ_FAILED", `the source failed: ${error.message}`, { cause: error });
       }
       const count = this.source.delivered;
-      if (count !== last) {
+      // Not idle while a batch is still being applied (waiting on a sink's backpressure, say).
+      if (count !== last || this.inFlight > 0) {
         last = count;
         quietSince = Date.now();
       } else if (

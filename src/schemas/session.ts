@@ -38,6 +38,8 @@ export interface SessionOutput {
   turns: RowTurn[][];
   /** The session's reward events (session- and call-level), for the `env` reward stage. */
   rewards: readonly RewardRecord[];
+  /** Why a session gave no row (no model call, none answered, ...); null when it has rows. */
+  withoutRows?: string | null;
   /**
    * Set by the staleness transform: the session was sampled by a stale policy and its stale rows were
    * dropped (a GRPO group then holds a placeholder flagged `stale` in its place).

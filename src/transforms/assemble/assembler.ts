@@ -200,6 +200,14 @@ export class Assembler {
       metadata: (session.start?.metadata as Record<string, unknown> | undefined) ?? null,
       turns,
       rewards: session.rewards,
+      withoutRows: rows.length === 0 ? whyNoRows(session) : null,
     };
   }
+}
+
+/** Why a finalized session has no row, for its SESSION_WITHOUT_ROWS dead letter. */
+function whyNoRows(session: SessionState): string {
+  if (session.calls.size === 0 && session.requests.size === 0) return "it made no model call";
+  if (session.calls.size === 0) return `none of its ${session.requests.size} request(s) got a response`;
+  return `none of its ${session.calls.size} answered call(s) was kept (retry orphans, or flagged; see the session's other dead letters)`;
 }

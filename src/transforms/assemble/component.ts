@@ -9,6 +9,7 @@ import type { Lane, SessionSpan, Unit } from "../../contract/components.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { makeDeadLetter, type DeadLetterOutput, type RawRecord } from "../../core/records.ts";
+import type { Origin } from "../../schemas/origin.ts";
 import type { SessionOutput } from "../../schemas/session.ts";
 import type { DecodeResult } from "../decode/decode.ts";
 import { Assembler } from "./assembler.ts";
@@ -23,6 +24,11 @@ interface OpenSpan {
   bytes: number;
   order: number;
   ack: Ack;
+  /**
+   * Where the session's first valid event came from (its SESSION_WITHOUT_ROWS dead letter points there);
+   * null while every event was rejected (each already has its own dead letter).
+   */
+  origin: Origin | null;
 }
 
 export interface AssembleContext {
@@ -106,10 +112,12 @@ export class LaneAssembler {
         bytes,
         order: this.owner.nextOrder(),
         ack: this.lane.ledger.hold(offset),
+        origin: decoded.kind === "event" ? record.origin : null,
       });
     } else {
       span.last = offset;
       span.bytes += bytes;
+      if (span.origin === null && decoded.kind === "event") span.origin = record.origin;
     }
     this.owner.bufferedBytes += bytes;
     return this.units(
@@ -153,6 +161,20 @@ export class LaneAssembler {
     this.spans.clear();
   }
 
+  private withoutRows(o: SessionOutput, span: OpenSpan): void {
+    this.deadLetters.write({
+      code: "SESSION_WITHOUT_ROWS",
+      message:
+        `session ${o.sessionId} of uid ${o.uid} ended (${o.status}) with no row: ${o.withoutRows} ` +
+        `(its events: ${this.lane.id}, offsets ${span.first}..${span.last}, the first at this origin)`,
+      component: "assemble",
+      origin: span.origin!,
+      uid: o.uid,
+      session_id: o.sessionId,
+      details: { status: o.status, reason: o.withoutRows, first_offset: span.first, last_offset: span.last },
+    });
+  }
+
   private units(outputs: SessionOutput[]): Unit[] {
     if (outputs.length === 0) return [];
     const now = performance.now();
@@ -162,11 +184,14 @@ export class LaneAssembler {
       if (span === undefined) {
         // A session finalized without holding anything (all of it rejected): it holds the next offset.
         const at = this.lane.ledger.next;
-        span = { first: at, last: at, bytes: 0, order: 0, ack: this.lane.ledger.hold(at) };
+        span = { first: at, last: at, bytes: 0, order: 0, ack: this.lane.ledger.hold(at), origin: null };
       } else {
         this.spans.delete(key);
         this.owner.bufferedBytes -= span.bytes;
       }
+      // Valid events that became no row are accounted for where rejected ones are (all-rejected
+      // sessions, with no origin here, already are: each event has its own dead letter).
+      if (o.withoutRows != null && span.origin !== null) this.withoutRows(o, span);
       const tag: SessionSpan = [o.uid, o.sessionId, span.first, span.last];
       return { sessions: [o], rows: null, acks: [span.ack], spans: [tag], finishedAt: now };
     });
