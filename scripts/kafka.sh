@@ -7,8 +7,13 @@
 #   scripts/kafka.sh status    print the bootstrap address if it runs, exit 1 if not
 #   scripts/kafka.sh restart   stop then start, keeping the data (for broker-restart tests)
 #   scripts/kafka.sh reset     stop and delete the data
+#   scripts/kafka.sh secure    print the secure listener's settings (address, CA file, user, password)
 #
-# Environment: KAFKA_PORT (default 39092; the controller listens on KAFKA_PORT+1),
+# The broker has a second, secure listener on KAFKA_PORT+2: SASL_SSL with SCRAM-SHA-512, its certificate
+# signed by a CA made here (keytool, under $dir/tls). User `trajflow`, a password generated once and kept
+# in $dir/tls/password (test credentials for a local broker, never for anything else).
+#
+# Environment: KAFKA_PORT (default 39092; the controller listens on KAFKA_PORT+1, SASL_SSL on +2),
 # TRAJFLOW_KAFKA_DIR (default .cache/kafka: data, pid and log; a second broker needs its own dir and port).
 # The broker's jars are always cached in .cache/kafka/libs, shared by every instance.
 set -euo pipefail
@@ -17,11 +22,13 @@ root=$(pwd)
 dir=${TRAJFLOW_KAFKA_DIR:-$root/.cache/kafka}
 port=${KAFKA_PORT:-39092}
 controller=$((port + 1))
+secure=$((port + 2))
 libs="$root/.cache/kafka/libs"
 data="$dir/data"
 pidfile="$dir/broker.pid"
 log="$dir/broker.log"
 props="$dir/server.properties"
+tls="$dir/tls"
 
 fetch() {
   if [ -f "$libs/.complete" ] && cmp -s "$libs/.complete" scripts/kafka/pom.xml; then return; fi
@@ -35,17 +42,47 @@ running() {
   [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
 }
 
+# A CA and a broker certificate for 127.0.0.1 and localhost signed by it (PKCS12 keystores, made once).
+certificates() {
+  if [ -f "$tls/broker.p12" ] && [ -f "$tls/ca.pem" ] && [ -f "$tls/password" ]; then return; fi
+  rm -rf "$tls"
+  mkdir -p "$tls"
+  head -c 18 /dev/urandom | base64 | tr '+/' '-_' > "$tls/password"
+  local pass
+  pass=$(cat "$tls/password")
+  local kt=(keytool -storetype PKCS12 -storepass "$pass" -keypass "$pass")
+  "${kt[@]}" -genkeypair -alias ca -keyalg RSA -keysize 2048 -validity 3650 -dname "CN=trajflow test CA" \
+    -ext bc:c -keystore "$tls/ca.p12" >/dev/null 2>&1
+  "${kt[@]}" -exportcert -rfc -alias ca -keystore "$tls/ca.p12" -file "$tls/ca.pem" >/dev/null 2>&1
+  "${kt[@]}" -genkeypair -alias broker -keyalg RSA -keysize 2048 -validity 3650 -dname "CN=localhost" \
+    -ext SAN=ip:127.0.0.1,dns:localhost -keystore "$tls/broker.p12" >/dev/null 2>&1
+  "${kt[@]}" -certreq -alias broker -keystore "$tls/broker.p12" -file "$tls/broker.csr" >/dev/null 2>&1
+  "${kt[@]}" -gencert -alias ca -keystore "$tls/ca.p12" -infile "$tls/broker.csr" -outfile "$tls/broker.pem" \
+    -rfc -validity 3650 -ext SAN=ip:127.0.0.1,dns:localhost >/dev/null 2>&1
+  "${kt[@]}" -importcert -noprompt -alias ca -file "$tls/ca.pem" -keystore "$tls/broker.p12" >/dev/null 2>&1
+  "${kt[@]}" -importcert -noprompt -alias broker -file "$tls/broker.pem" -keystore "$tls/broker.p12" >/dev/null 2>&1
+}
+
 configure() {
   mkdir -p "$data"
+  certificates
+  local pass
+  pass=$(cat "$tls/password")
   cat > "$props" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller,SASL_SSL://127.0.0.1:$secure
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$secure
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
 inter.broker.listener.name=PLAINTEXT
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$tls/broker.p12
+ssl.keystore.password=$pass
+ssl.key.password=$pass
 log.dirs=$data
 num.partitions=4
 offsets.topic.replication.factor=1
@@ -96,6 +133,7 @@ start() {
   echo $! > "$pidfile"
   for _ in $(seq 1 240); do
     if grep -q "Kafka Server started" "$log"; then
+      scram_user
       echo "127.0.0.1:$port"
       return
     fi
@@ -108,6 +146,13 @@ start() {
   done
   echo "kafka: the broker did not become ready in 120 s; see $log" >&2
   exit 1
+}
+
+# The SCRAM user of the secure listener (idempotent: setting the same password again changes nothing).
+scram_user() {
+  java -cp "$libs/*" -Dlog4j2.configurationFile="$dir/log4j2.properties" kafka.admin.ConfigCommand \
+    --bootstrap-server "127.0.0.1:$port" --alter --entity-type users --entity-name trajflow \
+    --add-config "SCRAM-SHA-512=[iterations=4096,password=$(cat "$tls/password")]" >/dev/null
 }
 
 stop() {
@@ -129,11 +174,15 @@ case "${1:-}" in
   stop) stop ;;
   restart) stop; start ;;
   reset) stop; rm -rf "$data" ;;
+  secure)
+    running || { echo "kafka: not running" >&2; exit 1; }
+    printf '127.0.0.1:%s\n%s\ntrajflow\n%s\n' "$secure" "$tls/ca.pem" "$(cat "$tls/password")"
+    ;;
   status)
     if running; then echo "127.0.0.1:$port"; else echo "kafka: not running" >&2; exit 1; fi
     ;;
   *)
-    echo "usage: scripts/kafka.sh start|stop|status|restart|reset" >&2
+    echo "usage: scripts/kafka.sh start|stop|status|restart|reset|secure" >&2
     exit 2
     ;;
 esac

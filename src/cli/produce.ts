@@ -7,6 +7,7 @@ import { TrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import { formatOrigin } from "../schemas/origin.ts";
 import {
+  connectClient,
   compressionCodec,
   createKafka,
   Partitioners,
@@ -58,8 +59,8 @@ export async function produce(options: ProduceOptions): Promise<{ messages: numb
     maxInFlightRequests: 1,
     createPartitioner: Partitioners.DefaultPartitioner,
   });
-  await producer.connect();
-  await admin.connect();
+  await connectClient(producer, options.connection);
+  await connectClient(admin, options.connection);
   let messages = 0;
   try {
     let partitions: number[] | null = null;

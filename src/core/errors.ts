@@ -68,6 +68,11 @@ export const ErrorCodes = {
   CONFIG_INVALID: { retryable: false, summary: "the configuration has one or more problems" },
   USAGE: { retryable: false, summary: "the command line is wrong" },
   SOURCE_READ_FAILED: { retryable: true, summary: "an input could not be read" },
+  KAFKA_AUTH_FAILED: { retryable: false, summary: "the Kafka broker refused the client's SASL credentials" },
+  KAFKA_TLS_FAILED: {
+    retryable: false,
+    summary: "TLS with the Kafka broker failed (its certificate did not verify)",
+  },
   SINK_WRITE_FAILED: { retryable: true, summary: "an output could not be written" },
   FILE_CONFLICT: {
     retryable: false,

@@ -6,7 +6,15 @@ import { operationsOptions, PIPELINE_COMMAND_FLAGS } from "../operations.ts";
 import { consumePlan } from "../presets.ts";
 import { runReport } from "../report.ts";
 import { stopOnSignals } from "../signals.ts";
-import { ASSEMBLE_AND_FILE_FLAGS, brokers, checkPolicyFlags, presetOptions, SHAPE_FLAGS } from "./shared.ts";
+import {
+  ASSEMBLE_AND_FILE_FLAGS,
+  checkPolicyFlags,
+  CONNECTION_FLAGS,
+  CONNECTION_HELP,
+  connectionOptions,
+  presetOptions,
+  SHAPE_FLAGS,
+} from "./shared.ts";
 
 export const CONSUME_HELP = `trajflow consume --topic <t> --group <g> --out <dir> [options]
 
@@ -20,7 +28,7 @@ Options:
   --topic <t>               topic of gateway events (required)
   --group <g>               consumer group (required); processes sharing it split the partitions
   --out <dir>               output directory (required)
-  --brokers <list>          comma-separated bootstrap brokers (default $KAFKA_BROKERS or 127.0.0.1:9092)
+${CONNECTION_HELP}
   --dead-letter-topic <t>   default <topic>.dead-letter
   --dead-letter-dir <dir>   write dead letters as files there instead of to a topic
   --trajectory-topic <t>    also produce every row to this topic, keyed uid_session_index (at least
@@ -52,7 +60,7 @@ export async function runConsume(argv: string[]): Promise<number> {
     topic: { type: "string" },
     group: { type: "string" },
     out: { type: "string" },
-    brokers: { type: "string" },
+    ...CONNECTION_FLAGS,
     "dead-letter-topic": { type: "string" },
     "trajectory-topic": { type: "string" },
     "trajectory-format": { type: "string" },
@@ -77,7 +85,7 @@ export async function runConsume(argv: string[]): Promise<number> {
   const untilIdleMs = intOption("until-idle-ms", values["until-idle-ms"]);
   const plan = consumePlan(
     {
-      connection: { brokers: brokers(values.brokers) },
+      connection: connectionOptions(values),
       topic: values.topic,
       group_id: values.group,
       session_timeout_ms: intOption("session-timeout-ms", values["session-timeout-ms"]),

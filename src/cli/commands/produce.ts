@@ -2,7 +2,15 @@
 import { createLogger } from "../../core/logger.ts";
 import { ExitCode, parse, usageError } from "../args.ts";
 import { produce, type ProduceCompression } from "../produce.ts";
-import { brokers } from "./shared.ts";
+import { kafkaConnectionSchema, type KafkaConnection } from "../../sources/kafka/config.ts";
+import { CONNECTION_FLAGS, CONNECTION_HELP, connectionOptions } from "./shared.ts";
+
+/** The connection the flags gave, checked as a pipeline's would be (every problem listed). */
+function parseConnection(input: unknown): KafkaConnection {
+  const parsed = kafkaConnectionSchema.safeParse(input);
+  if (parsed.success) return parsed.data;
+  throw usageError(parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
+}
 
 export const PRODUCE_HELP = `trajflow produce <events.jsonl[.gz]...> --topic <t> [options]
 
@@ -10,16 +18,16 @@ Publishes recorded gateway events to a Kafka topic, keyed by uid, byte for byte 
 policy.update control events go to every partition.
 
 Options:
-  --topic <t>          topic to publish to (required)
-  --brokers <list>     comma-separated bootstrap brokers (default $KAFKA_BROKERS or 127.0.0.1:9092)
-  --compression <c>    none (default), gzip, snappy, lz4 or zstd
-  -h, --help           show this help
+  --topic <t>               topic to publish to (required)
+${CONNECTION_HELP}
+  --compression <c>         none (default), gzip, snappy, lz4 or zstd
+  -h, --help                show this help
 `;
 
 export async function runProduce(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, {
     topic: { type: "string" },
-    brokers: { type: "string" },
+    ...CONNECTION_FLAGS,
     compression: { type: "string" },
     help: { type: "boolean", short: "h" },
   });
@@ -39,11 +47,7 @@ export async function runProduce(argv: string[]): Promise<number> {
   const result = await produce({
     inputs: positionals,
     topic: values.topic,
-    connection: {
-      brokers: brokers(values.brokers),
-      client_id: "trajflow-produce",
-      connection_timeout_ms: 10_000,
-    },
+    connection: parseConnection({ ...connectionOptions(values), client_id: "trajflow-produce" }),
     compression,
     logger,
   });

@@ -107,6 +107,43 @@ export function presetOptions(values: Values, groupMode: boolean): PresetOptions
   };
 }
 
+/** Flags of a Kafka connection (consume, produce); the SASL password only ever comes from the environment. */
+export const CONNECTION_FLAGS = {
+  brokers: { type: "string" },
+  ssl: { type: "boolean" },
+  "ssl-ca": { type: "string" },
+  "sasl-mechanism": { type: "string" },
+  "sasl-username": { type: "string" },
+} as const;
+
+export const CONNECTION_HELP = `  --brokers <list>          comma-separated bootstrap brokers (default $KAFKA_BROKERS or 127.0.0.1:9092)
+  --ssl                     connect with TLS (the system's CAs)
+  --ssl-ca <file>           connect with TLS, trusting the CA certificate(s) in this PEM file
+  --sasl-mechanism <m>      plain, scram-sha-256 or scram-sha-512; with --sasl-username, and the password
+                            in $KAFKA_SASL_PASSWORD (never a flag: command lines are visible to others)
+  --sasl-username <u>       SASL user`;
+
+/** The connection the flags describe (problems are listed by the connection's schema, all at once). */
+export function connectionOptions(values: Values): {
+  brokers: string[];
+  ssl?: boolean | { ca_file: string };
+  sasl?: { mechanism: string; username: string; password: string };
+} {
+  const ca = str(values, "ssl-ca");
+  const mechanism = str(values, "sasl-mechanism");
+  const username = str(values, "sasl-username");
+  if ((mechanism === undefined) !== (username === undefined))
+    throw usageError("--sasl-mechanism and --sasl-username go together");
+  const password = process.env.KAFKA_SASL_PASSWORD;
+  if (mechanism !== undefined && (password === undefined || password === ""))
+    throw usageError("SASL needs the password in $KAFKA_SASL_PASSWORD");
+  return {
+    brokers: brokers(str(values, "brokers")),
+    ...(ca !== undefined ? { ssl: { ca_file: ca } } : values.ssl === true ? { ssl: true } : {}),
+    ...(mechanism === undefined ? {} : { sasl: { mechanism, username: username!, password: password! } }),
+  };
+}
+
 /** --brokers, or $KAFKA_BROKERS, or the local default. */
 export function brokers(value: string | undefined): string[] {
   return (value ?? process.env.KAFKA_BROKERS ?? "127.0.0.1:9092")

@@ -11,7 +11,7 @@ import { TrajflowError } from "../../core/errors.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
-import { createKafka, Partitioners, type Producer } from "../../sources/kafka/client.ts";
+import { connectClient, createKafka, Partitioners, type Producer } from "../../sources/kafka/client.ts";
 import type { KafkaConnection } from "../../sources/kafka/config.ts";
 import { disconnectWithin } from "../kafka/component.ts";
 
@@ -36,8 +36,11 @@ export class DeadLetterTopic implements DeadLetterSink {
   private sending: Promise<void> | null = null;
   private stopping = false;
 
+  private readonly connection: KafkaConnection;
+
   constructor(topic: string, connection: KafkaConnection, ctx: { metrics: Metrics; logger: Logger }) {
     this.topic = topic;
+    this.connection = connection;
     this.metrics = ctx.metrics;
     this.log = ctx.logger.child({ component: "dead-letters" });
     this.producer = createKafka(connection, ctx.logger).producer({
@@ -52,7 +55,7 @@ export class DeadLetterTopic implements DeadLetterSink {
   }
 
   async open(): Promise<void> {
-    await this.producer.connect();
+    await connectClient(this.producer, this.connection);
   }
 
   write(letter: DeadLetter, ack: Ack | null): void {

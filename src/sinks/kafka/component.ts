@@ -8,7 +8,7 @@ import type { LaneSink, SinkComponent, Unit } from "../../contract/components.ts
 import { unitRows } from "../../contract/components.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
-import { createKafka, Partitioners, type Producer } from "../../sources/kafka/client.ts";
+import { connectClient, createKafka, Partitioners, type Producer } from "../../sources/kafka/client.ts";
 import type { KafkaConnection } from "../../sources/kafka/config.ts";
 import type { TrajectoryTopicConfig } from "./config.ts";
 import { TrajectoryTopicSink } from "./topic.ts";
@@ -18,6 +18,7 @@ export class TopicSinkComponent implements SinkComponent {
   private readonly producer: Producer;
   private readonly sink: TrajectoryTopicSink;
   private readonly metrics: Metrics;
+  private readonly connection: KafkaConnection;
 
   constructor(
     config: TrajectoryTopicConfig,
@@ -25,6 +26,7 @@ export class TopicSinkComponent implements SinkComponent {
     ctx: { metrics: Metrics; logger: Logger },
   ) {
     this.metrics = ctx.metrics;
+    this.connection = connection;
     this.producer = createKafka(connection, ctx.logger).producer({
       idempotent: true,
       maxInFlightRequests: 1,
@@ -34,7 +36,7 @@ export class TopicSinkComponent implements SinkComponent {
   }
 
   async open(): Promise<void> {
-    await this.producer.connect();
+    await connectClient(this.producer, this.connection);
   }
 
   openLane(): Promise<LaneSink> {

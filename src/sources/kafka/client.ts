@@ -7,6 +7,10 @@
  * resolved offsets are dropped on rebalance. trajflow commits explicitly and recovers from its files.
  */
 import kafkajs, { type Consumer, type KafkaConfig, type Producer, type logLevel as LogLevel } from "kafkajs";
+import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
+import { connect as tlsConnect } from "node:tls";
+import { TrajflowError } from "../../core/errors.ts";
 import type { Logger } from "../../core/logger.ts";
 import { registerKafkaCodecs } from "./codecs.ts";
 import type { KafkaConnection } from "./config.ts";
@@ -73,9 +77,112 @@ export function createKafka(connection: KafkaConnection, logger: Logger): Instan
     logCreator: logCreator(logger.child({ component: "kafkajs" })),
     retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 5_000 },
   };
-  if (connection.ssl !== undefined) config.ssl = connection.ssl as KafkaConfig["ssl"];
+  if (connection.ssl !== undefined) config.ssl = tlsOptions(connection.ssl);
   if (connection.sasl !== undefined) config.sasl = connection.sasl as KafkaConfig["sasl"];
   return new Kafka(config);
+}
+
+const FILE_KEYS = { ca_file: "ca", cert_file: "cert", key_file: "key" } as const;
+
+/**
+ * `ssl` as the client takes it: `true`, or Node tls options where `ca_file`, `cert_file` and `key_file`
+ * (paths, relative to the working directory) stand for `ca`, `cert` and `key` read from those files.
+ */
+export function tlsOptions(ssl: NonNullable<KafkaConnection["ssl"]>): KafkaConfig["ssl"] {
+  if (typeof ssl === "boolean") return ssl;
+  const out: Record<string, unknown> = {};
+  const problems: string[] = [];
+  for (const [key, value] of Object.entries(ssl)) {
+    const option = FILE_KEYS[key as keyof typeof FILE_KEYS];
+    if (option === undefined) {
+      out[key] = value;
+      continue;
+    }
+    try {
+      out[option] = readFileSync(String(value));
+    } catch (err) {
+      problems.push(`connection.ssl.${key}: cannot read ${String(value)}: ${(err as Error).message}`);
+    }
+  }
+  if (problems.length > 0) throw new TrajflowError("CONFIG_INVALID", problems.join("; "));
+  return out as KafkaConfig["ssl"];
+}
+
+/** TLS failures of the client's connection (the broker's certificate, as Node's tls reports it). */
+const TLS_CODES = /^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_|SELF_SIGNED_|HOSTNAME_MISMATCH)/;
+
+/**
+ * A client error that no retry fixes, with its own code: credentials the broker refused
+ * (KAFKA_AUTH_FAILED) or a broker certificate that does not verify (KAFKA_TLS_FAILED). The message
+ * names the user and mechanism, never the password. Anything else comes back as it was.
+ */
+export function setupError(err: unknown, connection: KafkaConnection): unknown {
+  for (let e = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
+    if (e.name === "KafkaJSSASLAuthenticationError") {
+      const sasl = connection.sasl;
+      const who = sasl === undefined ? "" : ` user ${JSON.stringify(sasl.username)} (SASL ${sasl.mechanism})`;
+      return new TrajflowError(
+        "KAFKA_AUTH_FAILED",
+        `the broker refused the credentials of${who || " this client"}: check connection.sasl ` +
+          `(the broker said: ${e.message.replace(/^SASL [A-Z0-9 -]+ authentication failed: /, "")})`,
+      );
+    }
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && TLS_CODES.test(code)) {
+      return new TrajflowError(
+        "KAFKA_TLS_FAILED",
+        `TLS with ${connection.brokers.join(",")} failed: ${e.message} (${code}); check connection.ssl ` +
+          "(ca_file must hold the CA that signed the broker's certificate)",
+      );
+    }
+  }
+  return err;
+}
+
+/**
+ * One TLS handshake with the first broker before the client connects: the client retries a failed
+ * handshake as if the broker were away (30 s with the retry settings above) although no retry can fix a
+ * certificate that does not verify. Any other failure (a broker down) is left to the client.
+ */
+async function probeTls(connection: KafkaConnection): Promise<void> {
+  const [host, port] = splitHostPort(connection.brokers[0]!);
+  const options = tlsOptions(connection.ssl!);
+  await new Promise<void>((resolve, reject) => {
+    const socket = tlsConnect({
+      host,
+      port,
+      servername: isIP(host) === 0 ? host : undefined,
+      ...(typeof options === "object" ? options : {}),
+    });
+    const done = (err?: Error) => {
+      socket.destroy();
+      const code = (err as { code?: unknown } | undefined)?.code;
+      if (err !== undefined && typeof code === "string" && TLS_CODES.test(code)) reject(err);
+      else resolve();
+    };
+    socket.setTimeout(connection.connection_timeout_ms, () => done());
+    socket.once("secureConnect", () => done());
+    socket.once("error", done);
+  });
+}
+
+function splitHostPort(broker: string): [string, number] {
+  const at = broker.lastIndexOf(":");
+  const host = broker.slice(0, at).replace(/^\[|\]$/g, "");
+  return [host, Number(broker.slice(at + 1))];
+}
+
+/** Connects a client, turning refused credentials and failed TLS into their own codes (setupError). */
+export async function connectClient(
+  client: { connect(): Promise<void> },
+  connection: KafkaConnection,
+): Promise<void> {
+  try {
+    if (connection.ssl !== undefined && connection.ssl !== false) await probeTls(connection);
+    await client.connect();
+  } catch (err) {
+    throw setupError(err, connection);
+  }
 }
 
 /** An error of the Kafka client (which retries it), as opposed to one of trajflow's own stages. */

@@ -7,7 +7,10 @@ export const kafkaConnectionSchema = z.strictObject({
   ssl: z
     .union([z.boolean(), z.record(z.string(), z.unknown())])
     .optional()
-    .describe("true, or Node tls.connect options (ca, cert, key, ...), passed to the client as they are."),
+    .describe(
+      "true, or Node tls.connect options (ca, cert, key, servername, ...) passed to the client; ca_file, " +
+        "cert_file and key_file (paths relative to the working directory) are read into ca, cert and key.",
+    ),
   sasl: z
     .strictObject({
       mechanism: z.enum(["plain", "scram-sha-256", "scram-sha-512"]),
@@ -15,7 +18,10 @@ export const kafkaConnectionSchema = z.strictObject({
       password: z.string(),
     })
     .optional()
-    .describe("SASL authentication."),
+    .describe(
+      "SASL authentication. Write the password as ${VAR} in a pipeline file (or pass it in " +
+        "$KAFKA_SASL_PASSWORD to the CLI); it is never logged or written anywhere.",
+    ),
   connection_timeout_ms: z.int().positive().default(10_000).describe("Timeout for connecting to a broker."),
 });
 export type KafkaConnection = z.output<typeof kafkaConnectionSchema>;

@@ -18,7 +18,15 @@ import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { RawRecord } from "../../core/records.ts";
 import { disconnectWithin } from "../../sinks/kafka/component.ts";
-import { createKafka, describeConnection, isBrokerAway, isClientError, type Consumer } from "./client.ts";
+import {
+  connectClient,
+  createKafka,
+  describeConnection,
+  isBrokerAway,
+  isClientError,
+  setupError,
+  type Consumer,
+} from "./client.ts";
 import type { KafkaSourceConfig } from "./config.ts";
 import { rangeName, SESSIONS_KEY } from "./recovery.ts";
 
@@ -88,8 +96,8 @@ export class KafkaSource implements Source {
       { ...describeConnection(config.connection), topic: config.topic, group: config.group_id },
       "Connecting to Kafka.",
     );
-    await this.admin.connect();
-    await this.consumer.connect();
+    await connectClient(this.admin, config.connection);
+    await connectClient(this.consumer, config.connection);
     await this.consumer.subscribe({ topic: config.topic, fromBeginning: config.from_beginning });
     this.consumer.on(this.consumer.events.GROUP_JOIN, (e) => {
       this.memberId = e.payload.memberId;
@@ -285,7 +293,7 @@ export class KafkaSource implements Source {
 
   private fail(err: Error): void {
     if (this.failure === null) {
-      this.failure = err;
+      this.failure = setupError(err, this.config.connection) as Error;
       this.log.error({ err }, "The Kafka source failed.");
     }
   }
