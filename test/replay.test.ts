@@ -10,6 +10,7 @@ import { gzipSync } from "node:zlib";
 import { after, describe, it } from "node:test";
 import { assemble, plain, plainWithTimes, SessionScript } from "./helpers/sessions.ts";
 import { runCli } from "./helpers/cli.ts";
+import { writeLines } from "./helpers/floods.ts";
 import { pythonReady, readWithPython } from "./helpers/python.ts";
 import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
 import { readFileMetadata, readRows } from "../src/sinks/files/read.ts";
@@ -210,6 +211,33 @@ describe("replay", () => {
       (await readRows(join(out, "part-00000.parquet"))).map((r) => r.key),
       ["u_fine_0"],
     );
+  });
+
+  // Regression: only the last 100,000 finalized sessions were remembered, so a redelivered event of an
+  // older one opened it again and wrote a second row with the same key, silently.
+  it("dead-letters a redelivered event of a session finalized 100,000 sessions earlier (LATE_EVENT)", async () => {
+    const out = freshDir();
+    const input = join(scratch, "redelivered.jsonl");
+    const first = new SessionScript("u0", "s")
+      .start()
+      .request("c1", [1, 2])
+      .response("c1", [3])
+      .end()
+      .lines();
+    const sessions = 100_100;
+    // Sessions u1.. of three events each (as SessionScript writes them), after u0, then u0's request again.
+    const template = new SessionScript("UID", "s").request("c1", [1]).response("c1", [2]).end().lines();
+    await writeLines(input, first.length + (sessions - 1) * 3 + 1, (i) => {
+      if (i < first.length) return first[i]!;
+      const at = i - first.length;
+      if (at === (sessions - 1) * 3) return first[1]!;
+      return template[at % 3]!.replace('"UID"', `"u${Math.floor(at / 3) + 1}"`);
+    });
+    const result = await runCli(["replay", input, "--out", out, "--json"]);
+    assert.equal(result.code, 0, result.stderr);
+    const metrics = (JSON.parse(result.stdout) as { metrics: Record<string, unknown> }).metrics;
+    assert.deepEqual(metrics.dead_letters, { LATE_EVENT: 1 });
+    assert.equal(metrics.rows_written, sessions);
   });
 
   it("reproduces the same files when the input path is spelled differently", async () => {

@@ -11,6 +11,7 @@ import { RateLimitedWarning } from "../../core/logger.ts";
 import { makeDeadLetter } from "../../core/records.ts";
 import { RowFlags } from "../../schemas/trajectory.ts";
 import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
+import { FingerprintSet } from "./fingerprints.ts";
 import { extractRows } from "./rows.ts";
 import type { RowTurn, SessionOutput } from "../../schemas/session.ts";
 import { COMPONENT, SessionState, type AssembleContext } from "./session.ts";
@@ -23,8 +24,8 @@ const SWEEP_EVERY_MS = 1_000;
 export class Assembler {
   private readonly ctx: AssembleContext;
   private readonly sessions = new Map<string, SessionState>();
-  /** Recently finalized sessions, oldest first, to recognise their late events. */
-  private readonly finalized = new Map<string, true>();
+  /** Finalized sessions, to recognise their late (or redelivered) events. */
+  private readonly finalized: { has(key: string): boolean; add(key: string): void };
   private watermark = 0;
   /** The two most advanced session clocks (latest ts per session): the watermark follows the second. */
   private top1 = { key: "", ts: -Infinity };
@@ -35,6 +36,8 @@ export class Assembler {
 
   constructor(ctx: AssembleContext) {
     this.ctx = ctx;
+    const cap = ctx.config.remember_finalized;
+    this.finalized = cap === 0 ? new FingerprintSet() : new RecentKeys(cap);
   }
 
   get openSessions(): number {
@@ -181,10 +184,7 @@ export class Assembler {
     const turns: RowTurn[][] = [];
     const rows = extractRows(session, this.ctx.config, this.ctx.metrics, turns);
     this.sessions.delete(key);
-    this.finalized.set(key, true);
-    if (this.finalized.size > this.ctx.config.remember_finalized) {
-      this.finalized.delete(this.finalized.keys().next().value!);
-    }
+    this.finalized.add(key);
     const { metrics } = this.ctx;
     metrics.inc("sessions_finalized", session.end?.status ?? "timeout");
     metrics.inc("tokens_received", "", session.tokensIn);
@@ -202,6 +202,25 @@ export class Assembler {
       rewards: session.rewards,
       withoutRows: rows.length === 0 ? whyNoRows(session) : null,
     };
+  }
+}
+
+/** The last `cap` keys added (the opt-in bound of `remember_finalized`). */
+class RecentKeys {
+  private readonly keys = new Set<string>();
+  private readonly cap: number;
+
+  constructor(cap: number) {
+    this.cap = cap;
+  }
+
+  has(key: string): boolean {
+    return this.keys.has(key);
+  }
+
+  add(key: string): void {
+    this.keys.add(key);
+    if (this.keys.size > this.cap) this.keys.delete(this.keys.values().next().value!);
   }
 }
 

@@ -63,9 +63,14 @@ export const assembleConfigSchema = z.strictObject({
     ),
   remember_finalized: z
     .int()
-    .positive()
-    .default(100_000)
-    .describe("How many finalized session ids are remembered to dead-letter their late events."),
+    .nonnegative()
+    .default(0)
+    .describe(
+      "0 (default): every session finalized in this run is remembered (a 64-bit fingerprint, at most 16 " +
+        "bytes each), so a late or redelivered event of any of them is dead-lettered (LATE_EVENT), never " +
+        "written as a second row. n > 0: only the last n (exact ids), for hosts that cannot spare the " +
+        "memory; an event of an older session then starts a new one.",
+    ),
 });
 
 export type AssembleConfig = z.output<typeof assembleConfigSchema>;
