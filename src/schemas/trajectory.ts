@@ -30,6 +30,11 @@ export const RowFlags = {
   UNFINISHED: "unfinished",
   /** A request never got a response. */
   UNANSWERED_REQUEST: "unanswered_request",
+  /**
+   * Group mode: the session claimed a group larger than `max_group_size` and was written alone
+   * (group_size 1; dead letter GROUP_TOO_LARGE): its advantage has no group to be relative to.
+   */
+  GROUP_TOO_LARGE: "group_too_large",
   /** Group mode: a stand-in for a missing or failed session (sample_mask 0). */
   PLACEHOLDER: "placeholder",
   /** The row's policy was older than the staleness limit. */

@@ -158,8 +158,8 @@ describe("group", () => {
     );
     const out = g.push(s!, 0);
     assert.deepEqual(
-      out.map((b) => b.rows.map((r) => [r.session_id, r.sample_mask, r.group_size])),
-      [[["a", 1, 1]]],
+      out.map((b) => b.rows.map((r) => [r.session_id, r.sample_mask, r.group_size, r.flags])),
+      [[["a", 1, 1, ["group_too_large"]]]],
     );
     assert.equal(g.openGroups, 0);
     assert.deepEqual(

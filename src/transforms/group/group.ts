@@ -127,6 +127,7 @@ export class GroupBatcher {
         ),
       );
       size = undefined;
+      for (const r of session.rows) r.flags = [...r.flags, RowFlags.GROUP_TOO_LARGE].sort();
     }
     if (size === undefined) {
       // Nobody said how big the group is: nothing to wait for.
