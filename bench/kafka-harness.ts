@@ -169,6 +169,8 @@ export async function consumeTopicProcess(
   const child = spawn(
     process.execPath,
     [
+      // As bin/trajflow.js and `npm run trajflow` run it.
+      "--max-semi-space-size=4",
       join(root, "src/cli/main.ts"),
       "consume",
       ...["--brokers", brokers, "--topic", topic, "--group", `${topic}-process-${Date.now()}`, "--out", out],
