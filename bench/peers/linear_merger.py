@@ -173,7 +173,9 @@ def main():
     seconds = time.perf_counter() - (started or time.perf_counter())
     consumer.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of the process
-    peak = usage.ru_maxrss * 1024
+    # VmHWM, not ru_maxrss: Linux carries maxrss over from the parent (the benchmark) across fork and exec.
+    with open("/proc/self/status") as status:
+        peak = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
     latencies.sort()
 
     def rank(q):  # nearest rank, as trajflow's Metrics.quantile

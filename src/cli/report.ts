@@ -2,10 +2,26 @@
  * What a run prints when it ends: one report for `replay`, `consume` and `run`, whatever the source, as
  * text for a person or as JSON (`--json`).
  */
+import { readFileSync } from "node:fs";
 import type { Timeline } from "../core/metrics.ts";
 import type { RunResult } from "../runtime/runtime.ts";
 
 const fmt = (n: number) => n.toLocaleString("en-US");
+
+/**
+ * The process's peak resident memory: the kernel's high-water mark of this program's memory (Linux:
+ * VmHWM). Not getrusage's maxrss, which Linux carries over from the parent across fork and exec, so a
+ * process started by a big one reports the parent's size.
+ */
+function peakRss(): number {
+  try {
+    const hwm = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync("/proc/self/status", "utf8"));
+    if (hwm !== null) return Number(hwm[1]) * 1024;
+  } catch {
+    // Not Linux.
+  }
+  return process.resourceUsage().maxRSS * 1024;
+}
 
 function cpuSeconds(): { user: number; system: number } {
   const { user, system } = process.cpuUsage();
@@ -35,8 +51,7 @@ export function runReport(command: string, result: RunResult, json: boolean): st
         files,
         dead_letter_files: deadLetterFiles,
         timeline: m.timeline,
-        // The process's peak resident memory (the kernel's high-water mark, not a sample).
-        peak_rss_bytes: process.resourceUsage().maxRSS * 1024,
+        peak_rss_bytes: peakRss(),
         // CPU time of every thread of the process (encoders and decoders included), in seconds.
         cpu_seconds: cpuSeconds(),
         metrics: m.snapshot(),
