@@ -162,6 +162,8 @@ export async function consumeTopicProcess(
   out: string,
   messages: number,
   args: string[] = [],
+  /** Node's own flags (e.g. --max-semi-space-size=4, docs/operations.md). */
+  nodeFlags: string[] = [],
 ): Promise<ProcessRun> {
   const root = new URL("..", import.meta.url).pathname;
   const port = 20_000 + Math.floor(Math.random() * 20_000);
@@ -169,8 +171,7 @@ export async function consumeTopicProcess(
   const child = spawn(
     process.execPath,
     [
-      // As bin/trajflow.js and `npm run trajflow` run it.
-      "--max-semi-space-size=4",
+      ...nodeFlags,
       join(root, "src/cli/main.ts"),
       "consume",
       ...["--brokers", brokers, "--topic", topic, "--group", `${topic}-process-${Date.now()}`, "--out", out],

@@ -1,8 +1,6 @@
-#!/usr/bin/env -S node --max-semi-space-size=4
+#!/usr/bin/env node
 // Runs the TypeScript sources directly: Node 24 strips types natively (the project's `node` devDependency
-// supplies Node 24 to npm scripts). A 4 MiB semi-space (V8's young generation) keeps the consumer's peak
-// RSS ~110 MiB lower (JSON parsing makes short-lived garbage in bursts) at no measured CPU cost
-// (docs/operations.md, Memory); `npm run trajflow` passes the same flag.
+// supplies Node 24 to npm scripts).
 import { setTimeout } from "node:timers";
 
 const { main } = await import("../src/cli/main.ts");
