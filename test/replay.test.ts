@@ -154,8 +154,6 @@ describe("replay", () => {
     assert.deepEqual(rows.map(plain), assemble(good).rows.map(plain));
   });
 
-  // Regression: the same input spelled ./x and x gave different file metadata, so a re-run failed with
-  // FILE_CONFLICT.
   it("says where the valid events of a session without rows went (SESSION_WITHOUT_ROWS)", async () => {
     const out = freshDir();
     const input = join(scratch, "rowless.jsonl");
@@ -240,6 +238,8 @@ describe("replay", () => {
     assert.equal(metrics.rows_written, sessions);
   });
 
+  // Regression: the same input spelled ./x and x gave different file metadata, so a re-run failed with
+  // FILE_CONFLICT.
   it("reproduces the same files when the input path is spelled differently", async () => {
     const out = freshDir();
     const relative = relativePath(process.cwd(), EXAMPLES);

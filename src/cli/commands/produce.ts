@@ -2,14 +2,16 @@
 import { createLogger } from "../../core/logger.ts";
 import { ExitCode, parse, usageError } from "../args.ts";
 import { produce, type ProduceCompression } from "../produce.ts";
+import { ConfigProblems } from "../../core/config.ts";
 import { kafkaConnectionSchema, type KafkaConnection } from "../../sources/kafka/config.ts";
 import { CONNECTION_FLAGS, CONNECTION_HELP, connectionOptions } from "./shared.ts";
 
 /** The connection the flags gave, checked as a pipeline's would be (every problem listed). */
 function parseConnection(input: unknown): KafkaConnection {
-  const parsed = kafkaConnectionSchema.safeParse(input);
-  if (parsed.success) return parsed.data;
-  throw usageError(parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
+  const problems = new ConfigProblems();
+  const connection = problems.check("connection", kafkaConnectionSchema.safeParse(input));
+  problems.throwIfAny();
+  return connection!;
 }
 
 export const PRODUCE_HELP = `trajflow produce <events.jsonl[.gz]...> --topic <t> [options]
