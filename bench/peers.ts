@@ -22,6 +22,7 @@ import { promisify } from "node:util";
 import kafkajs from "kafkajs";
 import { mulberry32 } from "../src/core/prng.ts";
 import { registerKafkaCodecs } from "../src/sources/kafka/codecs.ts";
+import { fixKafkajsRequestQueue } from "../src/sources/kafka/request-queue-fix.ts";
 import { bestOf, gc } from "./harness.ts";
 import { benchBrokers, consumeTopicProcess, produceFile } from "./kafka-harness.ts";
 import { branchySession, linearSession } from "./workloads.ts";
@@ -114,6 +115,7 @@ function workloads(): Workload[] {
 
 async function readTopicRaw(topic: string, expected: number): Promise<number> {
   registerKafkaCodecs();
+  fixKafkajsRequestQueue();
   const kafka = new kafkajs.Kafka({ brokers: [brokers], logLevel: kafkajs.logLevel.NOTHING });
   const consumer = kafka.consumer({ groupId: `${topic}-raw`, maxWaitTimeInMs: 100 });
   await consumer.connect();

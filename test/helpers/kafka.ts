@@ -10,6 +10,7 @@ import { after, before } from "node:test";
 import { randomBytes } from "node:crypto";
 import kafkajs from "kafkajs";
 import { registerKafkaCodecs } from "../../src/sources/kafka/codecs.ts";
+import { fixKafkajsRequestQueue } from "../../src/sources/kafka/request-queue-fix.ts";
 import { killRunning } from "./cli.ts";
 
 const SCRIPT = new URL("../../scripts/kafka.sh", import.meta.url).pathname;
@@ -48,6 +49,7 @@ export async function readTopic(
   ms = 20_000,
 ): Promise<Array<{ key: string | null; value: Buffer; headers: Record<string, string> }>> {
   registerKafkaCodecs();
+  fixKafkajsRequestQueue();
   const kafka = new kafkajs.Kafka({ brokers: [broker], logLevel: kafkajs.logLevel.NOTHING });
   const consumer = kafka.consumer({ groupId: freshName("reader") });
   const messages: Array<{ key: string | null; value: Buffer; headers: Record<string, string> }> = [];

@@ -13,6 +13,7 @@ import { connect as tlsConnect } from "node:tls";
 import { TrajflowError } from "../../core/errors.ts";
 import type { Logger } from "../../core/logger.ts";
 import { registerKafkaCodecs } from "./codecs.ts";
+import { fixKafkajsRequestQueue } from "./request-queue-fix.ts";
 import type { KafkaConnection } from "./config.ts";
 
 const { Kafka, logLevel } = kafkajs;
@@ -35,6 +36,13 @@ export function compressionCodec(name: CompressionName): number {
   return codes[name];
 }
 
+/**
+ * kafkajs warns at every start of an idempotent producer whose retries are bounded. trajflow's producers
+ * (dead letters, trajectory rows) retry a failed send themselves and promise at least once, not exactly
+ * once (docs/kafka.md), so the line says nothing to the operator: it goes to debug.
+ */
+const IDEMPOTENT_RETRIES_WARNING = "Limiting retries for the idempotent producer";
+
 function logCreator(logger: Logger) {
   return () =>
     ({ level, log }: { level: LogLevel; log: { message: string; [k: string]: unknown } }) => {
@@ -43,32 +51,15 @@ function logCreator(logger: Logger) {
       delete extra.timestamp;
       delete extra.logger;
       if (level === logLevel.ERROR) logger.error(extra, message);
-      else if (level === logLevel.WARN) logger.warn(extra, message);
+      else if (level === logLevel.WARN && !message.startsWith(IDEMPOTENT_RETRIES_WARNING))
+        logger.warn(extra, message);
       else logger.debug(extra, message);
     };
 }
 
-let warningFilterInstalled = false;
-
-/**
- * kafkajs 2.2 computes a negative delay in one of its timers on Node >= 23 (harmless: Node clamps it to 1 ms)
- * and Node prints a TimeoutNegativeWarning for it: that one warning is dropped, every other one is printed.
- */
-function dropKafkajsTimeoutWarning(): void {
-  if (warningFilterInstalled) return;
-  warningFilterInstalled = true;
-  const listeners = process.listeners("warning");
-  process.removeAllListeners("warning");
-  process.on("warning", (warning) => {
-    if (warning.name === "TimeoutNegativeWarning") return;
-    if (listeners.length === 0) process.stderr.write(`${warning.name}: ${warning.message}\n`);
-    for (const l of listeners) l(warning);
-  });
-}
-
 export function createKafka(connection: KafkaConnection, logger: Logger): InstanceType<typeof Kafka> {
   registerKafkaCodecs();
-  dropKafkajsTimeoutWarning();
+  fixKafkajsRequestQueue();
   const config: KafkaConfig = {
     clientId: connection.client_id,
     brokers: connection.brokers,
