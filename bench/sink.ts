@@ -52,6 +52,10 @@ function valuesOf(rows: TrajectoryRow[]): number {
 async function engines(dir: string, rows: TrajectoryRow[]): Promise<void> {
   const values = valuesOf(rows);
   const cases: Array<[string, Omit<EncodeOptions, "metadata" | "rowGroupSize">, number]> = [
+    ["trajflow, zstd (default)", { format: "parquet", engine: "trajflow", compression: "zstd" }, rows.length],
+    ["trajflow, snappy", { format: "parquet", engine: "trajflow", compression: "snappy" }, rows.length],
+    ["trajflow, lz4", { format: "parquet", engine: "trajflow", compression: "lz4" }, rows.length],
+    ["trajflow, none", { format: "parquet", engine: "trajflow", compression: "none" }, rows.length],
     ["parquet-wasm, zstd", { format: "parquet", engine: "parquet-wasm", compression: "zstd" }, rows.length],
     [
       "parquet-wasm, snappy",
@@ -114,7 +118,7 @@ async function sinkOffThread(dir: string, rowsFor: () => TrajectoryRow[]): Promi
   delay.disable();
   record({
     bench: "sink",
-    case: "file sink, parquet-wasm zstd on a worker thread",
+    case: "file sink, trajflow zstd on a worker thread",
     value: values / s / 1e6,
     unit: "M values/s",
     note: `${rows.length} rows in ${sink.files.length} files, ${(s * 1000).toFixed(0)} ms end to end`,

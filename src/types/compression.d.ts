@@ -14,6 +14,13 @@ declare module "lz4js" {
     hashTable: Uint32Array,
   ): number;
   export function compressBound(n: number): number;
+  export function decompressBlock(
+    src: Uint8Array,
+    dst: Uint8Array,
+    sIndex: number,
+    sLength: number,
+    dIndex: number,
+  ): number;
 }
 declare module "lz4js/xxh32.js" {
   export function hash(seed: number, src: Uint8Array, index: number, length: number): number;

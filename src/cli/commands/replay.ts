@@ -25,7 +25,7 @@ Assembly:
   --max-buffered-bytes <n>  bytes of open sessions' events past which the oldest are cut (default 512 MiB)
 Files:
   --format <f>              parquet (default) or arrow (Arrow IPC files)
-  --engine <e>              parquet-wasm (default) or parquetjs-lite
+  --engine <e>              trajflow (default), parquet-wasm or parquetjs-lite
   --compression <c>         zstd (default for parquet-wasm), snappy (default for parquetjs-lite), gzip, lz4, none
   --rows-per-file <n>       cut a file after n rows (default 10000)
   --tokens-per-file <n>     cut a file once it holds n tokens (default 4000000)

@@ -55,7 +55,7 @@ export function assembleOptions(values: Values) {
 export function fileOptions(values: Values) {
   return {
     format: str(values, "format") as "parquet" | undefined,
-    engine: str(values, "engine") as "parquet-wasm" | undefined,
+    engine: str(values, "engine") as "trajflow" | undefined,
     compression: str(values, "compression") as "zstd" | undefined,
     max_rows_per_file: intOption("rows-per-file", str(values, "rows-per-file")),
     max_tokens_per_file: intOption("tokens-per-file", str(values, "tokens-per-file")),

@@ -30,7 +30,7 @@ export class FileSinkComponent implements SinkComponent {
     this.config = config;
     this.metrics = ctx.metrics;
     this.logger = ctx.logger;
-    this.pool = new EncoderPool(config.encode_workers);
+    this.pool = new EncoderPool(config.encode_workers, config);
   }
 
   /** Files committed by every lane, in the order they were cut per lane. */

@@ -13,13 +13,15 @@ export const fileSinkConfigSchema = z
       .default("parquet")
       .describe("parquet, or arrow (Arrow IPC file format, for trainers that memory-map batches)."),
     engine: z
-      .enum(["parquet-wasm", "parquetjs-lite"])
-      .default("parquet-wasm")
-      .describe("Parquet engine: parquet-wasm (default, fast) or parquetjs-lite (pure JavaScript, slow)."),
+      .enum(["trajflow", "parquet-wasm", "parquetjs-lite"])
+      .default("trajflow")
+      .describe(
+        "Parquet engine: trajflow (default: the project's own writer, pages straight from the token arrays, Node's native zstd), parquet-wasm (Rust's parquet crate as WebAssembly) or parquetjs-lite (pure JavaScript, slow).",
+      ),
     compression: z
       .enum(["zstd", "snappy", "gzip", "lz4", "none"])
       .optional()
-      .describe("Parquet codec; default zstd (parquet-wasm) or snappy (parquetjs-lite). Ignored for arrow."),
+      .describe("Parquet codec; default zstd (snappy for parquetjs-lite). Ignored for arrow."),
     max_rows_per_file: z.int().positive().default(10_000).describe("A file is cut after this many rows."),
     max_tokens_per_file: z
       .int()

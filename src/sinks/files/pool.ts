@@ -6,7 +6,7 @@ import { Worker } from "node:worker_threads";
 import { TrajflowError } from "../../core/errors.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
-import type { EncodeJob, EncodeReply } from "./worker.ts";
+import type { EncodeJob, EncodeReply, EncoderWorkerData } from "./worker.ts";
 
 type Done = Extract<EncodeReply, { ok: true }>;
 
@@ -55,9 +55,12 @@ export class EncoderPool {
   private closed = false;
 
   private readonly recycleBytes: number;
+  private readonly workerData: EncoderWorkerData;
 
-  constructor(size: number, recycleBytes = RECYCLE_WASM_BYTES) {
+  /** `warmUp`: the encoder the sink uses, run once by each worker as it starts. */
+  constructor(size: number, warmUp: EncoderWorkerData["warmUp"], recycleBytes = RECYCLE_WASM_BYTES) {
     this.recycleBytes = recycleBytes;
+    this.workerData = { warmUp };
     for (let i = 0; i < size; i++) this.slots.push(this.spawn());
   }
 
@@ -65,7 +68,7 @@ export class EncoderPool {
   recycled = 0;
 
   private spawn(): Slot {
-    const worker = new Worker(new URL("./worker.ts", import.meta.url));
+    const worker = new Worker(new URL("./worker.ts", import.meta.url), { workerData: this.workerData });
     const slot: Slot = { worker, busy: false };
     worker.on("message", (reply: EncodeReply) => this.settle(slot, reply));
     worker.on("error", (err) => this.fail(err));

@@ -1,11 +1,13 @@
-/** Reading trajectory files back (inspect, tests): Parquet from either engine, and Arrow IPC files. */
+/** Reading trajectory files back (inspect, recovery, tests): Parquet from any engine, and Arrow IPC files. */
 import { promises as fs } from "node:fs";
 import { join } from "node:path";
 import { tableFromIPC } from "apache-arrow";
 import { TrajflowError } from "../../core/errors.ts";
 import { tableToRows } from "../../schemas/trajectory-arrow.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
-import { parquetMetadata, parquetToIPC } from "./encoders/parquet-wasm.ts";
+
+// Loaded on first use: parquet-wasm's WebAssembly instance costs memory a writing process may not need.
+const parquetWasm = () => import("./encoders/parquet-wasm.ts");
 
 const DATA_FILE = /\.(parquet|arrow)$/;
 
@@ -35,7 +37,9 @@ export async function listDataFiles(path: string): Promise<string[]> {
 
 export async function readRows(file: string): Promise<TrajectoryRow[]> {
   const bytes = await fs.readFile(file);
-  const table = file.endsWith(".arrow") ? tableFromIPC(bytes) : tableFromIPC(parquetToIPC(bytes));
+  const table = file.endsWith(".arrow")
+    ? tableFromIPC(bytes)
+    : tableFromIPC((await parquetWasm()).parquetToIPC(bytes));
   return tableToRows(table);
 }
 
@@ -43,5 +47,5 @@ export async function readRows(file: string): Promise<TrajectoryRow[]> {
 export async function readFileMetadata(file: string): Promise<Record<string, string>> {
   const bytes = await fs.readFile(file);
   if (file.endsWith(".arrow")) return Object.fromEntries(tableFromIPC(bytes).schema.metadata);
-  return parquetMetadata(bytes);
+  return (await parquetWasm()).parquetMetadata(bytes);
 }

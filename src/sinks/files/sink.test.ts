@@ -165,7 +165,6 @@ describe("stale temporaries", () => {
 
 describe("encoder pool", () => {
   it("replaces a worker whose WASM memory grew past the limit and keeps committing", async () => {
-    const pool = new EncoderPool(1, 1);
     const options = {
       format: "parquet",
       engine: "parquet-wasm",
@@ -173,6 +172,7 @@ describe("encoder pool", () => {
       rowGroupSize: 16,
       metadata: {},
     } as const;
+    const pool = new EncoderPool(1, options, 1);
     const dir = join(scratch, "pool");
     for (const id of ["a", "b", "c"]) {
       const done = await pool.run(join(dir, `${id}.parquet`), session(id), options);

@@ -97,7 +97,7 @@ export class FileSink {
     this.config = config;
     this.ctx = ctx;
     this.ownsPool = ctx.pool === undefined;
-    this.pool = ctx.pool ?? new EncoderPool(config.encode_workers);
+    this.pool = ctx.pool ?? new EncoderPool(config.encode_workers, config);
   }
 
   /** Removes what a crashed writer left behind and starts the age timer. Call once before writing. */

@@ -2,14 +2,17 @@
  * Worker thread: encodes a batch of rows and commits the file (atomic-file.ts), so the ingest thread
  * never waits on Arrow building, compression or fsync.
  */
-import { parentPort } from "node:worker_threads";
-import { wasmMemory } from "parquet-wasm/node";
+import { parentPort, workerData } from "node:worker_threads";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 import { commitFile, writeTemp, type CommitOutcome } from "../shared/atomic-file.ts";
-import { rowsToTable } from "../../schemas/trajectory-arrow.ts";
-import { encodeRows } from "./encoders/index.ts";
-import { encodeParquetWasm } from "./encoders/parquet-wasm.ts";
+import { encodeRows, wasmMemoryBytes } from "./encoders/index.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
+
+/** What the pool tells a worker when it starts. */
+export interface EncoderWorkerData {
+  /** The encoder the sink will use, warmed up before the first job. */
+  warmUp: Pick<EncodeOptions, "format" | "engine" | "compression">;
+}
 
 export interface EncodeJob {
   id: number;
@@ -31,17 +34,19 @@ export type EncodeReply =
       bytes: number;
       encodeMs: number;
       writeMs: number;
-      /** Bytes of WebAssembly memory this worker holds (it never shrinks; the pool recycles big ones). */
+      /** Bytes of parquet-wasm memory this worker holds (it never shrinks; the pool recycles big ones). */
       wasmBytes: number;
     }
   | { id: number; ok: false; error: { message: string; code?: string; stack?: string } };
 
 /**
- * One throwaway encode when the worker starts (while the consumer connects): WebAssembly and the column
- * builders are compiled for speed only once they ran, so the run's first file paid for it. Measured:
- * the first 671-row file 164 ms cold, 90 ms after this (~60 ms here, off the critical path).
+ * One throwaway encode when the worker starts (while the consumer connects): the encoder's code (and
+ * parquet-wasm's WebAssembly) is compiled for speed only once it ran, so the run's first file paid for
+ * it. Measured with parquet-wasm: the first 671-row file 164 ms cold, 90 ms after this.
  */
-function warmUp(): void {
+async function warmUp(engine: EncoderWorkerData["warmUp"]): Promise<void> {
+  // parquetjs-lite is slow by the row: a warm-up would cost seconds and gain nothing measurable.
+  if (engine.format === "parquet" && engine.engine === "parquetjs-lite") return;
   const tokens = (n: number) => Int32Array.from({ length: n }, (_, i) => (i * 7919) % 150_000);
   const row: TrajectoryRow = {
     key: "warm-up_s_0",
@@ -75,13 +80,15 @@ function warmUp(): void {
     turn_end_indices: Int32Array.of(4_095),
     turn_rewards: null,
   };
-  const options = { compression: "zstd", metadata: {}, rowGroupSize: 1 << 20 } as const;
-  for (let i = 0; i < 3; i++) encodeParquetWasm(rowsToTable([row, row, row, row]), options);
+  const options: EncodeOptions = { ...engine, metadata: {}, rowGroupSize: 1 << 20 };
+  for (let i = 0; i < 3; i++) await encodeRows([row, row, row, row], options);
 }
-warmUp();
+// A failed warm-up is not an error of its own: the first real job meets the same problem and reports it.
+const warm = warmUp((workerData as EncoderWorkerData).warmUp).catch(() => undefined);
 
 parentPort!.on("message", async (job: EncodeJob) => {
   try {
+    await warm;
     const t0 = performance.now();
     const bytes = await encodeRows(job.rows, job.options);
     const t1 = performance.now();
@@ -95,7 +102,7 @@ parentPort!.on("message", async (job: EncodeJob) => {
       bytes: bytes.length,
       encodeMs: t1 - t0,
       writeMs: performance.now() - t1,
-      wasmBytes: wasmMemory().buffer.byteLength,
+      wasmBytes: wasmMemoryBytes(),
     };
     parentPort!.postMessage(reply);
   } catch (err) {

@@ -8,6 +8,7 @@ import kafkajs from "kafkajs";
 import * as lz4 from "lz4js";
 import * as snappy from "snappyjs";
 import { hash as xxh32 } from "lz4js/xxh32.js";
+import { lz4Block } from "../../core/lz4-block.ts";
 
 interface Encoder {
   buffer: Buffer;
@@ -59,17 +60,16 @@ export function lz4Compress(src: Uint8Array): Buffer {
   header[5] = 0x40; // block maximum size: 64 KiB
   header[6] = (xxh32(0, header, 4, 2) >>> 8) & 0xff;
   parts.push(header);
-  const out = new Uint8Array(lz4.compressBound(LZ4_BLOCK));
   for (let at = 0; at < src.length; at += LZ4_BLOCK) {
-    const block = src.slice(at, at + LZ4_BLOCK);
-    const size = lz4.compressBlock(block, out, 0, block.length, new Uint32Array(1 << 16));
+    const block = src.subarray(at, at + LZ4_BLOCK);
+    const compressed = lz4Block(block);
     const prefix = Buffer.alloc(4);
-    if (size === 0 || size >= block.length) {
+    if (compressed === null) {
       prefix.writeUInt32LE((0x80000000 | block.length) >>> 0);
       parts.push(prefix, Buffer.from(block));
     } else {
-      prefix.writeUInt32LE(size);
-      parts.push(prefix, Buffer.from(out.subarray(0, size)));
+      prefix.writeUInt32LE(compressed.length);
+      parts.push(prefix, Buffer.from(compressed));
     }
   }
   parts.push(Buffer.alloc(4)); // end mark

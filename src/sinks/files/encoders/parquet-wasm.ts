@@ -4,7 +4,7 @@
  */
 import { tableToIPC, type Table } from "apache-arrow";
 import * as wasm from "parquet-wasm/node";
-import type { Compression } from "./types.ts";
+import { STATISTICS_COLUMNS, type Compression } from "./types.ts";
 
 const CODECS: Record<Compression, wasm.Compression> = {
   zstd: wasm.Compression.ZSTD,
@@ -21,23 +21,10 @@ export interface ParquetWasmOptions {
 }
 
 // Dictionary encoding pays off only for repetitive strings; on token ids it triples the write time for
-// nothing, and page statistics on list columns are never used by readers. Measured on 256 rows of 16k
-// tokens (bench/sink.ts): 1.42 s with the defaults, 0.33 s with these settings, 4% larger files.
+// nothing, and page statistics on list columns are never used by readers (STATISTICS_COLUMNS get
+// them). Measured on 256 rows of 16k tokens (bench/sink.ts): 1.42 s with the defaults, 0.33 s with these settings, 4% larger files.
 // (Per-column settings take top-level column names only: parquet-wasm does not split nested paths.)
 const DICTIONARY_COLUMNS = ["uid", "status"];
-const STATISTICS_COLUMNS = [
-  "key",
-  "uid",
-  "index",
-  "sample_index",
-  "reward",
-  "weight_version_min",
-  "weight_version_max",
-  "num_turns",
-  "num_trained_tokens",
-  "sample_mask",
-  "ended_at_ms",
-];
 
 export function encodeParquetWasm(table: Table, options: ParquetWasmOptions): Uint8Array {
   const wasmTable = wasm.Table.fromIPCStream(tableToIPC(table, "stream"));
@@ -57,7 +44,12 @@ export function encodeParquetWasm(table: Table, options: ParquetWasmOptions): Ui
   return wasm.writeParquet(wasmTable, props);
 }
 
-/** Parquet bytes (from either engine) → Arrow IPC stream bytes. */
+/** Bytes of WebAssembly memory this thread's parquet-wasm holds (it grows, never shrinks). */
+export function wasmMemoryBytes(): number {
+  return wasm.wasmMemory().buffer.byteLength;
+}
+
+/** Parquet bytes (from any engine) → Arrow IPC stream bytes. */
 export function parquetToIPC(bytes: Uint8Array): Uint8Array {
   return wasm.readParquet(bytes).intoIPCStream();
 }

@@ -1,7 +1,10 @@
 /** File formats the file sink writes. */
 export type FileFormat = "parquet" | "arrow";
-/** Parquet engines: parquet-wasm (default, fast) or parquetjs-lite (pure JavaScript). */
-export type ParquetEngine = "parquet-wasm" | "parquetjs-lite";
+/**
+ * Parquet engines: trajflow (default: the project's own writer, ./parquet-trajflow.ts), parquet-wasm
+ * (Rust's parquet crate as WebAssembly) or parquetjs-lite (pure JavaScript, slow).
+ */
+export type ParquetEngine = "trajflow" | "parquet-wasm" | "parquetjs-lite";
 export type Compression = "zstd" | "snappy" | "gzip" | "lz4" | "none";
 
 /** Everything an encoder needs besides the rows. Plain data: it crosses to worker threads. */
@@ -16,6 +19,25 @@ export interface EncodeOptions {
 
 /** Which codecs each engine can write. */
 export const ENGINE_CODECS: Record<ParquetEngine, readonly Compression[]> = {
+  trajflow: ["zstd", "snappy", "gzip", "lz4", "none"],
   "parquet-wasm": ["zstd", "snappy", "gzip", "lz4", "none"],
   "parquetjs-lite": ["snappy", "gzip", "none"],
 };
+
+/**
+ * Scalar columns whose chunks carry min/max/null-count statistics, so readers can skip row groups when
+ * filtering on them (DuckDB, pyarrow datasets). Token columns get none: no reader filters on them.
+ */
+export const STATISTICS_COLUMNS: readonly string[] = [
+  "key",
+  "uid",
+  "index",
+  "sample_index",
+  "reward",
+  "weight_version_min",
+  "weight_version_max",
+  "num_turns",
+  "num_trained_tokens",
+  "sample_mask",
+  "ended_at_ms",
+];
