@@ -26,7 +26,7 @@ Assembly:
 Files:
   --format <f>              parquet (default) or arrow (Arrow IPC files)
   --engine <e>              trajflow (default), parquet-wasm or parquetjs-lite
-  --compression <c>         zstd (default for parquet-wasm), snappy (default for parquetjs-lite), gzip, lz4, none
+  --compression <c>         zstd (default; snappy for parquetjs-lite), snappy, gzip, lz4, none
   --rows-per-file <n>       cut a file after n rows (default 10000)
   --tokens-per-file <n>     cut a file once it holds n tokens (default 4000000)
   --file-age-ms <n>         write buffered rows after n ms of wall-clock time even if the file is small
