@@ -162,8 +162,8 @@ export async function consumeTopicProcess(
   out: string,
   messages: number,
   args: string[] = [],
-  /** Node's own flags (e.g. --max-semi-space-size=4, docs/operations.md). */
-  nodeFlags: string[] = [],
+  /** Node's own flags: by default those bin/trajflow.js starts Node with (docs/operations.md). */
+  nodeFlags: string[] = ["--max-semi-space-size=4"],
 ): Promise<ProcessRun> {
   const root = new URL("..", import.meta.url).pathname;
   const port = 20_000 + Math.floor(Math.random() * 20_000);

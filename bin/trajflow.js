@@ -1,6 +1,12 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=4
 // Runs the TypeScript sources directly: Node 24 strips types natively (the project's `node` devDependency
 // supplies Node 24 to npm scripts).
+//
+// --max-semi-space-size=4: V8 lets the young generation grow to 64 MiB per semi-space on a large host, and
+// JSON parsing fills it with short-lived garbage: capped at 4 MiB, peak RSS is 40-100 MiB lower at the same
+// throughput (docs/operations.md, BENCHMARKS.md). The flag must be given when Node starts (V8 sizes the heap
+// then): here for `npx trajflow` and `./bin/trajflow.js`, in package.json's scripts, and by hand as
+// `node --max-semi-space-size=4 bin/trajflow.js` when Node is called directly.
 import { setTimeout } from "node:timers";
 
 const { main } = await import("../src/cli/main.ts");

@@ -44,11 +44,14 @@ const CODECS: Record<Compression, number> = {
   none: Codec.UNCOMPRESSED,
 };
 
-/**
- * zstd level 1, as pyarrow and parquet-rs default to: on token ids, level 3 compressed ~4% smaller and
- * took ~1.6x the time (bench/sink.ts).
- */
+/** zstd level 1, the default of pyarrow (Arrow C++) and parquet-rs: files the size parquet-wasm wrote. */
 const ZSTD_LEVEL = 1;
+
+// Typed arrays are in the host's byte order and their bytes are copied into pages as they are: Parquet's
+// PLAIN encoding is little-endian, as x86-64 and arm64 are.
+if (new Uint8Array(Uint16Array.of(1).buffer)[0] !== 1) {
+  throw new Error("parquet (trajflow engine): this host is big-endian; use engine parquet-wasm");
+}
 /** Values per page, about: pages are cut at the first row boundary past it. */
 const PAGE_VALUE_BYTES = 1 << 20;
 const MAGIC = new Uint8Array([0x50, 0x41, 0x52, 0x31]); // "PAR1"
