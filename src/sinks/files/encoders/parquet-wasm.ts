@@ -1,6 +1,7 @@
 /**
- * The default Parquet engine: apache-arrow table → parquet-wasm (Rust's parquet crate compiled to
+ * The parquet-wasm engine: apache-arrow table → parquet-wasm (Rust's parquet crate compiled to
  * WebAssembly). Writes standard LISTs and embeds the Arrow schema, so pyarrow reads the exact types.
+ * Also trajflow's Parquet reader (any engine's files → Arrow), for inspect and recovery.
  */
 import { tableToIPC, type Table } from "apache-arrow";
 import * as wasm from "parquet-wasm/node";
@@ -21,8 +22,9 @@ export interface ParquetWasmOptions {
 }
 
 // Dictionary encoding pays off only for repetitive strings; on token ids it triples the write time for
-// nothing, and page statistics on list columns are never used by readers (STATISTICS_COLUMNS get
-// them). Measured on 256 rows of 16k tokens (bench/sink.ts): 1.42 s with the defaults, 0.33 s with these settings, 4% larger files.
+// nothing, and page statistics on list columns are never used by readers (STATISTICS_COLUMNS get them).
+// Measured on 256 rows of 16k tokens (bench/sink.ts): 1.42 s with the defaults, 0.33 s with these
+// settings, 4% larger files.
 // (Per-column settings take top-level column names only: parquet-wasm does not split nested paths.)
 const DICTIONARY_COLUMNS = ["uid", "status"];
 
