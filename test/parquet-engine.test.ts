@@ -14,7 +14,8 @@ import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
 import { encodeRows } from "../src/sinks/files/encoders/index.ts";
 import { encodeParquetWasm } from "../src/sinks/files/encoders/parquet-wasm.ts";
 import type { Compression } from "../src/sinks/files/encoders/types.ts";
-import { readRows } from "../src/sinks/files/read.ts";
+import { parquetMetadata } from "../src/sinks/files/encoders/parquet-wasm.ts";
+import { readFileMetadata, readRows } from "../src/sinks/files/read.ts";
 import { readWithPython } from "./helpers/python.ts";
 
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-parquet-engine-"));
@@ -139,4 +140,58 @@ describe("trajflow's Parquet writer", () => {
       assert.deepEqual((await readRows(ours)).map(plain), input.map(plain));
     });
   }
+
+  it("reads key-value metadata from the footer alone, for every engine's files", async () => {
+    const few = rows().slice(0, 8);
+    for (const engine of ["trajflow", "parquet-wasm", "parquetjs-lite"] as const) {
+      const path = join(scratch, `footer-${engine}.parquet`);
+      const compression = engine === "parquetjs-lite" ? "snappy" : "zstd";
+      const bytes = await encodeRows(few, {
+        format: "parquet",
+        engine,
+        compression,
+        rowGroupSize: 3,
+        metadata,
+      });
+      writeFileSync(path, bytes);
+      const read = await readFileMetadata(path);
+      for (const [k, v] of Object.entries(metadata)) assert.equal(read[k], v, `${engine}: ${k}`);
+      // The same pairs arrow-rs reads (parquet-wasm reads whole files).
+      const reference = parquetMetadata(bytes);
+      for (const [k, v] of Object.entries(reference)) assert.equal(read[k], v, `${engine}: ${k}`);
+    }
+  });
+
+  it("refuses a file that is not whole Parquet with a coded error naming it", async () => {
+    const whole = await encodeRows(rows().slice(0, 2), {
+      format: "parquet",
+      engine: "trajflow",
+      compression: "zstd",
+      rowGroupSize: 8,
+      metadata,
+    });
+    const cases: Array<[string, Uint8Array, RegExp]> = [
+      ["short", whole.subarray(0, 6), /too short/],
+      ["cut", whole.subarray(0, whole.length - 100), /no PAR1 at its end/],
+      ["not-parquet", Buffer.from("x".repeat(100)), /no PAR1 at its end/],
+    ];
+    // A footer whose length points before the file's start, and one whose bytes are not Thrift.
+    const lying = Buffer.from(whole);
+    lying.writeUInt32LE(whole.length + 5, whole.length - 8);
+    cases.push(["lying", lying, /out of range/]);
+    const garbage = Buffer.from(whole);
+    const footerLength = garbage.readUInt32LE(garbage.length - 8);
+    garbage.fill(0xff, garbage.length - 8 - footerLength, garbage.length - 8);
+    cases.push(["garbage", garbage, /cannot read the Parquet footer/]);
+    for (const [name, bytes, message] of cases) {
+      const path = join(scratch, `${name}.parquet`);
+      writeFileSync(path, bytes);
+      await assert.rejects(readFileMetadata(path), (err: Error & { code?: string }) => {
+        assert.equal(err.code, "SOURCE_READ_FAILED", name);
+        assert.match(err.message, message, name);
+        assert.ok(err.message.includes(path), name);
+        return true;
+      });
+    }
+  });
 });

@@ -5,6 +5,7 @@ import { tableFromIPC } from "apache-arrow";
 import { TrajflowError } from "../../core/errors.ts";
 import { tableToRows } from "../../schemas/trajectory-arrow.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
+import { readParquetKeyValues } from "./parquet-footer.ts";
 
 // Loaded on first use: parquet-wasm's WebAssembly instance costs memory a writing process may not need.
 const parquetWasm = () => import("./encoders/parquet-wasm.ts");
@@ -43,9 +44,11 @@ export async function readRows(file: string): Promise<TrajectoryRow[]> {
   return tableToRows(table);
 }
 
-/** Key-value metadata of a trajectory file (Parquet key-value metadata or Arrow schema metadata). */
+/**
+ * Key-value metadata of a trajectory file: Parquet's from its footer alone (./parquet-footer.ts), Arrow's
+ * from the schema.
+ */
 export async function readFileMetadata(file: string): Promise<Record<string, string>> {
-  const bytes = await fs.readFile(file);
-  if (file.endsWith(".arrow")) return Object.fromEntries(tableFromIPC(bytes).schema.metadata);
-  return (await parquetWasm()).parquetMetadata(bytes);
+  if (!file.endsWith(".arrow")) return readParquetKeyValues(file);
+  return Object.fromEntries(tableFromIPC(await fs.readFile(file)).schema.metadata);
 }
