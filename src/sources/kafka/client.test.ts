@@ -1,7 +1,7 @@
 import { strict as assert } from "node:assert";
 import { it } from "node:test";
 import kafkajs from "kafkajs";
-import { isBrokerAway, setupError, tlsOptions } from "./client.ts";
+import { isBrokerAway, kafkajsLogLevel, setupError, tlsOptions } from "./client.ts";
 
 // kafkajs's typings leave out these constructors' arguments; at run time they take (message, { cause }).
 const errors = kafkajs as unknown as Record<
@@ -72,4 +72,28 @@ it("gives refused credentials and unverified certificates their own codes, never
   assert.equal((setupError(cert, connection) as { code?: string }).code, "KAFKA_TLS_FAILED");
   const away = Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" });
   assert.equal(setupError(away, connection), away);
+});
+
+// Regression: producing to a fresh topic and starting against a loading broker logged ERROR lines (with
+// stacks) for responses kafkajs retries by design.
+it("logs the errors kafkajs retries as warnings, and keeps the ones it cannot as errors", () => {
+  const { ERROR, WARN, INFO, DEBUG } = kafkajs.logLevel;
+  const response = "Response Metadata(key: 3, version: 6)";
+  assert.equal(
+    kafkajsLogLevel(ERROR, response, { error: "This server does not host this topic-partition" }),
+    WARN,
+  );
+  const loading = "The coordinator is loading and hence can't process requests for this group";
+  assert.equal(kafkajsLogLevel(ERROR, `Crash: KafkaJSProtocolError: ${loading}`, {}), WARN);
+  assert.equal(kafkajsLogLevel(ERROR, "Restarting the consumer in 200ms", {}), WARN);
+  assert.equal(
+    kafkajsLogLevel(WARN, "Limiting retries for the idempotent producer may invalidate EoS guarantees", {}),
+    DEBUG,
+  );
+
+  assert.equal(kafkajsLogLevel(ERROR, response, { error: "Topic authorization failed" }), ERROR);
+  assert.equal(kafkajsLogLevel(ERROR, "Crash: KafkaJSProtocolError: Topic authorization failed", {}), ERROR);
+  assert.equal(kafkajsLogLevel(ERROR, "Connection error: connect ECONNREFUSED 127.0.0.1:9092", {}), ERROR);
+  assert.equal(kafkajsLogLevel(WARN, "something kafkajs warns about", {}), WARN);
+  assert.equal(kafkajsLogLevel(INFO, "Consumer has joined the group", {}), INFO);
 });

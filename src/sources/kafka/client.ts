@@ -8,6 +8,7 @@
  */
 import kafkajs, { type Consumer, type KafkaConfig, type Producer, type logLevel as LogLevel } from "kafkajs";
 import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { isIP } from "node:net";
 import { connect as tlsConnect } from "node:tls";
 import { TrajflowError } from "../../core/errors.ts";
@@ -43,6 +44,38 @@ export function compressionCodec(name: CompressionName): number {
  */
 const IDEMPOTENT_RETRIES_WARNING = "Limiting retries for the idempotent producer";
 
+/** Messages of the error codes Kafka's protocol marks retriable (kafkajs's own table). */
+let retriableMessages: Set<string> | null = null;
+
+function isRetriableMessage(message: string): boolean {
+  if (retriableMessages === null) {
+    const require = createRequire(import.meta.url);
+    const { errorCodes } = require("kafkajs/src/protocol/error.js") as {
+      errorCodes: Array<{ message: string; retriable: boolean }>;
+    };
+    retriableMessages = new Set(errorCodes.filter((e) => e.retriable).map((e) => e.message));
+  }
+  return retriableMessages.has(message);
+}
+
+/**
+ * The level a kafkajs log entry deserves in trajflow's log. kafkajs logs every error response at ERROR,
+ * also the retriable ones it then retries (a fresh topic's "This server does not host this
+ * topic-partition", a starting broker's "The coordinator is loading"), and its consumer's restart after
+ * them: normal operation, which log-based alerting must not page for. Those become warnings; what kafkajs
+ * gives up on reaches trajflow's code as an error and is reported there, coded.
+ */
+export function kafkajsLogLevel(level: LogLevel, message: string, extra: Record<string, unknown>): LogLevel {
+  if (level === logLevel.WARN && message.startsWith(IDEMPOTENT_RETRIES_WARNING)) return logLevel.DEBUG;
+  if (level !== logLevel.ERROR) return level;
+  const error = typeof extra.error === "string" ? extra.error : null;
+  if (error !== null && isRetriableMessage(error)) return logLevel.WARN;
+  const crash = /^Crash: KafkaJSProtocolError: (.*)$/.exec(message);
+  if (crash !== null && isRetriableMessage(crash[1]!)) return logLevel.WARN;
+  if (/^Restarting the consumer in \d+ms$/.test(message)) return logLevel.WARN;
+  return level;
+}
+
 function logCreator(logger: Logger) {
   return () =>
     ({ level, log }: { level: LogLevel; log: { message: string; [k: string]: unknown } }) => {
@@ -50,9 +83,9 @@ function logCreator(logger: Logger) {
       // kafkajs log entries never carry credentials; the connection config is not logged at all.
       delete extra.timestamp;
       delete extra.logger;
-      if (level === logLevel.ERROR) logger.error(extra, message);
-      else if (level === logLevel.WARN && !message.startsWith(IDEMPOTENT_RETRIES_WARNING))
-        logger.warn(extra, message);
+      const mapped = kafkajsLogLevel(level, message, extra);
+      if (mapped === logLevel.ERROR) logger.error(extra, message);
+      else if (mapped === logLevel.WARN) logger.warn(extra, message);
       else logger.debug(extra, message);
     };
 }
