@@ -4,7 +4,7 @@ import { it } from "node:test";
 import { ErrorCodes } from "../src/core/errors.ts";
 import { METRICS } from "../src/core/metric-names.ts";
 import { RowFlags } from "../src/schemas/trajectory.ts";
-import { trajectoryArrowSchema } from "../src/schemas/trajectory.ts";
+import { trajectoryArrowSchema } from "../src/schemas/trajectory-arrow.ts";
 
 const doc = (name: string) => readFileSync(new URL(`../docs/${name}`, import.meta.url), "utf8");
 /** A table row whose first cell is `name` in backticks (Prettier pads table cells). */

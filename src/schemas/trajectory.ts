@@ -1,8 +1,8 @@
 /**
- * Output rows: one training-ready trajectory per row. docs/output.md describes every column; the Arrow
- * schema here is the contract both Parquet and Arrow IPC outputs follow.
+ * Output rows: one training-ready trajectory per row. docs/output.md describes every column; their Arrow
+ * schema, the contract both Parquet and Arrow IPC outputs follow, is in trajectory-arrow.ts (apart, so
+ * the ingest thread does not load apache-arrow).
  */
-import { Field, Float32, Float64, Int32, Int8, List, Schema, Utf8, Bool } from "apache-arrow";
 
 export const OUTPUT_SCHEMA_VERSION = "2";
 
@@ -97,43 +97,6 @@ export interface TrajectoryRow {
   /** Per-turn rewards aligned with `turn_end_indices` (NaN-free; null entries for unrewarded turns). */
   turn_rewards: Array<number | null> | null;
 }
-
-const list = (name: string, type: Int32 | Int8 | Float32 | Utf8, nullable = false) =>
-  new Field(name, new List(new Field("element", type, false)), nullable);
-
-/** The Arrow schema of trajectory rows. Lists use `element` children so Parquet gets the standard LIST. */
-export const trajectoryArrowSchema = new Schema([
-  new Field("key", new Utf8(), false),
-  new Field("uid", new Utf8(), false),
-  new Field("session_id", new Utf8(), false),
-  new Field("index", new Int32(), false),
-  new Field("sample_index", new Int32(), true),
-  new Field("group_size", new Int32(), true),
-  list("prompt_ids", new Int32()),
-  list("response_ids", new Int32()),
-  list("response_mask", new Int8()),
-  list("rollout_log_probs", new Float32(), true),
-  new Field("reward", new Float64(), true),
-  new Field("episode_finished", new Bool(), true),
-  list("finish_reasons", new Utf8()),
-  list("finish_reasons_raw", new Utf8()),
-  new Field("weight_version_min", new Int32(), true),
-  new Field("weight_version_max", new Int32(), true),
-  new Field("num_turns", new Int32(), false),
-  new Field("num_trained_tokens", new Int32(), false),
-  new Field("status", new Utf8(), false),
-  list("flags", new Utf8()),
-  new Field("parent_index", new Int32(), true),
-  new Field("shared_prefix_len", new Int32(), false),
-  new Field("sample_mask", new Int8(), false),
-  new Field("ended_at_ms", new Float64(), false),
-  new Field("last_trained_index", new Int32(), true),
-  list("reward_names", new Utf8()),
-  new Field("reward_values", new List(new Field("element", new Float64(), true)), false),
-  new Field("reward_info", new Utf8(), true),
-  list("turn_end_indices", new Int32()),
-  new Field("turn_rewards", new List(new Field("element", new Float64(), true)), true),
-]);
 
 /**
  * `{uid}_{session_id}_{index}`, parseable with Python's `key.rsplit("_", 2)`. A session_id may contain

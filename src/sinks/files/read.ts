@@ -1,14 +1,14 @@
 /** Reading trajectory files back (inspect, recovery, tests): Parquet from any engine, and Arrow IPC files. */
 import { promises as fs } from "node:fs";
 import { join } from "node:path";
-import { tableFromIPC } from "apache-arrow";
 import { TrajflowError } from "../../core/errors.ts";
-import { tableToRows } from "../../schemas/trajectory-arrow.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 import { readParquetKeyValues } from "./parquet-footer.ts";
 
-// Loaded on first use: parquet-wasm's WebAssembly instance costs memory a writing process may not need.
+// Loaded on first use: parquet-wasm's WebAssembly instance and apache-arrow cost memory and start-up time
+// a writing process does not need (recovery reads Parquet footers only).
 const parquetWasm = () => import("./encoders/parquet-wasm.ts");
+const arrow = () => import("apache-arrow");
 
 const DATA_FILE = /\.(parquet|arrow)$/;
 
@@ -38,6 +38,8 @@ export async function listDataFiles(path: string): Promise<string[]> {
 
 export async function readRows(file: string): Promise<TrajectoryRow[]> {
   const bytes = await fs.readFile(file);
+  const { tableFromIPC } = await arrow();
+  const { tableToRows } = await import("../../schemas/trajectory-arrow.ts");
   const table = file.endsWith(".arrow")
     ? tableFromIPC(bytes)
     : tableFromIPC((await parquetWasm()).parquetToIPC(bytes));
@@ -50,5 +52,6 @@ export async function readRows(file: string): Promise<TrajectoryRow[]> {
  */
 export async function readFileMetadata(file: string): Promise<Record<string, string>> {
   if (!file.endsWith(".arrow")) return readParquetKeyValues(file);
+  const { tableFromIPC } = await arrow();
   return Object.fromEntries(tableFromIPC(await fs.readFile(file)).schema.metadata);
 }

@@ -17,7 +17,7 @@ import { OUTPUT_SCHEMA_VERSION, type TrajectoryRow } from "../../schemas/traject
 import { promises as fs } from "node:fs";
 import { publishTemp, removeStaleTemps } from "../shared/atomic-file.ts";
 import type { FileSinkConfig } from "./config.ts";
-import { fileExtension } from "./encoders/index.ts";
+import { fileExtension } from "./encoders/types.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
 import { EncoderPool } from "./pool.ts";
 

@@ -7,11 +7,17 @@
  * session's rows with the same keys (a compacted topic, or a consumer keeping the last value per key,
  * removes the copy); a session can never reach the files without reaching the topic.
  */
-import { tableToIPC } from "apache-arrow";
-import { rowsToTable } from "../../schemas/trajectory-arrow.ts";
 import { rowToJson, type TrajectoryRow } from "../../schemas/trajectory.ts";
 import { compressionCodec, type Producer } from "../../sources/kafka/client.ts";
 import type { TrajectoryTopicConfig } from "./config.ts";
+
+async function arrowEncoding() {
+  const [{ tableToIPC }, { rowsToTable }] = await Promise.all([
+    import("apache-arrow"),
+    import("../../schemas/trajectory-arrow.ts"),
+  ]);
+  return { tableToIPC, rowsToTable };
+}
 
 export class TrajectoryTopicSink {
   private readonly config: TrajectoryTopicConfig;
@@ -25,10 +31,13 @@ export class TrajectoryTopicSink {
   /** Produces the rows and resolves once every one is acknowledged by all in-sync replicas. */
   async write(rows: readonly TrajectoryRow[]): Promise<void> {
     const { topic, format, compression, max_batch_rows } = this.config;
+    // apache-arrow is loaded only by a pipeline that produces Arrow (the ingest thread needs it for nothing else).
+    const arrow = format === "arrow" ? await arrowEncoding() : null;
     for (let i = 0; i < rows.length; i += max_batch_rows) {
       const messages = rows.slice(i, i + max_batch_rows).map((row) => ({
         key: row.key,
-        value: format === "json" ? rowToJson(row) : Buffer.from(tableToIPC(rowsToTable([row]), "stream")),
+        value:
+          arrow === null ? rowToJson(row) : Buffer.from(arrow.tableToIPC(arrow.rowsToTable([row]), "stream")),
         headers: { "trajflow.format": format },
       }));
       await this.producer.send({ topic, acks: -1, compression: compressionCodec(compression), messages });

@@ -1,7 +1,7 @@
 /** Rows → file bytes, for every format and engine. Runs on a worker thread (see ../worker.ts). */
 import { tableToIPC } from "apache-arrow";
-import { rowsToTable } from "../../../schemas/trajectory-arrow.ts";
-import { trajectoryArrowSchema, type TrajectoryRow } from "../../../schemas/trajectory.ts";
+import { rowsToTable, trajectoryArrowSchema } from "../../../schemas/trajectory-arrow.ts";
+import type { TrajectoryRow } from "../../../schemas/trajectory.ts";
 import { encodeParquetjs } from "./parquetjs.ts";
 import { encodeParquetTrajflow } from "./parquet-trajflow.ts";
 import type * as ParquetWasm from "./parquet-wasm.ts";
@@ -28,8 +28,4 @@ export async function encodeRows(rows: TrajectoryRow[], options: EncodeOptions):
   }
   parquetWasm ??= await import("./parquet-wasm.ts");
   return parquetWasm.encodeParquetWasm(rowsToTable(rows), options);
-}
-
-export function fileExtension(options: Pick<EncodeOptions, "format">): string {
-  return options.format === "arrow" ? ".arrow" : ".parquet";
 }

@@ -17,6 +17,10 @@ export interface EncodeOptions {
   metadata: Record<string, string>;
 }
 
+export function fileExtension(options: Pick<EncodeOptions, "format">): string {
+  return options.format === "arrow" ? ".arrow" : ".parquet";
+}
+
 /** Which codecs each engine can write. */
 export const ENGINE_CODECS: Record<ParquetEngine, readonly Compression[]> = {
   trajflow: ["zstd", "snappy", "gzip", "lz4", "none"],
