@@ -40,32 +40,27 @@ export function lz4Block(src: Uint8Array): Uint8Array | null {
     at += 2; // match offset
     if ((token & 15) === 15) while (out[at++] === 255);
   }
-  // Rewrite it with the tail's bytes added: token, length extension, the literals from the source.
+  // Rewrite it with the tail's bytes added.
   const count = literals + TAIL;
-  const start = n - count;
-  at = last;
-  out[at++] = Math.min(count, 15) << 4;
-  if (count >= 15) {
-    let rest = count - 15;
-    for (; rest >= 255; rest -= 255) out[at++] = 255;
-    out[at++] = rest;
-  }
-  out.set(src.subarray(start, n), at);
-  at += count;
+  at = writeLiteralRun(out, last, src.subarray(n - count));
   return at < n ? out.subarray(0, at) : null;
 }
 
-/** A block holding `src` as one literal run (what a reader decodes to the same bytes). */
-export function lz4LiteralBlock(src: Uint8Array): Uint8Array {
-  const n = src.length;
-  const out = new Uint8Array(n + 2 + Math.ceil(n / 255));
-  let at = 0;
+/** A final sequence of literals only: token, length extension bytes, the bytes. Returns the end. */
+function writeLiteralRun(out: Uint8Array, at: number, literals: Uint8Array): number {
+  const n = literals.length;
   out[at++] = Math.min(n, 15) << 4;
   if (n >= 15) {
     let rest = n - 15;
     for (; rest >= 255; rest -= 255) out[at++] = 255;
     out[at++] = rest;
   }
-  out.set(src, at);
-  return out.subarray(0, at + n);
+  out.set(literals, at);
+  return at + n;
+}
+
+/** A block holding `src` as one literal run (what a reader decodes to the same bytes). */
+export function lz4LiteralBlock(src: Uint8Array): Uint8Array {
+  const out = new Uint8Array(src.length + 2 + Math.ceil(src.length / 255));
+  return out.subarray(0, writeLiteralRun(out, 0, src));
 }
