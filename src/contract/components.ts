@@ -77,7 +77,9 @@ export interface SourceHandler {
   assigned(lane: Lane): Promise<void>;
   /**
    * Records of a lane, in offset order (`offsets[i]` is record i's). Resolves when they were applied;
-   * `live()` false tells the runtime to stop early (a rebalance, a stop).
+   * `live()` false tells the runtime to stop early (a rebalance, a stop). A source may hand over the next
+   * batch before this one resolved: batches are applied in the order they were handed over, and a later
+   * one is decoded meanwhile.
    */
   records(lane: Lane, records: RawRecord[], offsets: number[], live: () => boolean): Promise<void>;
   /** These lanes are gone (a rebalance, a restart): their state is dropped, nothing they hold may land. */

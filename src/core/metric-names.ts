@@ -107,6 +107,10 @@ export const METRICS = {
   kafka_commits: { kind: "counter", help: "Offset commits." },
   kafka_commit_failures: { kind: "counter", help: "Offset commits that failed (retried next interval)." },
   kafka_rebalances: { kind: "counter", help: "Group rebalances that restarted this member's partitions." },
+  kafka_lane_restarts: {
+    kind: "counter",
+    help: "Partitions read again from the committed offset (a batch cut short, a failed batch, an unconfirmed fence).",
+  },
   kafka_watchdog_restarts: {
     kind: "counter",
     help: "Consumers restarted by the watchdog (stalled with lag).",

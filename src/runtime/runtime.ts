@@ -82,7 +82,7 @@ export class Runtime implements SourceHandler {
   private readonly lanes = new Map<Lane, LaneRunner>();
   /** Batches being applied (idle detection waits for them). */
   private inFlight = 0;
-  /** The batch being applied, so a stop waits for it before it flushes the lanes. */
+  /** Settles once the last batch handed over (and every one before it) is applied: a stop waits for it. */
   private applying: Promise<void> = Promise.resolve();
   private failure: Error | null = null;
   readonly filesDir: string;
@@ -215,7 +215,11 @@ export class Runtime implements SourceHandler {
   }
 
   records(lane: Lane, records: RawRecord[], offsets: number[], live: () => boolean): Promise<void> {
-    const run = this.apply(lane, records, offsets, live);
+    this.metrics.timeline.first_record_at_ms ??= Date.now();
+    // Decoding starts now, applying once the batches handed over before are applied: a source that
+    // hands over the next batch early gets it decoded (on the decode workers) while this one assembles.
+    const chunks = this.lanes.has(lane) ? this.decodeChunks(records) : [];
+    const run = this.applying.then(() => this.apply(lane, records, offsets, live, chunks));
     this.inFlight++;
     this.applying = run.catch(() => {}).finally(() => this.inFlight--);
     return run;
@@ -226,12 +230,11 @@ export class Runtime implements SourceHandler {
     records: RawRecord[],
     offsets: number[],
     live: () => boolean,
+    chunks: Array<Promise<DecodeResult[]>>,
   ): Promise<void> {
     const runner = this.lanes.get(lane);
     if (runner === undefined) return;
-    this.metrics.timeline.first_record_at_ms ??= Date.now();
     const { ledger } = lane;
-    const chunks = this.decodeChunks(records);
     let at = 0;
     batch: for (const chunk of chunks) {
       const decoded = await chunk;

@@ -57,6 +57,8 @@ export class KafkaSource implements Source {
   private lagByPartition = new Map<number, number>();
   private lastProgress = { messages: 0, at: Date.now() };
   private count = 0;
+  /** The last batch handed to the runtime, settled (failures handled) once it is applied. */
+  private previousBatch: Promise<void> = Promise.resolve();
   /** Never resolves: a topic has no end. */
   readonly ended = new Promise<void>(() => {});
 
@@ -207,6 +209,7 @@ export class KafkaSource implements Source {
       // Not confirmed while the lane still looked live: start it over from the committed offset, so the
       // dropped file's rows are rebuilt (by this member, or by the owner after the rejoin).
       this.log.warn({ lane: lane.id }, "This member could not confirm it owns the partition; restarting it.");
+      this.metrics.inc("kafka_lane_restarts");
       this.restartLane(lane);
     }
     return false;
@@ -260,8 +263,17 @@ export class KafkaSource implements Source {
         this.log.info({ partition: batch.partition, offset: lane.ledger.next }, "Started a partition.");
       }
       const l = lane;
+      const first = Number(batch.messages[0]!.offset);
+      const last = Number(batch.messages[batch.messages.length - 1]!.offset);
+      // `ledger.next < first`: a batch before this one was not applied in full, and its lane restarts.
       const live = () =>
-        l.live && isRunning() && !isStale() && !this.stopping && !rebalancing && this.failure === null;
+        l.live &&
+        l.ledger.next >= first &&
+        isRunning() &&
+        !isStale() &&
+        !this.stopping &&
+        !rebalancing &&
+        this.failure === null;
       const records: RawRecord[] = new Array(batch.messages.length);
       const offsets: number[] = new Array(batch.messages.length);
       const { topic } = this.config;
@@ -276,10 +288,20 @@ export class KafkaSource implements Source {
       this.count += records.length;
       this.metrics.inc("kafka_messages", "", records.length);
       this.metrics.inc("kafka_bytes", "", bytes);
-      await this.handler.records(lane, records, offsets, live);
-      // kafkajs only needs resolved offsets to know where to fetch next; anything it delivers again is
-      // skipped by the ledger's next offset.
-      if (lane.ledger.next > offsets[0]!) payload.resolveOffset(String(lane.ledger.next - 1));
+      // Pipelined: kafkajs fetches the next batch only after this handler returns, so it returns once the
+      // batch before this one is applied, and this one is being decoded. While it assembles, the next
+      // batch is fetched, decompressed and (with decode workers) decoded.
+      const applied = this.handler.records(lane, records, offsets, live);
+      const previous = this.previousBatch;
+      this.previousBatch = applied.then(
+        () => this.batchApplied(l, last),
+        (err: unknown) => this.batchFailed(l, err),
+      );
+      await previous;
+      // kafkajs only needs resolved offsets to know where to fetch next. A batch that does not get
+      // applied in full (a rebalance, a restart, a failure) restarts its lane from the committed offset,
+      // and anything kafkajs delivers again is skipped by the ledger's next offset.
+      payload.resolveOffset(batch.messages[batch.messages.length - 1]!.offset);
       if (this.failure !== null) throw this.failure;
     } catch (err) {
       // kafkajs retries a failing handler and restarts the consumer, which is right for its own errors
@@ -288,6 +310,34 @@ export class KafkaSource implements Source {
       throw err;
     } finally {
       clearInterval(keepAlive);
+    }
+  }
+
+  /**
+   * A batch stopped early (a heartbeat failed, kafkajs restarted its consumer) while its lane stayed:
+   * kafkajs already fetches past it, so the lane reads its partition again from the committed offset.
+   */
+  private batchApplied(lane: KafkaLane, last: number): void {
+    if (!lane.live || lane.ledger.next > last || this.stopping || this.failure !== null) return;
+    this.log.info(
+      { lane: lane.id, next: lane.ledger.next, batch_end: last },
+      "A batch was not applied in full; reading its partition again from the committed offset.",
+    );
+    this.metrics.inc("kafka_lane_restarts");
+    this.restartLane(lane);
+  }
+
+  /**
+   * A batch failed after its handler returned. The client's own errors (a broker away while dead letters
+   * were produced) restart the lane from its committed offset, so nothing after the failure is skipped;
+   * any other error ends the run.
+   */
+  private batchFailed(lane: KafkaLane, err: unknown): void {
+    if (!isClientError(err)) this.fail(err as Error);
+    else if (lane.live && !this.stopping) {
+      this.log.warn({ err, lane: lane.id }, "A batch failed on a client error; restarting its partition.");
+      this.metrics.inc("kafka_lane_restarts");
+      this.restartLane(lane);
     }
   }
 
