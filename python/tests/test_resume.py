@@ -34,10 +34,24 @@ def keys_in(out):
     return sorted(ds.dataset(str(out), format="parquet", exclude_invalid_files=True).to_table().column("key").to_pylist())
 
 
+def delivered_count(ckpt):
+    log = ckpt / "deliveries.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
 def kill_and_resume(out, ckpt, kills, rng, *extra):
-    for _ in range(kills):
+    """Kills the loop `kills` times: the first right after it logged a batch (inside its training step,
+    so at least one kill lands between reading and committing whatever the host's speed), the others at
+    random points."""
+    for k in range(kills):
         loop = start_loop(out, ckpt, *extra)
-        time.sleep(rng.uniform(0.3, 1.2))
+        if k == 0:
+            before = delivered_count(ckpt)
+            deadline = time.monotonic() + 60
+            while delivered_count(ckpt) == before and loop.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.002)
+        else:
+            time.sleep(rng.uniform(0.3, 1.2))
         loop.send_signal(signal.SIGKILL)
         loop.wait()
 

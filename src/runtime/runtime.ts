@@ -7,7 +7,7 @@
  * drop what is open, wait for every sink, then commit and disconnect.
  */
 import { join, resolve } from "node:path";
-import { hostname } from "node:os";
+import { availableParallelism, hostname } from "node:os";
 import type {
   DeadLetterSink,
   Lane,
@@ -42,6 +42,17 @@ const DECODE_CHUNK_RECORDS = 256;
 const DECODE_CHUNK_BYTES = 1 << 20;
 /** Dead-letter bytes not yet durable past which reading waits (a flood of garbage). */
 const DEAD_LETTER_BACKLOG_BYTES = 64 * 2 ** 20;
+
+/**
+ * Decode workers of a plan: as configured, else one for a Kafka source on a host with a core to spare
+ * (Kafka batches are pipelined, so the worker decodes one batch while the consumer thread assembles the
+ * one before), none for a replay (its batches are applied one at a time).
+ */
+export function decodeWorkers(plan: Plan): number {
+  const configured = (plan.source.config as { decode_workers?: number }).decode_workers;
+  if (configured !== undefined) return configured;
+  return plan.source.type === "kafka" && availableParallelism() >= 2 ? 1 : 0;
+}
 
 export interface RunOptions {
   logger: Logger;
@@ -166,8 +177,7 @@ export class Runtime implements SourceHandler {
       plan.sinks.map((s) => REGISTRY.sinks[s.type]!.build!(s.config as never, ctx)),
     );
     this.source = await REGISTRY.sources[plan.source.type]!.build!(plan.source.config as never, ctx);
-    const workers = (plan.source.config as { decode_workers?: number }).decode_workers ?? 0;
-    this.decoders = new DecodePool(workers);
+    this.decoders = new DecodePool(decodeWorkers(plan));
   }
 
   /** Dead letters of one lane (each holds its own offset) or of no lane; every one is counted. */
