@@ -49,11 +49,63 @@ function byteSwap32(buf: ArrayBuffer): void {
   }
 }
 
+/**
+ * Where decoded JSON arrays are allocated on a decode worker: views into shared blocks, so a chunk of
+ * events crosses to the ingest thread as a few transferred buffers instead of one per array (each
+ * buffer of its own is an external allocation the garbage collector tracks one by one).
+ */
+export class ArrayArena {
+  private static readonly BLOCK_BYTES = 256 * 1024;
+  private block: ArrayBuffer | null = null;
+  private used = 0;
+  private blocks: ArrayBuffer[] = [];
+
+  /** `n` four-byte elements (int32 or float32) of a fresh, zeroed range. */
+  private range(n: number): [ArrayBuffer, number] {
+    const bytes = n * 4;
+    // A large array gets a buffer of its own, transferred with the event like a packed array's.
+    if (bytes > ArrayArena.BLOCK_BYTES / 4) return [new ArrayBuffer(bytes), 0];
+    if (this.block === null || this.used + bytes > this.block.byteLength) {
+      this.block = new ArrayBuffer(ArrayArena.BLOCK_BYTES);
+      this.blocks.push(this.block);
+      this.used = 0;
+    }
+    const at = this.used;
+    this.used += bytes;
+    return [this.block, at];
+  }
+
+  int32(n: number): Int32Array {
+    const [buffer, at] = this.range(n);
+    return new Int32Array(buffer, at, n);
+  }
+
+  float32(n: number): Float32Array {
+    const [buffer, at] = this.range(n);
+    return new Float32Array(buffer, at, n);
+  }
+
+  /** The shared blocks allocated since the last call (to transfer); later arrays go into new blocks. */
+  take(): ArrayBuffer[] {
+    const out = this.blocks;
+    this.blocks = [];
+    this.block = null;
+    return out;
+  }
+}
+
+let arena: ArrayArena | null = null;
+
+/** Allocates this thread's decoded JSON arrays in `a` from now on (decode workers); null: one buffer each. */
+export function useArrayArena(a: ArrayArena | null): void {
+  arena = a;
+}
+
 /** Decodes token ids: non-negative int32 values. */
 export function decodeTokenIds(value: unknown): Int32Array | string {
   if (Array.isArray(value)) {
     const n = value.length;
-    const out = new Int32Array(n);
+    const out = arena === null ? new Int32Array(n) : arena.int32(n);
     for (let i = 0; i < n; i++) {
       const v = value[i];
       if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > INT32_MAX) {
@@ -83,7 +135,7 @@ export function decodeTokenIds(value: unknown): Int32Array | string {
 export function decodeLogprobs(value: unknown): Float32Array | string {
   if (Array.isArray(value)) {
     const n = value.length;
-    const out = new Float32Array(n);
+    const out = arena === null ? new Float32Array(n) : arena.float32(n);
     for (let i = 0; i < n; i++) {
       const v = value[i];
       if (typeof v !== "number") {

@@ -84,3 +84,46 @@ it("rejects deeply nested events on a worker without crashing it", async () => {
   assert.equal(rejected!.deadLetter.code, "NESTING_TOO_DEEP");
   assert.equal(ok!.kind, "event");
 });
+
+// Regression: on a worker, small JSON arrays share transferred blocks and large ones get their own buffer;
+// an event with two large arrays listed one buffer twice and the worker crashed (DataCloneError).
+it("decodes small and large JSON arrays on a worker as decodeEvent does", async () => {
+  const pool = new DecodePool(1);
+  pools.push(pool);
+  const ids = (n: number, from: number) => Array.from({ length: n }, (_, i) => (from + i * 7) % 150_000);
+  const lps = (n: number) => Array.from({ length: n }, (_, i) => -((i % 97) + 1) / 128);
+  const events = [
+    { ...envelope, seq: 1, type: "request", call_id: "big", prompt_ids: ids(40_000, 3) },
+    {
+      ...envelope,
+      seq: 2,
+      type: "response",
+      call_id: "big",
+      output_ids: ids(20_000, 5),
+      logprobs: lps(20_000),
+      finish_reason: "length",
+    },
+    ...Array.from({ length: 300 }, (_, k) => ({
+      ...envelope,
+      seq: 3 + k,
+      type: "response",
+      call_id: `c${k}`,
+      prompt_ids: ids(200 + k, k),
+      output_ids: ids(64, k + 1),
+      logprobs: lps(64),
+      finish_reason: "stop",
+    })),
+  ];
+  const input: RawRecord[] = events.map((e, i) => ({
+    raw: Buffer.from(JSON.stringify(e)),
+    origin: { kind: "kafka", topic: "t", partition: 0, offset: String(i) },
+  }));
+  const got = (await Promise.all([pool.decode(input.slice(0, 150)), pool.decode(input.slice(150))])).flat();
+  const want = input.map(decodeEvent);
+  assert.equal(got.length, want.length);
+  for (let i = 0; i < want.length; i++) assert.deepEqual(got[i], want[i], `record ${i}`);
+  const big = got[1]!;
+  assert.ok(big.kind === "event" && big.value.event.type === "response");
+  assert.equal(big.value.event.output_ids.length, 20_000);
+  assert.equal(big.value.event.logprobs!.length, 20_000);
+});

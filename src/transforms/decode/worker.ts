@@ -5,6 +5,7 @@
  */
 import { parentPort } from "node:worker_threads";
 import type { GatewayEvent, PolicyUpdateEvent } from "../../schemas/events.ts";
+import { ArrayArena, useArrayArena } from "../../schemas/tokens.ts";
 import { decodeEvent } from "./decode.ts";
 
 export interface DecodeJob {
@@ -29,7 +30,7 @@ export interface DecodeReply {
 // Rejections are redone by the ingest thread, which knows where the event came from.
 const ORIGIN = { kind: "kafka", topic: "", partition: 0, offset: "0" } as const;
 
-/** Buffers of a decoded event's typed arrays: each was allocated for that array alone, so it can move. */
+/** Buffers of a decoded event's typed arrays allocated for that array alone (packed arrays), so they can move. */
 function addBuffers(event: GatewayEvent, out: ArrayBuffer[]): void {
   for (const value of Object.values(event)) {
     if (ArrayBuffer.isView(value) && value.byteLength === value.buffer.byteLength) {
@@ -37,6 +38,9 @@ function addBuffers(event: GatewayEvent, out: ArrayBuffer[]): void {
     }
   }
 }
+
+const arena = new ArrayArena();
+useArrayArena(arena);
 
 parentPort!.on("message", (job: DecodeJob) => {
   const items: DecodedItem[] = [];
@@ -55,6 +59,7 @@ parentPort!.on("message", (job: DecodeJob) => {
       items.push(null);
     }
   }
+  for (const block of arena.take()) transfer.push(block);
   const reply: DecodeReply = { id: job.id, items };
   parentPort!.postMessage(reply, transfer);
 });
