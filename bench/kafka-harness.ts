@@ -139,6 +139,8 @@ export interface ProcessRun {
   seconds: number;
   /** Process spawned to first file committed (fixed overhead, including the file age). */
   firstFileSeconds: number;
+  /** Every event applied (seen on /metrics, polled every 20 ms) to the last file: the final files' writing. */
+  tailSeconds: number;
   /** Process spawned to first record read (startup: module loading, group join, first fetch). */
   firstRecordSeconds: number;
   peakRss: number;
@@ -195,6 +197,7 @@ export async function consumeTopicProcess(
   let running = true;
   void exited.then(() => (running = false));
   while (running && (await consumed()) < messages) await new Promise((r) => setTimeout(r, 20));
+  const stopAt = Date.now();
   child.kill("SIGTERM");
   const code = await exited;
   if (code !== 0) throw new Error(`trajflow consume exited with ${code}`);
@@ -210,6 +213,7 @@ export async function consumeTopicProcess(
     seconds: (t.last_file_at_ms - t.first_record_at_ms) / 1000,
     firstFileSeconds: (t.first_file_at_ms - spawned) / 1000,
     firstRecordSeconds: (t.first_record_at_ms - spawned) / 1000,
+    tailSeconds: (t.last_file_at_ms - stopAt) / 1000,
     peakRss: report.peak_rss_bytes,
     cpuSeconds: report.cpu_seconds.user + report.cpu_seconds.system,
     report,

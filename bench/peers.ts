@@ -290,7 +290,8 @@ try {
     );
     console.log(table.slice(-5).join("\n"));
     console.log(
-      `  trajflow: first record ${ours.firstRecordSeconds.toFixed(2)} s after the spawn; decode ceiling ` +
+      `  trajflow: first record ${ours.firstRecordSeconds.toFixed(2)} s after the spawn; last file ` +
+        `${ours.tailSeconds.toFixed(2)} s after every event was applied; decode ceiling ` +
         `${(ours.seconds / ceiling).toFixed(2)}x faster than trajflow`,
     );
 

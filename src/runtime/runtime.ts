@@ -394,7 +394,11 @@ export class Runtime implements SourceHandler {
     await this.source.pause();
     await this.applying;
     for (const runner of this.lanes.values()) await runner.endOfBatch(final);
-    for (const runner of this.lanes.values()) await runner.drain();
+    // Every lane's last files at once: the encoders and the disk work on all of them together instead of
+    // one lane after another (a stop right after a burst spent 0.4 s writing four partitions in turn).
+    const drained = await Promise.allSettled([...this.lanes.values()].map((runner) => runner.drain()));
+    const failed = drained.find((d) => d.status === "rejected");
+    if (failed !== undefined) throw (failed as PromiseRejectedResult).reason;
     await this.deadLetters.close();
     const say = this.plan.source.type === "kafka" ? "info" : "debug";
     this.log[say]("Files written; committing offsets.");
