@@ -52,7 +52,9 @@ function byteSwap32(buf: ArrayBuffer): void {
 /**
  * Where decoded JSON arrays are allocated on a decode worker: views into shared blocks, so a chunk of
  * events crosses to the ingest thread as a few transferred buffers instead of one per array (each
- * buffer of its own is an external allocation the garbage collector tracks one by one).
+ * buffer of its own is an external allocation the garbage collector tracks one by one). A view keeps its
+ * whole block alive; assembly copies token ids and logprobs into session storage, so a block outlives its
+ * chunk only while one of its events waits (a request for its response, an event for an earlier seq).
  */
 export class ArrayArena {
   private static readonly BLOCK_BYTES = 256 * 1024;
