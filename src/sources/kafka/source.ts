@@ -236,6 +236,9 @@ export class KafkaSource implements Source {
   private async onBatch(payload: EachBatchPayload): Promise<void> {
     const { batch, heartbeat, isRunning, isStale } = payload;
     if (batch.messages.length === 0) return;
+    const first = Number(batch.messages[0]!.offset);
+    const lastOffset = batch.messages[batch.messages.length - 1]!.offset;
+    const last = Number(lastOffset);
     // kafkajs heartbeats only between handler calls, and a batch can wait on the sinks (backpressure) or
     // on recovery: a timer keeps the membership alive meanwhile. A failed heartbeat means the group is
     // rebalancing; the batch then stops early and kafkajs rejoins.
@@ -248,7 +251,6 @@ export class KafkaSource implements Source {
     try {
       let lane = this.lanes.get(batch.partition);
       if (lane === undefined) {
-        const first = Number(batch.messages[0]!.offset);
         const expected = this.restartAt.get(batch.partition);
         if (expected !== undefined && first !== expected) {
           // Fetched before the seek of a local restart took effect: not where the new lane starts.
@@ -263,8 +265,6 @@ export class KafkaSource implements Source {
         this.log.info({ partition: batch.partition, offset: lane.ledger.next }, "Started a partition.");
       }
       const l = lane;
-      const first = Number(batch.messages[0]!.offset);
-      const last = Number(batch.messages[batch.messages.length - 1]!.offset);
       // `ledger.next < first`: a batch before this one was not applied in full, and its lane restarts.
       const live = () =>
         l.live &&
@@ -301,7 +301,7 @@ export class KafkaSource implements Source {
       // kafkajs only needs resolved offsets to know where to fetch next. A batch that does not get
       // applied in full (a rebalance, a restart, a failure) restarts its lane from the committed offset,
       // and anything kafkajs delivers again is skipped by the ledger's next offset.
-      payload.resolveOffset(batch.messages[batch.messages.length - 1]!.offset);
+      payload.resolveOffset(lastOffset);
       if (this.failure !== null) throw this.failure;
     } catch (err) {
       // kafkajs retries a failing handler and restarts the consumer, which is right for its own errors

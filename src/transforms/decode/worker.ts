@@ -30,7 +30,10 @@ export interface DecodeReply {
 // Rejections are redone by the ingest thread, which knows where the event came from.
 const ORIGIN = { kind: "kafka", topic: "", partition: 0, offset: "0" } as const;
 
-/** Buffers of a decoded event's typed arrays allocated for that array alone (packed arrays), so they can move. */
+/**
+ * Buffers of a decoded event's typed arrays allocated for that array alone (packed arrays, and JSON arrays
+ * too large for the arena's blocks), so they can move; the arena's shared blocks are listed once per chunk.
+ */
 function addBuffers(event: GatewayEvent, out: ArrayBuffer[]): void {
   for (const value of Object.values(event)) {
     if (ArrayBuffer.isView(value) && value.byteLength === value.buffer.byteLength) {
