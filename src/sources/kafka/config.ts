@@ -43,8 +43,8 @@ export const kafkaSourceConfigSchema = z.strictObject({
     .describe(
       "Worker threads that decode events (JSON, validation, token unpacking) while the consumer thread " +
         "fetches and assembles the batch before; 0 decodes on the consumer thread. Default: 1 on a host " +
-        "with 2 or more cores, else 0 (measured, BENCHMARKS.md: up to +30% events/s on 2 cores with JSON " +
-        "token arrays, at 20-60 MiB more memory).",
+        "with 2 or more cores, else 0. It pays where it has a core of its own; on 2 cores shared with a broker " +
+        "it measured -6% to +30% by workload (BENCHMARKS.md), at 20-60 MiB more memory.",
     ),
   session_timeout_ms: z.int().positive().default(30_000).describe("Consumer group session timeout."),
   lag_interval_ms: z
