@@ -13,6 +13,10 @@
  * topic with no processing (kafkajs). Correctness side by side: the token columns of all three for linear
  * workloads; rows and trained tokens for the branchy one. The tables are printed and written into
  * BENCHMARKS.md between its bench:peers markers.
+ *
+ * BENCH_SCALE multiplies the workloads (default 1; BENCHMARKS.md's tables use 3). BENCH_TRAJFLOW_ARGS
+ * (optional, space-separated `trajflow consume` flags, e.g. "--decode-workers 3 --encode-workers 2")
+ * adds a second trajflow row run with those flags, for hosts where the defaults leave cores idle.
  */
 import { execFile, execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -41,6 +45,7 @@ interface Workload {
 }
 
 const SCALE = Number(process.env.BENCH_SCALE ?? 1);
+const TUNED = (process.env.BENCH_TRAJFLOW_ARGS ?? "").split(" ").filter((a) => a !== "");
 const BEGIN = "<!-- bench:peers begin -->";
 const END = "<!-- bench:peers end -->";
 const LONG = { initialPrompt: 2_048, turns: 48, outputTokens: 512, observationTokens: 128 }; // to ~32.7k
@@ -228,6 +233,10 @@ try {
     const topic = `peers-${Date.now()}-${w}`;
     await produceFile(brokers, input, topic);
     const ours = await consumeTopicProcess(brokers, topic, join(dir, `w${w}-trajflow`), n);
+    const tuned =
+      TUNED.length === 0
+        ? null
+        : await consumeTopicProcess(brokers, topic, join(dir, `w${w}-tuned`), n, TUNED);
     const fast = await runPeer(FAST_PEER, topic, join(dir, `w${w}-fast`), n);
     const linear = await runPeer(LINEAR_PEER, topic, join(dir, `w${w}-linear`), n);
     const raw = await readTopicRaw(topic, n);
@@ -251,15 +260,20 @@ try {
       `${run === undefined ? "" : `${Math.round(run.peakRss / 2 ** 20)} MiB`} | ` +
       `${run === undefined ? "" : run.cpuSeconds.toFixed(1)} | ` +
       `${ms(run?.p50)} | ${ms(run?.p99)} | ${(fast.seconds / seconds).toFixed(2)}x | ${(linear.seconds / seconds).toFixed(2)}x |`;
-    table.push(
-      row("trajflow consume", ours.seconds, {
-        firstFileSeconds: ours.firstFileSeconds,
-        peakRss: ours.peakRss,
-        cpuSeconds: ours.cpuSeconds,
-        p50: ours.report.session_durable_seconds?.p50 ?? null,
-        p99: ours.report.session_durable_seconds?.p99 ?? null,
-      }),
-    );
+    for (const [name, run] of [
+      ["trajflow consume", ours],
+      [`trajflow consume ${TUNED.join(" ")}`, tuned],
+    ] as const)
+      if (run !== null)
+        table.push(
+          row(name, run.seconds, {
+            firstFileSeconds: run.firstFileSeconds,
+            peakRss: run.peakRss,
+            cpuSeconds: run.cpuSeconds,
+            p50: run.report.session_durable_seconds?.p50 ?? null,
+            p99: run.report.session_durable_seconds?.p99 ?? null,
+          }),
+        );
     for (const [name, peer] of [
       ["fast Python peer (confluent-kafka + orjson + numpy)", fast],
       ["linear Python peer (confluent-kafka + lists)", linear],
@@ -288,7 +302,7 @@ try {
         `${(fast.seconds / floor).toFixed(2)}x | ${(fast.seconds / ours.seconds).toFixed(2)}x | ` +
         `${(ours.seconds / ceiling).toFixed(2)}x |`,
     );
-    console.log(table.slice(-5).join("\n"));
+    console.log(table.slice(tuned === null ? -5 : -6).join("\n"));
     console.log(
       `  trajflow: first record ${ours.firstRecordSeconds.toFixed(2)} s after the spawn; last file ` +
         `${ours.tailSeconds.toFixed(2)} s after every event was applied; decode ceiling ` +
@@ -296,6 +310,12 @@ try {
     );
 
     const ourRows = readTokenColumns(join(dir, `w${w}-trajflow`));
+    if (tuned !== null) {
+      const a = new Set(ourRows.map(tokenKey));
+      const theirs = readTokenColumns(join(dir, `w${w}-tuned`));
+      if (theirs.length !== ourRows.length || !theirs.every((r) => a.has(tokenKey(r))))
+        throw new Error(`trajflow with ${TUNED.join(" ")} wrote other token columns than with the defaults`);
+    }
     const trained = (rows: Array<Record<string, unknown>>) =>
       rows.reduce((s, r) => s + [...(r.response_mask as Iterable<number>)].reduce((a, b) => a + b, 0), 0);
     const cells = [fast, linear].map((_, i) => {
@@ -309,7 +329,8 @@ try {
       `| ${workload.name} | ${ourRows.length} rows, ${trained(ourRows)} trained tokens | ${cells.join(" | ")} |`,
     );
     console.log(correctness[correctness.length - 1]);
-    for (const out of ["trajflow", "fast", "linear"]) rmSync(join(dir, `w${w}-${out}`), { recursive: true });
+    for (const out of ["trajflow", "tuned", "fast", "linear"])
+      rmSync(join(dir, `w${w}-${out}`), { recursive: true, force: true });
   }
   // The delta form's saving with each array encoding, on one long session.
   const bytesOf = (form: "full" | "delta", packed: boolean) =>

@@ -44,14 +44,16 @@ const DECODE_CHUNK_BYTES = 1 << 20;
 const DEAD_LETTER_BACKLOG_BYTES = 64 * 2 ** 20;
 
 /**
- * Decode workers of a plan: as configured, else one for a Kafka source on a host with a core to spare
- * (Kafka batches are pipelined, so the worker decodes one batch while the consumer thread assembles the
- * one before), none for a replay (its batches are applied one at a time).
+ * Decode workers of a plan: as configured, else for a Kafka source one on a host with a core to spare
+ * and two on 8 or more cores (Kafka batches are pipelined, so workers decode a batch while the consumer
+ * thread assembles the one before; on 16 cores a second worker measured +9-18% events/s for 17-50 MiB,
+ * BENCHMARKS.md), none for a replay (its batches are applied one at a time).
  */
-export function decodeWorkers(plan: Plan): number {
+export function decodeWorkers(plan: Plan, cores = availableParallelism()): number {
   const configured = (plan.source.config as { decode_workers?: number }).decode_workers;
   if (configured !== undefined) return configured;
-  return plan.source.type === "kafka" && availableParallelism() >= 2 ? 1 : 0;
+  if (plan.source.type !== "kafka") return 0;
+  return cores >= 8 ? 2 : cores >= 2 ? 1 : 0;
 }
 
 export interface RunOptions {

@@ -43,7 +43,7 @@ ${CONNECTION_HELP}
   --max-open-sessions <n>   open sessions past which the oldest are cut (default 100000)
   --max-buffered-bytes <n>  bytes of open sessions' events past which the oldest are cut (default 512 MiB)
   --decode-workers <n>      worker threads decoding events while this thread fetches and assembles
-                            (default 0: no gain on 2 cores; see docs/operations.md)
+                            (default 2 on 8+ cores, 1 on 2-7, else 0; docs/operations.md)
   --drift-policy, --idle-timeout-ms, --reward-grace-ms, --max-tokens    as for replay
   --grpo                    GRPO group mode, as replay's --group (--group names the consumer group here)
   --group-size, --group-timeout-ms, --max-policy-lag, --current-policy,
