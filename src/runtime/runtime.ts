@@ -46,7 +46,7 @@ const DEAD_LETTER_BACKLOG_BYTES = 64 * 2 ** 20;
 /**
  * Decode workers of a plan: as configured, else for a Kafka source one on a host with a core to spare
  * and two on 8 or more cores (Kafka batches are pipelined, so workers decode a batch while the consumer
- * thread assembles the one before; on 16 cores a second worker measured +9-18% events/s for 17-50 MiB,
+ * thread assembles the one before; on 16 cores a second worker measured +9-18% events/s for 12-50 MiB,
  * BENCHMARKS.md), none for a replay (its batches are applied one at a time).
  */
 export function decodeWorkers(plan: Plan, cores = availableParallelism()): number {
