@@ -117,7 +117,7 @@ describe("kafka", () => {
     assert.deepEqual(await rowsIn(out), expected);
   });
 
-  for (const workers of ["0", "1"]) {
+  for (const workers of ["0", "1", "2"]) {
     it(`sends bad messages to the dead-letter topic with code, origin and raw bytes (decode workers: ${workers})`, async () => {
       const topic = freshName("bad");
       const { input, good } = badInput("bad");
