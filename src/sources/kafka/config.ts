@@ -45,7 +45,7 @@ export const kafkaSourceConfigSchema = z.strictObject({
         "fetches and assembles the batch before; 0 decodes on the consumer thread. Default: 2 on a host " +
         "with 8 or more cores, 1 with 2-7, else 0. A worker pays where it has a core of its own; on 2 cores " +
         "shared with a broker one measured -6% to +30% by workload, on 16 cores a second one +9-18% " +
-        "(BENCHMARKS.md), each at 20-60 MiB more memory.",
+        "(BENCHMARKS.md), each at 12-60 MiB more memory.",
     ),
   session_timeout_ms: z.int().positive().default(30_000).describe("Consumer group session timeout."),
   lag_interval_ms: z
