@@ -306,8 +306,9 @@ for (const [sample, correct] of [
     { messages },
   );
   r.emit("reward", { value: 1, target: "c1", stage: "verifier" });
-  r.emit("reward", { value: 1, stage: "verifier" });
   r.emit("session.end", { status: "ok" });
+  // The outcome's score comes after the end (a slow checker): the session waits for it (a per-call
+  // reward does not complete a session), within reward_grace_ms.
   r.ts += 2_000;
   r.emit("reward", {
     value: 0.5,

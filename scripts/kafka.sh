@@ -8,6 +8,7 @@
 #   scripts/kafka.sh restart   stop then start, keeping the data (for broker-restart tests)
 #   scripts/kafka.sh reset     stop and delete the data
 #   scripts/kafka.sh secure    print the secure listener's settings (address, CA file, user, password)
+#   scripts/kafka.sh quota <client-id> <bytes/s>   throttle that client's fetches (tests of a starved consumer)
 #
 # The broker has a second, secure listener on KAFKA_PORT+2: SASL_SSL with SCRAM-SHA-512, its certificate
 # signed by a CA made here (keytool, under $dir/tls). User `trajflow`, a password generated once and kept
@@ -93,6 +94,10 @@ group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
 auto.create.topics.enable=true
 log.retention.hours=24
+# Client quotas (scripts/kafka.sh quota) measured over 2 s instead of 11: a throttled test client is
+# throttled after a small burst, not after 11 seconds' worth of its rate.
+quota.window.num=2
+quota.window.size.seconds=1
 PROPS
   cat > "$dir/log4j2.properties" <<'LOG'
 status = warn
@@ -155,6 +160,13 @@ scram_user() {
     --add-config "SCRAM-SHA-512=[iterations=4096,password=$(cat "$tls/password")]" >/dev/null
 }
 
+# A broker-enforced fetch quota for one client id: its fetch responses are delayed to this byte rate.
+quota() {
+  java -cp "$libs/*" -Dlog4j2.configurationFile="$dir/log4j2.properties" kafka.admin.ConfigCommand \
+    --bootstrap-server "127.0.0.1:$port" --alter --entity-type clients --entity-name "$1" \
+    --add-config "consumer_byte_rate=$2" >/dev/null
+}
+
 stop() {
   if running; then
     local pid
@@ -178,11 +190,16 @@ case "${1:-}" in
     running || { echo "kafka: not running" >&2; exit 1; }
     printf '127.0.0.1:%s\n%s\ntrajflow\n%s\n' "$secure" "$tls/ca.pem" "$(cat "$tls/password")"
     ;;
+  quota)
+    running || { echo "kafka: not running" >&2; exit 1; }
+    [ $# -eq 3 ] || { echo "usage: scripts/kafka.sh quota <client-id> <bytes-per-second>" >&2; exit 2; }
+    quota "$2" "$3"
+    ;;
   status)
     if running; then echo "127.0.0.1:$port"; else echo "kafka: not running" >&2; exit 1; fi
     ;;
   *)
-    echo "usage: scripts/kafka.sh start|stop|status|restart|reset|secure" >&2
+    echo "usage: scripts/kafka.sh start|stop|status|restart|reset|secure|quota" >&2
     exit 2
     ;;
 esac

@@ -103,8 +103,27 @@ export interface Source {
   close(): Promise<void>;
   /** Lag per lane, for the gauge (Kafka). */
   lag?(): Map<string, number>;
+  /** Present on an unbounded source (a topic): how time moves while it is quiet, and when it is drained. */
+  readonly live?: LiveSource;
   /** Bytes of input read so far (files), for a progress bar. */
   readonly progress?: { bytesRead: number };
+}
+
+/**
+ * What an unbounded source tells the runtime. Its lanes' clocks are event time while events flow; a lane
+ * that has read everything its input holds and received nothing for `idleAdvanceMs` moves its clock on
+ * with wall-clock time, so reward grace, idle and group timeouts elapse on a quiet topic too
+ * (docs/assembly.md, "Time").
+ */
+export interface LiveSource {
+  /** How long a caught-up lane must be quiet before its clock follows the wall clock; 0: never. */
+  readonly idleAdvanceMs: number;
+  /** A caught-up, quiet lane writes its buffered rows at once instead of at the file age. */
+  readonly cutFilesWhenQuiet: boolean;
+  /** Of `lanes`, those that have read everything their input holds right now (asked upstream). */
+  caughtUp(lanes: Lane[]): Promise<Set<Lane>>;
+  /** True when everything assigned to this process is read to its end now: a drain may stop. */
+  drained(): Promise<boolean>;
 }
 
 /** A transform's part for one lane. Units in, units out, in order. */

@@ -23,6 +23,11 @@ export class LaneRunner {
   private readonly sinkCount: number;
   private outbox: Unit[] = [];
   private outboxRows = 0;
+  /** Batches handed over and not yet applied: the lane is not quiet while any is. */
+  batchesInFlight = 0;
+  /** Wall-clock time (ms) the last batch was applied, and the lane's event time then. */
+  quietSince = Date.now();
+  clockAtInput = 0;
 
   constructor(parts: {
     lane: Lane;
@@ -101,6 +106,26 @@ export class LaneRunner {
     }
     await this.flushOutbox();
     if (final) await this.recovery.cut();
+  }
+
+  /** A batch of input was applied: the lane's wall clock restarts from its event time now. */
+  applied(): void {
+    this.quietSince = Date.now();
+    this.clockAtInput = this.assembler.eventTime;
+  }
+
+  /**
+   * The lane is caught up and quiet: its clock follows the wall clock from its last input on, and what
+   * that time ends (reward grace, idle sessions, group timeouts) goes on to the sinks; with `cutFiles`,
+   * buffered rows are written now instead of at the file age.
+   */
+  async followWallClock(now: number, cutFiles: boolean): Promise<void> {
+    const units = this.assembler.advanceClock(this.clockAtInput + (now - this.quietSince));
+    if (units.length > 0) await this.forward(units);
+    await this.endOfBatch(false);
+    // Nothing more is coming now: rows waiting for a fuller file would only wait (a trainer may be
+    // waiting for them, which is why the input is quiet).
+    if (cutFiles) await this.recovery.cut();
   }
 
   /** The lane was revoked: nothing it holds may land. */

@@ -98,6 +98,11 @@ export class Runtime implements SourceHandler {
   /** Settles once the last batch handed over (and every one before it) is applied: a stop waits for it. */
   private applying: Promise<void> = Promise.resolve();
   private failure: Error | null = null;
+  /** Moves quiet live lanes' clocks with the wall clock (live sources only). */
+  private clockTimer: NodeJS.Timeout | null = null;
+  private advancing = false;
+  /** Set once the run stops or fails: no clock advance may forward anything after that. */
+  private clockStopped = false;
   readonly filesDir: string;
   readonly deadLetterDir: string | null;
   private resolveStarted!: () => void;
@@ -230,11 +235,61 @@ export class Runtime implements SourceHandler {
     this.metrics.timeline.first_record_at_ms ??= Date.now();
     // Decoding starts now, applying once the batches handed over before are applied: a source that
     // hands over the next batch early gets it decoded (on the decode workers) while this one assembles.
-    const chunks = this.lanes.has(lane) ? this.decodeChunks(records) : [];
+    const runner = this.lanes.get(lane);
+    const chunks = runner !== undefined ? this.decodeChunks(records) : [];
+    if (runner !== undefined) runner.batchesInFlight++;
     const run = this.applying.then(() => this.apply(lane, records, offsets, live, chunks));
     this.inFlight++;
-    this.applying = run.catch(() => {}).finally(() => this.inFlight--);
+    this.applying = run
+      .catch(() => {})
+      .finally(() => {
+        this.inFlight--;
+        if (runner !== undefined) {
+          runner.batchesInFlight--;
+          runner.applied();
+        }
+      });
     return run;
+  }
+
+  /**
+   * Lanes of a live source that are quiet (nothing handed over for `idleAdvanceMs`) and caught up with
+   * their input move their clocks with the wall clock, in turn with the batches (never during one).
+   */
+  private async advanceQuietLanes(): Promise<void> {
+    const live = this.source.live;
+    if (live === undefined || this.advancing || this.clockStopped) return;
+    const now = Date.now();
+    const quiet = [...this.lanes.values()].filter(
+      (r) => r.batchesInFlight === 0 && now - r.quietSince >= live.idleAdvanceMs,
+    );
+    if (quiet.length === 0) return;
+    this.advancing = true;
+    try {
+      let caughtUp: Set<Lane>;
+      try {
+        caughtUp = await live.caughtUp(quiet.map((r) => r.lane));
+      } catch (err) {
+        // The broker away: time stands still meanwhile, as it does without events.
+        this.log.debug({ err }, "Could not ask whether the quiet lanes are caught up.");
+        return;
+      }
+      const run = this.applying.then(async () => {
+        for (const r of quiet) {
+          if (this.clockStopped) return;
+          // Records handed over since the question (or the lane revoked): events move its clock.
+          if (!caughtUp.has(r.lane) || r.batchesInFlight > 0 || this.lanes.get(r.lane) !== r) continue;
+          await r.followWallClock(Date.now(), live.cutFilesWhenQuiet);
+        }
+      });
+      this.inFlight++;
+      this.applying = run.catch(() => {}).finally(() => this.inFlight--);
+      await run;
+    } catch (err) {
+      this.failure ??= err as Error;
+    } finally {
+      this.advancing = false;
+    }
   }
 
   private async apply(
@@ -332,6 +387,12 @@ export class Runtime implements SourceHandler {
       await this.deadLetters.open();
       opened = true;
       await this.source.start(this);
+      const live = this.source.live;
+      if (live !== undefined && live.idleAdvanceMs > 0)
+        this.clockTimer = setInterval(
+          () => void this.advanceQuietLanes(),
+          Math.max(50, Math.min(500, Math.floor(live.idleAdvanceMs / 2))),
+        );
       this.resolveStarted();
       ops?.ready(true);
       const why = await this.waitForEnd();
@@ -365,6 +426,7 @@ export class Runtime implements SourceHandler {
       const tick = new Promise<"tick">((r) => setTimeout(() => r("tick"), 100).unref());
       const why = await Promise.race([ended, tick, ...(signal === undefined ? [] : [signal])]);
       if (why !== "tick") return why;
+      if (this.failure !== null) throw this.failure;
       const error = this.source.error;
       if (error !== null) {
         // trajflow's own errors (a file that cannot be written) keep their code; the client's become
@@ -380,7 +442,9 @@ export class Runtime implements SourceHandler {
         quietSince = Date.now();
       } else if (
         this.options.untilIdleMs !== undefined &&
-        Date.now() - quietSince >= this.options.untilIdleMs
+        Date.now() - quietSince >= this.options.untilIdleMs &&
+        // Quiet is not done: a starved consumer can go quiet with messages unread.
+        (this.source.live === undefined || (await this.source.live.drained().catch(() => false)))
       ) {
         return "idle";
       }
@@ -393,6 +457,7 @@ export class Runtime implements SourceHandler {
    * Each step is logged: a stop that hangs says where.
    */
   private async stop(final: boolean): Promise<void> {
+    this.stopClock();
     await this.source.pause();
     await this.applying;
     for (const runner of this.lanes.values()) await runner.endOfBatch(final);
@@ -418,6 +483,7 @@ export class Runtime implements SourceHandler {
 
   /** After a failure: nothing more is written; connections and workers are closed. */
   private async abort(opened: boolean): Promise<void> {
+    this.stopClock();
     await this.source?.pause().catch(() => {});
     if (opened) {
       for (const runner of this.lanes.values()) runner.abandon();
@@ -437,6 +503,12 @@ export class Runtime implements SourceHandler {
           this.log.warn({ files: removed.length }, "Removed the files this run wrote before the conflict.");
       }
     }
+  }
+
+  private stopClock(): void {
+    this.clockStopped = true;
+    if (this.clockTimer !== null) clearInterval(this.clockTimer);
+    this.clockTimer = null;
   }
 
   private async closeAll(): Promise<void> {

@@ -86,3 +86,55 @@ export function kafkaTestScope(prefix: string): { scratch: string; broker: () =>
   });
   return { scratch, broker: () => broker };
 }
+
+/** A message for `produceTo`: JSON-encoded when `value` is an object. */
+export interface TestMessage {
+  key: string;
+  value: string | Record<string, unknown>;
+  partition?: number;
+}
+
+/** Creates `topic` with `partitions` partitions (waits until it is usable). */
+export async function createTopic(broker: string, topic: string, partitions: number): Promise<void> {
+  fixKafkajsRequestQueue();
+  const kafka = new kafkajs.Kafka({ brokers: [broker], logLevel: kafkajs.logLevel.NOTHING });
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    await admin.createTopics({ topics: [{ topic, numPartitions: partitions }], waitForLeaders: true });
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+/** Produces `messages` in one request, each to its partition when given (else by key). */
+export async function produceTo(broker: string, topic: string, messages: TestMessage[]): Promise<void> {
+  registerKafkaCodecs();
+  fixKafkajsRequestQueue();
+  const kafka = new kafkajs.Kafka({ brokers: [broker], logLevel: kafkajs.logLevel.NOTHING });
+  const producer = kafka.producer({ allowAutoTopicCreation: false });
+  await producer.connect();
+  try {
+    await producer.send({
+      topic,
+      messages: messages.map((m) => ({
+        key: m.key,
+        value: typeof m.value === "string" ? m.value : JSON.stringify(m.value),
+        ...(m.partition === undefined ? {} : { partition: m.partition }),
+      })),
+    });
+  } finally {
+    await producer.disconnect();
+  }
+}
+
+/**
+ * Sets the broker's fetch quota (bytes per second) for a client id (scripts/kafka.sh quota): the broker
+ * then throttles that client's fetches, as a starved or rate-limited consumer is. False when the broker
+ * is not the one scripts/kafka.sh runs (KAFKA_BROKERS names another).
+ */
+export function setConsumerQuota(clientId: string, bytesPerSecond: number): boolean {
+  if (execFileSync("bash", [SCRIPT, "status"], { encoding: "utf8" }).trim() !== brokers()) return false;
+  execFileSync("bash", [SCRIPT, "quota", clientId, String(bytesPerSecond)], { stdio: "ignore" });
+  return true;
+}

@@ -101,29 +101,44 @@ export interface AssemblyResult {
   metrics: Metrics;
   /** Finalized sessions, in finalization order. */
   sessions: SessionOutput[];
+  /** For each finalized session, the index of the input step that finalized it (the end of input: -1). */
+  finalizedAt: number[];
 }
 
+/** A step of input: a JSON line, or a quiet live lane's clock moved on to `advanceTo` (wall-clock time). */
+export type AssemblyStep = string | { advanceTo: number };
+
 /** Decodes and assembles JSON lines (in the given order), flushing at the end of input. */
-export function assemble(lines: string[], config: AssembleConfigInput = {}): AssemblyResult {
+export function assemble(steps: AssemblyStep[], config: AssembleConfigInput = {}): AssemblyResult {
   const metrics = new Metrics();
   const memory = new MemoryDeadLetters();
   const deadLetters = new CountingDeadLetters(metrics, memory);
   const assembler = new Assembler({ config: assembleConfigSchema.parse(config), deadLetters, metrics });
   const sessions: AssemblyResult["sessions"] = [];
-  lines.forEach((raw, i) => {
+  const finalizedAt: number[] = [];
+  const took = (step: number, out: SessionOutput[]) => {
+    sessions.push(...out);
+    for (let k = 0; k < out.length; k++) finalizedAt.push(step);
+  };
+  steps.forEach((raw, i) => {
+    if (typeof raw !== "string") return took(i, assembler.advanceTo(raw.advanceTo));
     const decoded = decodeEvent({ raw, origin: { kind: "file", file: "test.jsonl", line: i + 1 } });
     if (decoded.kind === "control") return;
     if (decoded.kind === "rejected") {
       deadLetters.write(decoded.deadLetter);
-      if (decoded.envelope !== undefined) {
-        sessions.push(...assembler.pushRejected(decoded.envelope));
-      }
+      if (decoded.envelope !== undefined) took(i, assembler.pushRejected(decoded.envelope));
       return;
     }
-    sessions.push(...assembler.push(decoded.value));
+    took(i, assembler.push(decoded.value));
   });
-  sessions.push(...assembler.flush());
-  return { rows: sessions.flatMap((s) => s.rows), deadLetters: memory.letters, metrics, sessions };
+  took(-1, assembler.flush());
+  return {
+    rows: sessions.flatMap((s) => s.rows),
+    deadLetters: memory.letters,
+    metrics,
+    sessions,
+    finalizedAt,
+  };
 }
 
 /** Stands for `ended_at_ms` in expectations: event times are incidental to most tests. */

@@ -148,7 +148,7 @@ class TrajectoryReader:
     # --- batches ---------------------------------------------------------------------------------
 
     def batches(
-        self, follow: bool = False, poll_interval: float = 1.0, idle_timeout: Optional[float] = None
+        self, follow: bool = False, poll_interval: float = 0.1, idle_timeout: Optional[float] = None
     ) -> Iterator[Batch]:
         """Batches until the directory has no more (``follow``: waits for files, until ``idle_timeout``)."""
         while True:
@@ -158,7 +158,7 @@ class TrajectoryReader:
             yield batch
 
     def next_batch(
-        self, follow: bool = False, poll_interval: float = 1.0, timeout: Optional[float] = None
+        self, follow: bool = False, poll_interval: float = 0.1, timeout: Optional[float] = None
     ) -> Optional[Batch]:
         """The next batch; None when there is none (without ``follow``: a last partial batch first)."""
         if self._redeliver:

@@ -37,14 +37,19 @@ ${CONNECTION_HELP}
   --rewards <file.json>     reward stages scoring every session, as for replay
   --metrics-address <h:p>   serve Prometheus /metrics, /healthz and /readyz there
   --status-interval-ms <n>  log a status line every n ms (default 5000; 0: off)
-  --until-idle-ms <n>       stop after n ms without messages, writing open sessions too (drain a topic)
+  --until-idle-ms <n>       drain the topic: stop once every assigned partition is read to its high
+                            watermark and no message came for n ms, writing open sessions too
+  --idle-advance-ms <n>     a caught-up partition quiet for n ms moves its clock with the wall clock, so
+                            reward grace and timeouts elapse and its rows are written (default 1000;
+                            0: pure event time; docs/assembly.md)
+  --fetch-max-bytes <n>     most bytes per fetch (default 1 MiB per partition, 10 MiB in all)
   --session-timeout-ms <n>  consumer group session timeout (default 30000): how soon a dead member's
                             partitions move to the others
   --max-open-sessions <n>   open sessions past which the oldest are cut (default 100000)
   --max-buffered-bytes <n>  bytes of open sessions' events past which the oldest are cut (default 512 MiB)
   --decode-workers <n>      worker threads decoding events while this thread fetches and assembles
                             (default 2 on 8+ cores, 1 on 2-7, else 0; docs/operations.md)
-  --drift-policy, --idle-timeout-ms, --reward-grace-ms, --max-tokens    as for replay
+  --drift-policy, --idle-timeout-ms, --reward-grace-ms, --await-rewards, --max-tokens   as for replay
   --grpo                    GRPO group mode, as replay's --group (--group names the consumer group here)
   --group-size, --group-timeout-ms, --max-policy-lag, --current-policy,
   --partition-by, --encode-workers, --dead-letter-dir                    as for replay
@@ -67,6 +72,8 @@ export async function runConsume(argv: string[]): Promise<number> {
     ...PIPELINE_COMMAND_FLAGS,
     "until-idle-ms": { type: "string" },
     "session-timeout-ms": { type: "string" },
+    "idle-advance-ms": { type: "string" },
+    "fetch-max-bytes": { type: "string" },
     ...SHAPE_FLAGS,
     ...ASSEMBLE_AND_FILE_FLAGS,
   });
@@ -89,6 +96,8 @@ export async function runConsume(argv: string[]): Promise<number> {
       topic: values.topic,
       group_id: values.group,
       session_timeout_ms: intOption("session-timeout-ms", values["session-timeout-ms"]),
+      idle_advance_ms: intOption("idle-advance-ms", values["idle-advance-ms"]),
+      fetch_max_bytes: intOption("fetch-max-bytes", values["fetch-max-bytes"]),
       decode_workers: intOption("decode-workers", values["decode-workers"]),
     },
     {

@@ -27,7 +27,8 @@ runs to the end of its files; a kafka source runs until SIGTERM or SIGINT (a sec
 
 Options:
   --set <path=value>     override a value, e.g. --set sinks.files.path=/data/out (repeatable)
-  --until-idle-ms <n>    kafka: stop after n ms without messages, writing open sessions too
+  --until-idle-ms <n>    kafka: drain; stop once every assigned partition is read to its high watermark
+                         and no message came for n ms, writing open sessions too
   --metrics-address <h:p>  serve Prometheus /metrics, /healthz and /readyz there (docs/operations.md)
   --status-interval-ms <n> log a status line every n ms (default 5000; 0: off)
   --json                 print the summary as JSON

@@ -19,7 +19,10 @@ Assembly:
   --out <dir>               output directory (required)
   --drift-policy <p>        fork (default) or realign: what to do when a prompt re-renders a sampled turn
   --idle-timeout-ms <n>     finalize a session after this much event time without events (default 600000)
-  --reward-grace-ms <n>     accept rewards this long after session.end (default 30000)
+  --reward-grace-ms <n>     how long an ended session missing an awaited reward waits for it (default
+                            30000; a session holding its awaited rewards is final at once)
+  --await-rewards <list>    comma-separated reward stages or keys a session waits for after session.end
+                            (default: any one reward; "": none, final at session.end)
   --max-tokens <n>          truncate rows longer than n tokens (flagged "truncated")
   --max-open-sessions <n>   open sessions past which the oldest are cut (default 100000)
   --max-buffered-bytes <n>  bytes of open sessions' events past which the oldest are cut (default 512 MiB)

@@ -10,6 +10,7 @@ export const ASSEMBLE_AND_FILE_FLAGS = {
   "drift-policy": { type: "string" },
   "idle-timeout-ms": { type: "string" },
   "reward-grace-ms": { type: "string" },
+  "await-rewards": { type: "string" },
   "max-tokens": { type: "string" },
   "max-open-sessions": { type: "string" },
   "max-buffered-bytes": { type: "string" },
@@ -45,10 +46,20 @@ export function assembleOptions(values: Values) {
     drift_policy: str(values, "drift-policy") as "fork" | "realign" | undefined,
     idle_timeout_ms: intOption("idle-timeout-ms", str(values, "idle-timeout-ms")),
     reward_grace_ms: intOption("reward-grace-ms", str(values, "reward-grace-ms")),
+    await_rewards: listOption(str(values, "await-rewards")),
     max_tokens: intOption("max-tokens", str(values, "max-tokens")),
     max_open_sessions: intOption("max-open-sessions", str(values, "max-open-sessions")),
     max_buffered_bytes: intOption("max-buffered-bytes", str(values, "max-buffered-bytes")),
   };
+}
+
+/** A comma-separated list ("" is the empty list); undefined when the flag is absent. */
+function listOption(value: string | undefined): string[] | undefined {
+  if (value === undefined) return undefined;
+  return value
+    .split(",")
+    .map((v) => v.trim())
+    .filter((v) => v.length > 0);
 }
 
 /** File options shared by replay and consume. */

@@ -118,7 +118,8 @@ export class FileSink {
             this.cut().catch((err: Error) => (this.failure ??= err));
           }
         },
-        Math.max(50, Math.floor(age / 4)),
+        // Checked often enough that a file lands within 250 ms of its age (latency is a product figure).
+        Math.max(50, Math.min(250, Math.floor(age / 4))),
       );
       this.timer.unref();
     }

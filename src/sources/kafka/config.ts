@@ -48,6 +48,31 @@ export const kafkaSourceConfigSchema = z.strictObject({
         "(BENCHMARKS.md), each at 12-60 MiB more memory.",
     ),
   session_timeout_ms: z.int().positive().default(30_000).describe("Consumer group session timeout."),
+  idle_advance_ms: z
+    .int()
+    .nonnegative()
+    .default(1_000)
+    .describe(
+      "A partition that is caught up (its high watermark read, asked of the broker) and received nothing " +
+        "for this long moves its clock on with wall-clock time, so reward grace, idle and group timeouts " +
+        'elapse on a quiet topic (docs/assembly.md, "Time"). 0: pure event time, as a replay.',
+    ),
+  cut_files_when_quiet: z
+    .boolean()
+    .default(true)
+    .describe(
+      "A partition caught up and quiet for idle_advance_ms writes its buffered rows at once instead of " +
+        "waiting for max_file_age_ms: in an RL loop the topic is quiet because the trainer waits for " +
+        "them. false: files are cut by size and age only (fewer, larger files on a trickling topic).",
+    ),
+  fetch_max_bytes: z
+    .int()
+    .positive()
+    .optional()
+    .describe(
+      "Most bytes one fetch returns, per partition and in all (kafkajs's maxBytesPerPartition and " +
+        "maxBytes; defaults 1 MiB and 10 MiB). Smaller: less memory per fetch, more round trips.",
+    ),
   lag_interval_ms: z
     .int()
     .positive()

@@ -12,7 +12,7 @@
  *   consumer with backoff; a watchdog restarts a consumer that stalled while messages wait.
  */
 import kafkajs, { type EachBatchPayload } from "kafkajs";
-import type { Lane, LaneFiles, Source, SourceHandler } from "../../contract/components.ts";
+import type { Lane, LaneFiles, LiveSource, Source, SourceHandler } from "../../contract/components.ts";
 import { Ledger } from "../../contract/ledger.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
@@ -49,6 +49,8 @@ export class KafkaSource implements Source {
   /** Partitions restarted locally, with the offset their next lane must start at. */
   private readonly restartAt = new Map<number, number>();
   private memberId: string | null = null;
+  /** Partitions the group assigned to this member at its last join; null before the first. */
+  private assignment: number[] | null = null;
   private failure: Error | null = null;
   private stopping = false;
   private restarting = false;
@@ -80,8 +82,19 @@ export class KafkaSource implements Source {
       // disconnect after its files were written; an idle member's empty fetches every 500 ms cost nothing.
       maxWaitTimeInMs: Math.min(500, this.heartbeatIntervalMs),
       allowAutoTopicCreation: false,
+      ...(config.fetch_max_bytes === undefined
+        ? {}
+        : { maxBytes: config.fetch_max_bytes, maxBytesPerPartition: config.fetch_max_bytes }),
     });
+    this.live = {
+      idleAdvanceMs: config.idle_advance_ms,
+      cutFilesWhenQuiet: config.cut_files_when_quiet,
+      caughtUp: (lanes) => this.caughtUp(lanes),
+      drained: () => this.drained(),
+    };
   }
+
+  readonly live: LiveSource;
 
   get error(): Error | null {
     return this.failure;
@@ -103,6 +116,7 @@ export class KafkaSource implements Source {
     await this.consumer.subscribe({ topic: config.topic, fromBeginning: config.from_beginning });
     this.consumer.on(this.consumer.events.GROUP_JOIN, (e) => {
       this.memberId = e.payload.memberId;
+      this.assignment = e.payload.memberAssignment[config.topic] ?? [];
       this.revokeAll();
     });
     // kafkajs restarts the consumer itself after retriable failures. Some failures of a broker that is
@@ -362,15 +376,9 @@ export class KafkaSource implements Source {
   /** Refreshes the lag and restarts a consumer that stalled while messages wait (the watchdog). */
   private async checkLag(): Promise<void> {
     if (this.stopping || this.restarting) return;
-    const { topic, watchdog_ms } = this.config;
+    const { watchdog_ms } = this.config;
     try {
-      const offsets = await this.admin.fetchTopicOffsets(topic);
-      const lag = new Map<number, number>();
-      for (const o of offsets) {
-        const lane = this.lanes.get(o.partition);
-        if (lane !== undefined) lag.set(o.partition, Math.max(0, Number(o.high) - lane.ledger.next));
-      }
-      this.lagByPartition = lag;
+      await this.highWatermarks();
     } catch (err) {
       this.log.warn({ err }, "Could not fetch the topic's offsets for the lag.");
       return;
@@ -419,6 +427,76 @@ export class KafkaSource implements Source {
         err = e as Error;
       }
     }
+  }
+
+  /** The high watermark of each partition, asked of the broker now; the lag gauge is refreshed with it. */
+  private async highWatermarks(): Promise<Map<number, { low: number; high: number }>> {
+    const offsets = await this.admin.fetchTopicOffsets(this.config.topic);
+    const out = new Map<number, { low: number; high: number }>();
+    const lag = new Map<number, number>();
+    for (const o of offsets) {
+      const high = Number(o.high);
+      out.set(o.partition, { low: Number(o.low), high });
+      const lane = this.lanes.get(o.partition);
+      if (lane !== undefined) lag.set(o.partition, Math.max(0, high - lane.ledger.next));
+    }
+    this.lagByPartition = lag;
+    return out;
+  }
+
+  /**
+   * The lanes that have read up to their partition's high watermark. (A transactional topic's last
+   * commit marker is never delivered, so its lanes never count as caught up: gateways produce without
+   * transactions.)
+   */
+  private async caughtUp(lanes: Lane[]): Promise<Set<Lane>> {
+    const marks = await this.highWatermarks();
+    const out = new Set<Lane>();
+    for (const lane of lanes) {
+      const k = lane as KafkaLane;
+      const mark = marks.get(k.partition);
+      if (k.live && mark !== undefined && k.ledger.next >= mark.high) out.add(lane);
+    }
+    return out;
+  }
+
+  /**
+   * Whether every partition assigned to this member is read to its high watermark: by its lane, or, for
+   * a partition without one, by the group's committed offset (where its next lane would start).
+   */
+  private async drained(): Promise<boolean> {
+    const assignment = this.assignment;
+    if (assignment === null || this.restarting) return false;
+    const marks = await this.highWatermarks();
+    let committed: Map<number, number> | null = null;
+    for (const partition of assignment) {
+      const mark = marks.get(partition);
+      if (mark === undefined) return false;
+      const lane = this.lanes.get(partition);
+      if (lane !== undefined) {
+        if (lane.ledger.next < mark.high) return false;
+        continue;
+      }
+      if (this.restartAt.has(partition)) return false;
+      if (mark.low >= mark.high) continue;
+      committed ??= await this.committedOffsets();
+      const at = committed.get(partition);
+      // No committed offset: a group reading from the beginning starts at the low watermark.
+      if (at === undefined ? this.config.from_beginning : at < mark.high) return false;
+    }
+    return true;
+  }
+
+  /** The group's committed offset per partition (absent where none is). */
+  private async committedOffsets(): Promise<Map<number, number>> {
+    const { topic, group_id } = this.config;
+    const topics = await this.admin.fetchOffsets({ groupId: group_id, topics: [topic] });
+    const out = new Map<number, number>();
+    for (const p of topics.find((t) => t.topic === topic)?.partitions ?? []) {
+      const offset = Number(p.offset);
+      if (offset >= 0) out.set(p.partition, offset);
+    }
+    return out;
   }
 
   /** Commits every lane's settled offset. */

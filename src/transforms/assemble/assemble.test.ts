@@ -470,20 +470,22 @@ describe("assemble: session lifecycle", () => {
     );
   });
 
+  // Regression: this test once passed on the end-of-input flush alone (it checked the order, not when).
   it("closes an idle session by event time, before the end of input", () => {
     const idle = new SessionScript("u1", "idle", 0).call("c1", P, O1);
-    const busy = new SessionScript("u1", "busy", 0).call("c1", P, O1);
-    busy.ts = 700_000;
-    busy.reward(1).end();
-    const { sessions } = assemble([...idle.lines(), ...busy.lines()], {
+    // Two sessions' clocks: one alone counts only max_clock_skew_ms past the others'.
+    const busy = new SessionScript("u1", "busy", 700_000).call("c1", P, O1);
+    const other = new SessionScript("u2", "other", 700_005).call("c1", P, O1);
+    const { sessions, finalizedAt } = assemble([...idle.lines(), ...busy.lines(), ...other.lines()], {
       idle_timeout_ms: 600_000,
       reward_grace_ms: 0,
     });
     assert.deepEqual(
-      sessions.map((s) => [s.sessionId, s.rows[0]!.status]),
+      sessions.map((s, i) => [s.sessionId, s.rows[0]!.status, finalizedAt[i]]),
       [
-        ["idle", "timeout"],
-        ["busy", "ok"],
+        ["idle", "timeout", 4],
+        ["busy", "timeout", -1],
+        ["other", "timeout", -1],
       ],
     );
   });

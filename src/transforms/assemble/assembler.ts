@@ -1,11 +1,13 @@
 /**
- * The `assemble` transform: a stateful task that routes decoded events to their sessions, closes sessions
- * on `session.end` (after the reward grace period) or when idle, and emits each closed session's rows.
+ * The `assemble` transform: a stateful task that routes decoded events to their sessions, finalizes a
+ * session once it is complete (ended, holding the rewards it awaits), or when its reward grace passed or
+ * it went idle, and emits each finalized session's rows.
  *
  * Time is event time, so a replay closes sessions at the same points as the live run did, and output is
  * deterministic for the same input. The watermark is the greatest `ts` seen, but one session cannot move
  * it more than `max_clock_skew_ms` past every other session's clock: a single event with a clock a day
- * ahead would otherwise time out every open session.
+ * ahead would otherwise time out every open session. A live source that went quiet moves the clock on
+ * with wall-clock time (`advanceTo`), since no event will (docs/assembly.md, "Time").
  */
 import { RateLimitedWarning } from "../../core/logger.ts";
 import { makeDeadLetter } from "../../core/records.ts";
@@ -15,6 +17,7 @@ import { FingerprintSet } from "./fingerprints.ts";
 import { extractRows } from "./rows.ts";
 import type { RowTurn, SessionOutput } from "../../schemas/session.ts";
 import { COMPONENT, SessionState, type AssembleContext } from "./session.ts";
+import { clockSkewMs } from "./config.ts";
 
 export type { SessionOutput };
 
@@ -27,6 +30,9 @@ export class Assembler {
   /** Finalized sessions, to recognise their late (or redelivered) events. */
   private readonly finalized: { has(key: string): boolean; add(key: string): void };
   private watermark = 0;
+  /** The least the watermark may be: where wall-clock advances of a quiet live lane took it. */
+  private floor = -Infinity;
+  private readonly skewMs: number;
   /** The two most advanced session clocks (latest ts per session): the watermark follows the second. */
   private top1 = { key: "", ts: -Infinity };
   private top2 = -Infinity;
@@ -38,6 +44,7 @@ export class Assembler {
     this.ctx = ctx;
     const cap = ctx.config.remember_finalized;
     this.finalized = cap === 0 ? new FingerprintSet() : new RecentKeys(cap);
+    this.skewMs = clockSkewMs(ctx.config);
   }
 
   get openSessions(): number {
@@ -102,13 +109,7 @@ export class Assembler {
     this.advance(key, ts);
 
     const out: SessionOutput[] = [];
-    if (
-      session.end !== null &&
-      !session.hasPending &&
-      this.watermark >= session.end.ts + this.ctx.config.reward_grace_ms
-    ) {
-      out.push(this.finalize(key, session, null));
-    }
+    if (this.isFinal(session)) out.push(this.finalize(key, session, null));
     if (this.watermark - this.lastSweep >= SWEEP_EVERY_MS) {
       this.lastSweep = this.watermark;
       out.push(...this.sweep());
@@ -127,23 +128,39 @@ export class Assembler {
       this.top2 = ts;
     }
     // With one session so far, nobody else can be timed out by its clock.
-    const bounded =
-      this.top2 === -Infinity
-        ? this.top1.ts
-        : Math.min(this.top1.ts, this.top2 + this.ctx.config.max_clock_skew_ms);
+    const bounded = this.top2 === -Infinity ? this.top1.ts : Math.min(this.top1.ts, this.top2 + this.skewMs);
     // Non-decreasing but for one step: a first session's outlier clock stops counting once a second
-    // session shows the real time.
-    this.watermark = bounded;
-    if (this.lastSweep > bounded) this.lastSweep = bounded;
+    // session shows the real time. Never below where a quiet lane's wall clock took it.
+    this.watermark = Math.max(bounded, this.floor);
+    if (this.lastSweep > this.watermark) this.lastSweep = this.watermark;
+  }
+
+  /**
+   * Moves the clock to at least `time` (a quiet live lane, with wall-clock time) and finalizes what that
+   * ends: sessions whose grace passed or that went idle. Events arriving later never move it back.
+   */
+  advanceTo(time: number): SessionOutput[] {
+    if (time <= this.watermark) return [];
+    this.floor = time;
+    this.watermark = time;
+    this.lastSweep = time;
+    return this.sweep();
+  }
+
+  /** Ended and complete, or ended and its reward grace passed. */
+  private isFinal(session: SessionState): boolean {
+    if (session.end === null || session.hasPending) return false;
+    const { await_rewards, reward_grace_ms } = this.ctx.config;
+    return this.watermark >= session.end.ts + reward_grace_ms || session.isComplete(await_rewards);
   }
 
   /** Finalizes sessions whose grace period passed or that went idle. */
   private sweep(): SessionOutput[] {
     const out: SessionOutput[] = [];
-    const { reward_grace_ms, idle_timeout_ms } = this.ctx.config;
+    const { idle_timeout_ms } = this.ctx.config;
     for (const [key, session] of this.sessions) {
       if (session.end !== null && !session.hasPending) {
-        if (this.watermark >= session.end.ts + reward_grace_ms) out.push(this.finalize(key, session, null));
+        if (this.isFinal(session)) out.push(this.finalize(key, session, null));
       } else if (this.watermark >= session.lastTs + idle_timeout_ms) {
         out.push(this.finalize(key, session, "timeout"));
       }

@@ -127,6 +127,11 @@ export class LaneAssembler {
     );
   }
 
+  /** Moves the lane's clock to at least `time` (a quiet live lane); returns the units that finishes. */
+  advanceClock(time: number): Unit[] {
+    return this.units(this.assembler.advanceTo(time));
+  }
+
   /** Every open session, finished as it is (end of input, or a draining stop). */
   flush(): Unit[] {
     return this.units(this.assembler.flush());

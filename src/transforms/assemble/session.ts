@@ -105,6 +105,17 @@ export class SessionState {
     return this.pending.size > 0;
   }
 
+  /**
+   * True once the session ended, nothing waits for an earlier seq, and it holds the rewards it waits for
+   * (`await_rewards`: every entry matched by a reward's stage or key; absent: any one session-level
+   * reward, since per-call rewards score turns while the session runs, not its outcome).
+   */
+  isComplete(awaited: readonly string[] | undefined): boolean {
+    if (this.end === null || this.pending.size > 0) return false;
+    if (awaited === undefined) return this.rewards.some((r) => r.target === "session");
+    return awaited.every((want) => this.rewardKeys.has(want) || this.rewards.some((r) => r.stage === want));
+  }
+
   private reject(code: ErrorCode, message: string, d: DecodedEvent, details?: Record<string, unknown>): void {
     this.ctx.deadLetters.write(
       makeDeadLetter(code, message, COMPONENT, d.record, {
