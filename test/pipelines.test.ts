@@ -72,6 +72,24 @@ describe("pipeline validation", () => {
     assert.doesNotMatch(r.stderr, /missing: a pipeline needs/);
   });
 
+  // Regression (issue 27, item 11): an alias bomb ended `validate` with exit 1 and a ReferenceError's stack.
+  it("refuses a YAML alias bomb as a problem at its line, exit 2", async () => {
+    const bomb = ["a: &a [x, x, x, x, x, x, x, x, x, x]"];
+    for (let i = 0; i < 8; i++)
+      bomb.push(
+        `${String.fromCharCode(98 + i)}: &${String.fromCharCode(98 + i)} [${Array(10)
+          .fill(`*${String.fromCharCode(97 + i)}`)
+          .join(", ")}]`,
+      );
+    const path = file("bomb.yaml", `${bomb.join("\n")}\nsources: {}\n`);
+    for (const command of ["validate", "run"]) {
+      const r = await runCli([command, path]);
+      assert.equal(r.code, 2, r.stderr);
+      assert.match(r.stderr, new RegExp(`${path}:2: .*alias`, "i"));
+      assert.doesNotMatch(r.stderr, /\n\s+at /);
+    }
+  });
+
   it("checks the shape the runtime runs", async () => {
     const path = file(
       "shape.yaml",

@@ -5,6 +5,7 @@
  * decoded to text when a tokenizer is given (ids otherwise), the token id and logprob on hover, rewards,
  * flags and finish reasons.
  */
+import { sessionKey } from "../schemas/session.ts";
 import type { TrajectoryRow } from "../schemas/trajectory.ts";
 
 /** Decodes one token id to text (for display only). */
@@ -110,7 +111,7 @@ function tree(rows: TrajectoryRow[]): string {
 export function renderHtml(rows: TrajectoryRow[], decode: TokenDecoder | null): string {
   const sessions = new Map<string, TrajectoryRow[]>();
   for (const r of rows) {
-    const key = `${r.uid}\u0000${r.session_id}`;
+    const key = sessionKey(r.uid, r.session_id);
     const list = sessions.get(key) ?? [];
     list.push(r);
     sessions.set(key, list);

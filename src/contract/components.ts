@@ -163,7 +163,7 @@ export interface LaneSink {
   drain(): Promise<void>;
   /** The lane was revoked: drop what is buffered (its acks never release), land nothing more. */
   abandon(): void;
-  /** Sessions of this lane already durable (recovery): key `uid\0session_id` → last offset applied. */
+  /** Sessions of this lane already durable (recovery): key `sessionKey(uid, session_id)` → last offset applied. */
   recover?(): Promise<Map<string, number>>;
 }
 

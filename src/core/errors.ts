@@ -47,6 +47,10 @@ export const ErrorCodes = {
   },
   EVENT_AFTER_END: { retryable: false, summary: "a non-reward event arrived after the session's end" },
   LATE_EVENT: { retryable: false, summary: "an event arrived after its session was finalized and written" },
+  REWARD_OVERFLOW: {
+    retryable: false,
+    summary: "a reward would make its target's sum of rewards overflow to infinity",
+  },
   SESSION_WITHOUT_ROWS: {
     retryable: false,
     summary: "a session ended with nothing to train (no answered model call): where its events went",

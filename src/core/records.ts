@@ -20,7 +20,8 @@ export interface DeadLetterExtras {
   details?: Record<string, unknown>;
 }
 
-const utf8 = new TextDecoder("utf-8", { fatal: true });
+// ignoreBOM: a leading byte order mark stays in the letter: it keeps the bytes as they were received.
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /** Builds a dead letter, keeping the raw bytes as text when they are valid UTF-8 and as base64 otherwise. */
 export function makeDeadLetter(

@@ -17,6 +17,17 @@ export function redactor(secrets: Iterable<string> = []): (text: string) => stri
   };
 }
 
+/**
+ * Header values as secrets, for `redactor`: each whole value, and the credential of an
+ * `<scheme> <credential>` value (Bearer, Basic, ...), which a server may echo without its scheme.
+ */
+export function headerSecrets(headers: Record<string, string>): string[] {
+  return Object.values(headers).flatMap((v) => {
+    const m = /^[A-Za-z-]+\s+(\S+)$/.exec(v.trim());
+    return m === null ? [v] : [v, m[1]!];
+  });
+}
+
 /** The password (and user) of a URL, for `redactor`. */
 export function urlSecrets(url: string): string[] {
   try {

@@ -4,7 +4,7 @@
  * (`file:line: path: message`), never thrown one at a time.
  */
 import { readFileSync } from "node:fs";
-import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } from "yaml";
+import { isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document } from "yaml";
 
 export interface LoadedPipeline {
   file: string;
@@ -19,7 +19,12 @@ const VAR = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
 /** A scalar written in YAML syntax (`--set x=3` gives a number, `--set x=true` a boolean). */
 function scalar(text: string): unknown {
   const doc = parseDocument(text);
-  return doc.errors.length > 0 ? text : (doc.toJS() as unknown);
+  if (doc.errors.length > 0) return text;
+  try {
+    return doc.toJS() as unknown;
+  } catch {
+    return text; // an alias bomb: taken as the string it is
+  }
 }
 
 type Problem = { path: Array<string | number>; message: string };
@@ -111,6 +116,18 @@ export function jsonLocator(file: string, text: string): (path: ReadonlyArray<st
   return doc.errors.length > 0 ? () => file : locator(file, doc, lines);
 }
 
+/** `:line` of the document's first alias, or "". */
+function aliasLine(doc: Document, lines: LineCounter): string {
+  let at: number | undefined;
+  visit(doc, {
+    Alias(_key, node) {
+      at = node.range?.[0];
+      return visit.BREAK;
+    },
+  });
+  return at === undefined ? "" : `:${lines.linePos(at).line}`;
+}
+
 export function loadPipeline(
   file: string,
   options: { set?: string[]; env?: NodeJS.ProcessEnv } = {},
@@ -133,7 +150,16 @@ export function loadPipeline(
   }
   const where = locator(file, doc, lines);
   if (doc.errors.length > 0) return { pipeline: { file, value: null, where: () => file }, problems };
-  let value = doc.toJS() as unknown;
+  let value: unknown;
+  try {
+    value = doc.toJS();
+  } catch (err) {
+    // yaml refuses to expand an alias bomb (aliases of aliases, billions of nodes once expanded).
+    return {
+      pipeline: { file, value: null, where: () => file },
+      problems: [`${file}${aliasLine(doc, lines)}: ${(err as Error).message}; expand the aliases by hand`],
+    };
+  }
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     if (doc.errors.length === 0)
       problems.push(`${file}: a pipeline is a mapping with sources, transforms and sinks`);

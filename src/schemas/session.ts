@@ -46,3 +46,12 @@ export interface SessionOutput {
    */
   stale?: boolean;
 }
+
+/**
+ * The key of a session within a run: its uid and session_id, length-prefixed so that no two different
+ * pairs share a key (with a separator character, uid "a\u0000x" + session "y" and uid "a" + session
+ * "x\u0000y" were one session).
+ */
+export function sessionKey(uid: string, sessionId: string): string {
+  return `${uid.length}:${uid}${sessionId}`;
+}

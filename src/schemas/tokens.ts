@@ -5,6 +5,7 @@
  *
  * Decoders return the typed array, or a string saying what is wrong (the caller turns it into an issue).
  */
+import { preview } from "../core/preview.ts";
 import { endianness } from "node:os";
 
 const LITTLE_ENDIAN = endianness() === "LE";
@@ -111,7 +112,7 @@ export function decodeTokenIds(value: unknown): Int32Array | string {
     for (let i = 0; i < n; i++) {
       const v = value[i];
       if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > INT32_MAX) {
-        return `element ${i} is ${JSON.stringify(v) ?? String(v)}, not a token id (an integer 0..${INT32_MAX})`;
+        return `element ${i} is ${preview(v)}, not a token id (an integer 0..${INT32_MAX})`;
       }
       out[i] = v;
     }
@@ -141,7 +142,7 @@ export function decodeLogprobs(value: unknown): Float32Array | string {
     for (let i = 0; i < n; i++) {
       const v = value[i];
       if (typeof v !== "number") {
-        return `element ${i} is ${JSON.stringify(v) ?? String(v)}, not a number`;
+        return `element ${i} is ${preview(v)}, not a number`;
       }
       out[i] = v;
     }

@@ -8,6 +8,7 @@
  * the sessions of files reaching past the resume offset are skipped: their events up to the recorded last
  * offset were applied already; later ones are late events.
  */
+import { sessionKey } from "../../schemas/session.ts";
 import { promises as fs } from "node:fs";
 import { basename, join } from "node:path";
 import { readFileMetadata } from "../../sinks/files/read.ts";
@@ -67,7 +68,7 @@ export async function writtenSessions(
     if (m === null || Number(m[2]) < resumeOffset) continue;
     const meta = await readFileMetadata(path);
     const spans = JSON.parse(meta[SESSIONS_KEY] ?? "[]") as SessionSpan[];
-    for (const [uid, sessionId, , last] of spans) out.set(`${uid}\u0000${sessionId}`, last);
+    for (const [uid, sessionId, , last] of spans) out.set(sessionKey(uid, sessionId), last);
   }
   return out;
 }

@@ -15,7 +15,7 @@ import { RowFlags } from "../../schemas/trajectory.ts";
 import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
 import { FingerprintSet } from "./fingerprints.ts";
 import { extractRows } from "./rows.ts";
-import type { RowTurn, SessionOutput } from "../../schemas/session.ts";
+import { sessionKey, type RowTurn, type SessionOutput } from "../../schemas/session.ts";
 import { COMPONENT, SessionState, type AssembleContext } from "./session.ts";
 import { clockSkewMs } from "./config.ts";
 
@@ -53,7 +53,7 @@ export class Assembler {
 
   /** True when the session was finalized here (its later events are dead-lettered as LATE_EVENT). */
   isFinalized(uid: string, sessionId: string): boolean {
-    return this.finalized.has(`${uid}\u0000${sessionId}`);
+    return this.finalized.has(sessionKey(uid, sessionId));
   }
 
   /** The greatest event time seen: the clock that closes sessions (and times out groups downstream). */
@@ -66,7 +66,7 @@ export class Assembler {
    * Returns the sessions finalized meanwhile.
    */
   pushRejected(envelope: RejectedEnvelope): SessionOutput[] {
-    const key = `${envelope.uid}\u0000${envelope.session_id}`;
+    const key = sessionKey(envelope.uid, envelope.session_id);
     if (this.finalized.has(key)) return [];
     return this.route(key, envelope.uid, envelope.session_id, envelope.ts, envelope);
   }
@@ -75,7 +75,7 @@ export class Assembler {
   push(d: DecodedEvent): SessionOutput[] {
     const ev = d.event;
     this.ctx.metrics.inc("events_received", ev.type);
-    const key = `${ev.uid}\u0000${ev.session_id}`;
+    const key = sessionKey(ev.uid, ev.session_id);
     if (this.finalized.has(key)) {
       this.ctx.deadLetters.write(
         makeDeadLetter(
@@ -173,7 +173,7 @@ export class Assembler {
    * unless it had already ended, and its later events are dead-lettered as LATE_EVENT.
    */
   cut(uid: string, sessionId: string): SessionOutput | null {
-    const key = `${uid}\u0000${sessionId}`;
+    const key = sessionKey(uid, sessionId);
     const session = this.sessions.get(key);
     if (session === undefined) return null;
     if (session.end === null) session.flags.add(RowFlags.SESSION_CUT);

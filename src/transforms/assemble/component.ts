@@ -10,15 +10,15 @@ import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { makeDeadLetter, type DeadLetterOutput, type RawRecord } from "../../core/records.ts";
 import type { Origin } from "../../schemas/origin.ts";
-import type { SessionOutput } from "../../schemas/session.ts";
+import { sessionKey, type SessionOutput } from "../../schemas/session.ts";
 import type { DecodeResult } from "../decode/decode.ts";
 import { Assembler } from "./assembler.ts";
 import type { AssembleConfig } from "./config.ts";
 
-const sessionKey = (uid: string, sessionId: string) => `${uid}\u0000${sessionId}`;
-
 /** An open session's hold on its lane: offsets, bytes, and its place in the opening order. */
 interface OpenSpan {
+  uid: string;
+  sessionId: string;
   first: number;
   last: number;
   bytes: number;
@@ -107,6 +107,8 @@ export class LaneAssembler {
     const span = this.spans.get(key);
     if (span === undefined) {
       this.spans.set(key, {
+        uid: envelope.uid,
+        sessionId: envelope.session_id,
         first: offset,
         last: offset,
         bytes,
@@ -145,13 +147,12 @@ export class LaneAssembler {
 
   /** Cuts the oldest open session (memory limits). */
   cutOldest(): Unit[] {
-    const key = this.spans.keys().next().value;
-    if (key === undefined) return [];
-    const [uid, sessionId] = key.split("\u0000") as [string, string];
-    const output = this.assembler.cut(uid, sessionId);
+    const first = this.spans.entries().next().value;
+    if (first === undefined) return [];
+    const [key, span] = first;
+    const output = this.assembler.cut(span.uid, span.sessionId);
     if (output === null) {
       // Its events were all rejected or late: nothing to write, nothing to hold.
-      const span = this.spans.get(key)!;
       this.spans.delete(key);
       this.owner.bufferedBytes -= span.bytes;
       span.ack.release();
@@ -189,7 +190,16 @@ export class LaneAssembler {
       if (span === undefined) {
         // A session finalized without holding anything (all of it rejected): it holds the next offset.
         const at = this.lane.ledger.next;
-        span = { first: at, last: at, bytes: 0, order: 0, ack: this.lane.ledger.hold(at), origin: null };
+        span = {
+          uid: o.uid,
+          sessionId: o.sessionId,
+          first: at,
+          last: at,
+          bytes: 0,
+          order: 0,
+          ack: this.lane.ledger.hold(at),
+          origin: null,
+        };
       } else {
         this.spans.delete(key);
         this.owner.bufferedBytes -= span.bytes;

@@ -167,8 +167,9 @@ function placeTurnRewards(
         }
       }
       const mine = own.get(id);
-      if (mine === undefined && n === 0) memo.set(id, null);
-      else memo.set(id, (mine ?? 0) + (n > 0 ? gamma! * (sum / n) : 0));
+      const v = mine === undefined && n === 0 ? null : (mine ?? 0) + (n > 0 ? gamma! * (sum / n) : 0);
+      // Each call's own sum is finite (REWARD_OVERFLOW); a discounted mean of huge ones can still overflow.
+      memo.set(id, v === null || Number.isFinite(v) ? v : null);
     }
     return memo.get(root) ?? null;
   };

@@ -391,6 +391,17 @@ export class SessionState {
       );
       return;
     }
+    let sum = ev.value;
+    for (const r of this.rewards) if (r.target === ev.target) sum += r.value;
+    if (!Number.isFinite(sum)) {
+      this.reject(
+        "REWARD_OVERFLOW",
+        `reward ${ev.value} would make the rewards of ${ev.target === "session" ? `session ${this.sessionId}` : `call ${ev.target}`} ` +
+          `sum to ${sum}; rewards must add up to a finite number`,
+        d,
+      );
+      return;
+    }
     if (ev.key !== undefined) this.rewardKeys.add(ev.key);
     this.rewards.push({
       value: ev.value,

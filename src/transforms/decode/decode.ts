@@ -2,6 +2,7 @@
  * Stateless map at the source edge: raw bytes → a typed gateway event, or a dead letter with a stable
  * code. Transforms after this one trust their input.
  */
+import { preview } from "../../core/preview.ts";
 import { crc32 } from "node:zlib";
 import type { ZodError } from "zod";
 import type { ErrorCode } from "../../core/errors.ts";
@@ -146,8 +147,23 @@ function describeIssues(error: ZodError): { code: ErrorCode; message: string; is
   return { code, message, issues };
 }
 
-/** Decodes one raw record. Never throws on bad input. */
+/**
+ * Decodes one raw record. Never throws on bad input: a failure nobody foresaw (a bug meeting a hostile
+ * event) rejects that event alone, so one line never costs the valid ones.
+ */
 export function decodeEvent(record: RawRecord): DecodeResult {
+  try {
+    return decodeChecked(record);
+  } catch (err) {
+    return reject(
+      "INVALID_EVENT",
+      `${formatOrigin(record.origin)}: the event could not be decoded (${String((err as Error)?.message ?? err).slice(0, 200)})`,
+      record,
+    );
+  }
+}
+
+function decodeChecked(record: RawRecord): DecodeResult {
   // Formatted only for a rejection: most events are valid.
   const where = () => formatOrigin(record.origin);
   let text: string;
@@ -170,7 +186,7 @@ export function decodeEvent(record: RawRecord): DecodeResult {
     const message =
       obj.v === undefined
         ? `${where()}: missing protocol version "v" (expected 1)`
-        : `${where()}: protocol version ${JSON.stringify(obj.v)} is not supported (expected 1)`;
+        : `${where()}: protocol version ${preview(obj.v)} is not supported (expected 1)`;
     return reject(obj.v === undefined ? "INVALID_EVENT" : "UNSUPPORTED_VERSION", message, record, obj);
   }
   for (const key of FREE_FORM) {
@@ -194,7 +210,7 @@ export function decodeEvent(record: RawRecord): DecodeResult {
   if (typeof type !== "string" || !(EVENT_TYPES as string[]).includes(type)) {
     return reject(
       "UNKNOWN_EVENT_TYPE",
-      `${where()}: event type ${JSON.stringify(type)} is not one of ${[...EVENT_TYPES, ...CONTROL_EVENT_TYPES].join(", ")}`,
+      `${where()}: event type ${preview(type)} is not one of ${[...EVENT_TYPES, ...CONTROL_EVENT_TYPES].join(", ")}`,
       record,
       obj,
     );

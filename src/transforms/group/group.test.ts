@@ -181,4 +181,20 @@ describe("staleness", () => {
     assert.equal(f.isStale(old!.rows[0]!), true);
     assert.equal(f.isStale(s!.rows[0]!), false);
   });
+
+  // Regression (issue 27, item 7): a real session named "missing-1" and the placeholder for sample 1 gave
+  // two rows keyed u1_missing-1_0.
+  it("names placeholders apart from real sessions named like them", () => {
+    const real = new SessionScript("u1", "missing-1", 1_000)
+      .start({ sample_index: 0, group_size: 3 })
+      .call("c1", [1, 2], [10])
+      .reward(1)
+      .end();
+    const batcher = new GroupBatcher(groupConfigSchema.parse({ timeout_ms: 10 }), { metrics: new Metrics() });
+    batcher.push(sessions(real)[0]!, 0);
+    const [group] = batcher.flush(100);
+    const keys = group!.rows.map((r) => r.key);
+    assert.deepEqual(keys, ["u1_missing-1_0", "u1_missing-1~2_0", "u1_missing-2_0"]);
+    assert.equal(new Set(keys).size, 3);
+  });
 });

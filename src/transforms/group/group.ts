@@ -213,9 +213,14 @@ export class GroupBatcher {
       const free: number[] = [];
       for (let i = 0; free.length < missing && i < group.size + sessions.length; i++)
         if (!taken.has(i)) free.push(i);
+      // A real session may be named like a placeholder ("missing-1"): keys must stay unique.
+      const names = new Set(sessions.map((s) => s.sessionId));
       for (let k = 0; k < missing; k++) {
         const idx = free[k] ?? null;
-        rows.push(placeholder(group.uid, `missing-${idx ?? k}`, idx, group.size, "missing", eventTime));
+        let name = `missing-${idx ?? k}`;
+        for (let n = 2; names.has(name); n++) name = `missing-${idx ?? k}~${n}`;
+        names.add(name);
+        rows.push(placeholder(group.uid, name, idx, group.size, "missing", eventTime));
       }
       metrics.inc("placeholders", "missing", missing);
     }

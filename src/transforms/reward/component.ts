@@ -5,6 +5,7 @@
  * offset until the dead-letter sink made it durable: the session's ack is registered while it is scored
  * and taken by the letter before the session moves on.
  */
+import { sessionKey } from "../../schemas/session.ts";
 import type { Ack } from "../../contract/ledger.ts";
 import type { DeadLetterSink, LaneTransform, TransformComponent, Unit } from "../../contract/components.ts";
 import type { Logger } from "../../core/logger.ts";
@@ -12,8 +13,6 @@ import type { Metrics } from "../../core/metrics.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
 import type { RewardsConfig } from "./config.ts";
 import { RewardTransform } from "./rewards.ts";
-
-const sessionKey = (uid: string, sessionId: string) => `${uid}\u0000${sessionId}`;
 
 export interface RewardsComponentContext {
   metrics: Metrics;

@@ -14,8 +14,10 @@ export function envStage(): RewardStage {
       items.map((item) => {
         const session = item.events.filter((e) => e.target === "session");
         if (session.length === 0) return { kind: "skip", reason: "no session reward event" };
-        const components: Record<string, number> = {};
-        for (const e of session) components[e.stage] = (components[e.stage] ?? 0) + e.value;
+        // A Map: stage names are the gateway's strings ("constructor" and "__proto__" included).
+        const byStage = new Map<string, number>();
+        for (const e of session) byStage.set(e.stage, (byStage.get(e.stage) ?? 0) + e.value);
+        const components = Object.fromEntries(byStage);
         return { kind: "score", score: session.reduce((a, e) => a + e.value, 0), components };
       }),
   };

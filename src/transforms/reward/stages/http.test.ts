@@ -184,4 +184,41 @@ describe("http reward stage: credentials", () => {
     assert.match(messages[0]!, /answered 401: denied Bearer \*\*\* for \*\*\*/);
     for (const m of messages) for (const s of secrets) assert.ok(!m.includes(s), `${s} leaked: ${m}`);
   });
+
+  // Regression (issue 27, item 8): the body was cut to 200 characters before redaction, so a token the cut
+  // ran through left in part (14 of its 43 characters).
+  it("redacts before it cuts: no part of a token echoed at any offset leaves", async () => {
+    const token = "tF8q2ZkLw9xN4pVb7RcY1mJ3sHd6GaQe0UoXiKlTnB5";
+    let offset = 0;
+    const server = createServer((_req, res) => {
+      res.writeHead(503, { "content-type": "text/plain" });
+      res.end(`${"x".repeat(offset)}token=${token} and more text after it`);
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      const stage = httpStage(
+        httpStageOptionsSchema.parse({
+          url,
+          protocol: "kserve",
+          model: "rm",
+          headers: { authorization: `Bearer ${token}` },
+        }),
+      );
+      for (offset = 0; offset <= 240; offset++) {
+        const message = await stage.score([rewardItem("k", [1], [2])], new AbortController().signal).then(
+          () => "",
+          (err: Error) => err.message,
+        );
+        assert.match(message, /answered 503/);
+        for (let i = 0; i + 5 <= token.length; i++)
+          assert.ok(
+            !message.includes(token.slice(i, i + 5)),
+            `offset ${offset}: part of the token leaked: ${message}`,
+          );
+      }
+    } finally {
+      server.close();
+    }
+  });
 });

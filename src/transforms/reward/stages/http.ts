@@ -10,7 +10,7 @@
  * errors are retryable and 4xx are not, and requests are rate limited.
  */
 import { z } from "zod";
-import { redactor, urlSecrets } from "../../../core/redact.ts";
+import { headerSecrets, redactor, urlSecrets } from "../../../core/redact.ts";
 import { RewardStageError, type RewardItem, type RewardOutcome, type RewardStage } from "../contract.ts";
 import { sequenceOf } from "./onnx/stage.ts";
 
@@ -78,6 +78,14 @@ class RateLimit {
   }
 }
 
+/**
+ * The first 200 characters of a server's text, for a message: redacted first, then cut, so a secret the
+ * cut runs through cannot leave in part (it did: 14 of a 43-character token).
+ */
+function redactedHead(redact: (text: string) => string, text: string): string {
+  return redact(text).slice(0, 200);
+}
+
 async function post(
   url: string,
   body: unknown,
@@ -99,14 +107,17 @@ async function post(
   const text = await response.text();
   if (!response.ok) {
     throw new RewardStageError(
-      redact(`${url} answered ${response.status}: ${text.slice(0, 200)}`),
+      `${redact(url)} answered ${response.status}: ${redactedHead(redact, text)}`,
       response.status >= 500,
     );
   }
   try {
     return JSON.parse(text) as unknown;
   } catch {
-    throw new RewardStageError(redact(`${url} answered with invalid JSON: ${text.slice(0, 200)}`), false);
+    throw new RewardStageError(
+      `${redact(url)} answered with invalid JSON: ${redactedHead(redact, text)}`,
+      false,
+    );
   }
 }
 
@@ -126,7 +137,7 @@ export function httpStage(options: HttpStageOptions): RewardStage {
     options.max_requests_per_second === undefined ? null : new RateLimit(options.max_requests_per_second);
   const base = options.url.replace(/\/+$/, "");
   // Error messages reach logs, dead letters and reward_info: no credential may ride along.
-  const redact = redactor([...Object.values(options.headers), ...urlSecrets(options.url)]);
+  const redact = redactor([...headerSecrets(options.headers), ...urlSecrets(options.url)]);
 
   const kserve = async (items: readonly RewardItem[], signal: AbortSignal): Promise<RewardOutcome[]> => {
     const sequences = items.map((i) => {
@@ -224,7 +235,7 @@ export function httpStage(options: HttpStageOptions): RewardStage {
     if (m === null)
       return {
         kind: "error",
-        message: `no score in the judge's reply: ${JSON.stringify(text.slice(0, 200))}`,
+        message: `no score in the judge's reply: ${JSON.stringify(redactedHead(redact, text))}`,
       };
     return { kind: "score", score: Number(m[1] ?? m[0]), info: { judge: text } };
   };
