@@ -282,8 +282,8 @@ export class Runtime implements SourceHandler {
           await r.followWallClock(Date.now(), live.cutFilesWhenQuiet);
         }
       });
-      this.inFlight++;
-      this.applying = run.catch(() => {}).finally(() => this.inFlight--);
+      // Not counted in inFlight: moving a clock is not input, and must not keep a drain from stopping.
+      this.applying = run.catch(() => {});
       await run;
     } catch (err) {
       this.failure ??= err as Error;

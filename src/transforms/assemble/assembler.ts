@@ -81,7 +81,8 @@ export class Assembler {
         makeDeadLetter(
           "LATE_EVENT",
           `${ev.type} event (seq ${ev.seq}) arrived after session ${ev.session_id} of uid ${ev.uid} was ` +
-            `finalized; raise reward_grace_ms (rewards) or idle_timeout_ms if this is expected`,
+            `finalized; list the rewards a session waits for in await_rewards, raise reward_grace_ms, or ` +
+            `raise idle_timeout_ms if this is expected`,
           COMPONENT,
           d.record,
           { uid: ev.uid, session_id: ev.session_id, seq: ev.seq },
