@@ -1,17 +1,22 @@
 /**
  * Replays keep pure event time: the output of these recorded inputs is byte for byte the output trajflow
  * wrote before the live clock (issue 21) existed. test/golden/ holds the inputs and those files, written
- * by the commit before that change; a difference here is a change of replay output, which must be
+ * by the commit before that change (0751b8c) from inputs in /tmp/trajflow-golden-inputs; a difference here is a change of replay output, which must be
  * deliberate (docs/sinks.md: a rerun into an existing directory then needs a fresh one).
  */
 import { strict as assert } from "node:assert";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { runCli } from "./helpers/cli.ts";
 
 const GOLDEN = new URL("./golden/", import.meta.url).pathname;
+/**
+ * Where the inputs were when the golden files were written: a file's metadata names its inputs' absolute
+ * paths (`trajflow.inputs`), so the replay must read them from the same place to give the same bytes.
+ */
+const INPUTS = "/tmp/trajflow-golden-inputs";
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-golden-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
 
@@ -25,7 +30,10 @@ describe("replay output against golden files", () => {
   for (const [name, flags] of cases) {
     it(`writes ${name}.jsonl.gz's files byte for byte as before`, async () => {
       const out = join(scratch, name);
-      const result = await runCli(["replay", join(GOLDEN, `${name}.jsonl.gz`), "--out", out, ...flags]);
+      mkdirSync(INPUTS, { recursive: true });
+      const input = join(INPUTS, `${name}.jsonl.gz`);
+      copyFileSync(join(GOLDEN, `${name}.jsonl.gz`), input);
+      const result = await runCli(["replay", input, "--out", out, ...flags]);
       assert.equal(result.code, 0, result.stderr);
       const expected = readdirSync(join(GOLDEN, name)).sort();
       assert.deepEqual(readdirSync(out).sort(), expected);

@@ -33,6 +33,12 @@ function session(uid: string, sessionId: string, reward: number | null): Session
 const toPartition = (s: SessionScript, partition: number): TestMessage[] =>
   s.lines().map((value) => ({ key: s.uid, value, partition }));
 
+/** A live `trajflow consume` of `topic` into `out` (no drain flag), with `flags` added. */
+const consumeLive = (broker: string, topic: string, out: string, flags: string[]) =>
+  startCli(["consume", "--topic", topic, "--group", freshName("g"), "--out", out, ...flags], {
+    KAFKA_BROKERS: broker,
+  });
+
 /** The rows written to `dir` so far (none before the directory exists). */
 async function rowsNow(dir: string): Promise<Array<Record<string, unknown>>> {
   try {
@@ -67,13 +73,14 @@ describe("the live loop", () => {
     const out = join(scratch, topic);
     // The file age and the reward grace are far beyond what the test waits: only a clock that moves on
     // the quiet topic, completeness and the quiet cut can land these rows in time.
-    const consume = startCli(
-      [
-        ...["consume", "--topic", topic, "--group", freshName("g"), "--out", out],
-        ...["--file-age-ms", "600000", "--reward-grace-ms", "3000", "--dead-letter-dir", join(out, "_dl")],
-      ],
-      { KAFKA_BROKERS: broker },
-    );
+    const consume = consumeLive(broker, topic, out, [
+      "--file-age-ms",
+      "600000",
+      "--reward-grace-ms",
+      "3000",
+      "--dead-letter-dir",
+      join(out, "_dl"),
+    ]);
     // Partitions 0-2 get a session with its reward (complete at its end) and one without (final once its
     // grace passed); partition 3 gets nothing.
     const sessions = [0, 1, 2].flatMap((p) => [
@@ -110,13 +117,7 @@ describe("the live loop", () => {
     const topic = freshName("busy-quiet");
     await createTopic(broker, topic, 2);
     const out = join(scratch, topic);
-    const consume = startCli(
-      [
-        ...["consume", "--topic", topic, "--group", freshName("g"), "--out", out],
-        ...["--file-age-ms", "600000", "--reward-grace-ms", "2000"],
-      ],
-      { KAFKA_BROKERS: broker },
-    );
+    const consume = consumeLive(broker, topic, out, ["--file-age-ms", "600000", "--reward-grace-ms", "2000"]);
     // Partition 0: one session that ends without a reward, then nothing. Partition 1: a session that keeps
     // calling the model every 100 ms (events keep its lane's clock moving, never partition 0's).
     await produceTo(broker, topic, toPartition(session("quiet", "s1", null), 0));
@@ -146,13 +147,14 @@ describe("the live loop", () => {
     await createTopic(broker, topic, 1);
     const out = join(scratch, topic);
     const letters = join(scratch, `${topic}-dl`);
-    const consume = startCli(
-      [
-        ...["consume", "--topic", topic, "--group", freshName("g"), "--out", out],
-        ...["--file-age-ms", "600000", "--reward-grace-ms", "4000", "--dead-letter-dir", letters],
-      ],
-      { KAFKA_BROKERS: broker },
-    );
+    const consume = consumeLive(broker, topic, out, [
+      "--file-age-ms",
+      "600000",
+      "--reward-grace-ms",
+      "4000",
+      "--dead-letter-dir",
+      letters,
+    ]);
     const inside = session("u1", "inside", null);
     const late = session("u2", "late", null);
     await produceTo(broker, topic, [...toPartition(inside, 0), ...toPartition(late, 0)]);
@@ -236,13 +238,15 @@ dead_letters: { type: files, path: ${join(out, "_dl")} }
     await createTopic(broker, topic, 4);
     const out = join(scratch, topic);
     const fileAgeMs = 5_000;
-    const consume = startCli(
-      [
-        ...["consume", "--topic", topic, "--group", freshName("g"), "--out", out, "--grpo"],
-        ...["--group-size", "4", "--file-age-ms", String(fileAgeMs), "--dead-letter-dir", join(out, "_dl")],
-      ],
-      { KAFKA_BROKERS: broker },
-    );
+    const consume = consumeLive(broker, topic, out, [
+      "--grpo",
+      "--group-size",
+      "4",
+      "--file-age-ms",
+      String(fileAgeMs),
+      "--dead-letter-dir",
+      join(out, "_dl"),
+    ]);
     const { execFile } = await import("node:child_process");
     const script = new URL("./readers/sync_loop.py", import.meta.url).pathname;
     const stdout = await new Promise<string>((resolve, reject) =>
