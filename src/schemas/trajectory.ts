@@ -45,6 +45,8 @@ export const RowFlags = {
   REWARD_FAILED: "reward_failed",
   /** A required reward stage did not report before the reward timeout: its value is null. */
   REWARD_TIMEOUT: "reward_timeout",
+  /** A per-turn reward, discounted along the tree, summed past float64's range: that turn's value is null. */
+  REWARD_OVERFLOW: "reward_overflow",
 } as const;
 export type RowFlag = (typeof RowFlags)[keyof typeof RowFlags];
 

@@ -8,9 +8,9 @@
  * the sessions of files reaching past the resume offset are skipped: their events up to the recorded last
  * offset were applied already; later ones are late events.
  */
-import { sessionKey } from "../../schemas/session.ts";
 import { promises as fs } from "node:fs";
 import { basename, join } from "node:path";
+import { sessionKey } from "../../schemas/session.ts";
 import { readFileMetadata } from "../../sinks/files/read.ts";
 
 import type { SessionSpan } from "../../contract/components.ts";

@@ -145,6 +145,7 @@ function placeTurnRewards(
     }
   }
   const memo = new Map<string, number | null>();
+  const overflowed = new Set<string>();
   // Iterative post-order, since a long agent session can be thousands of turns deep.
   const value = (root: string): number | null => {
     const stack: Array<[string, boolean]> = [[root, false]];
@@ -168,13 +169,18 @@ function placeTurnRewards(
       }
       const mine = own.get(id);
       const v = mine === undefined && n === 0 ? null : (mine ?? 0) + (n > 0 ? gamma! * (sum / n) : 0);
-      // Each call's own sum is finite (REWARD_OVERFLOW); a discounted mean of huge ones can still overflow.
+      // Each call's own sum is finite (REWARD_OVERFLOW dead letters); a discounted sum of huge ones can
+      // still overflow: null, never infinity, and its rows are flagged.
+      if (v !== null && !Number.isFinite(v)) overflowed.add(id);
       memo.set(id, v === null || Number.isFinite(v) ? v : null);
     }
     return memo.get(root) ?? null;
   };
   rows.forEach((row, i) => {
-    row.turn_rewards = rowTurns[i]!.filter((t) => t.trained && t.end >= 0).map((t) => value(t.callId));
+    const turns = rowTurns[i]!.filter((t) => t.trained && t.end >= 0);
+    row.turn_rewards = turns.map((t) => value(t.callId));
+    if (turns.some((t) => overflowed.has(t.callId)))
+      row.flags = [...row.flags, RowFlags.REWARD_OVERFLOW].sort() as TrajectoryRow["flags"];
   });
 }
 

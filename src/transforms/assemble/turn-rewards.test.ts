@@ -50,4 +50,20 @@ describe("per-turn rewards", () => {
     );
     assert.deepEqual(partial.rows[0]!.turn_rewards, [null, 2]);
   });
+
+  it("writes a discounted turn value past float64's range as null, flagging the row", () => {
+    const { rows, deadLetters } = assemble(
+      new SessionScript()
+        .call("c1", [1], [5])
+        .call("c2", [1, 5, 6], [7])
+        .reward(1.7e308, { target: "c1" })
+        .reward(1.7e308, { target: "c2" })
+        .end()
+        .lines(),
+      { turn_reward_discount: 1 },
+    );
+    assert.deepEqual(deadLetters, []);
+    assert.deepEqual(rows[0]!.turn_rewards, [null, 1.7e308]);
+    assert.deepEqual(rows[0]!.flags, ["reward_overflow"]);
+  });
 });

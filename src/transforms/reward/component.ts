@@ -5,12 +5,12 @@
  * offset until the dead-letter sink made it durable: the session's ack is registered while it is scored
  * and taken by the letter before the session moves on.
  */
-import { sessionKey } from "../../schemas/session.ts";
 import type { Ack } from "../../contract/ledger.ts";
 import type { DeadLetterSink, LaneTransform, TransformComponent, Unit } from "../../contract/components.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
+import { sessionKey } from "../../schemas/session.ts";
 import type { RewardsConfig } from "./config.ts";
 import { RewardTransform } from "./rewards.ts";
 
