@@ -74,7 +74,8 @@ export function runReport(command: string, result: RunResult, json: boolean): st
     `trajflow ${command}: ${fmt(result.events)} ${result.kind === "kafka" ? "messages" : "events"} in ` +
       `${result.seconds.toFixed(2)} s (${fmt(Math.round(tokensIn / Math.max(result.seconds, 1e-9)))} tokens/s)`,
     `  sessions      ${fmt(sessions)} finalized${sessions > 0 ? ` (${byLabel("sessions_finalized")})` : ""}` +
-      `, ${fmt(m.total("sessions_without_rows"))} without rows`,
+      `, ${fmt(m.total("sessions_without_rows"))} without rows` +
+      (m.total("sessions_cut") > 0 ? `, ${fmt(m.total("sessions_cut"))} cut by the open-session limits` : ""),
     `  rows          ${fmt(m.total("rows_written"))} in ${fmt(m.total("files_committed"))} file(s) under ${result.out}`,
     `  tokens        ${fmt(tokensIn)} received, ${fmt(m.total("tokens_emitted"))} in rows, ` +
       `${fmt(m.total("tokens_trained"))} trained (mask 1)`,

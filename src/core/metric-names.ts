@@ -37,6 +37,10 @@ export const METRICS = {
   history_edited: { kind: "counter", help: "Prompts whose earlier context was edited (compaction, edits)." },
   orphans_dropped: { kind: "counter", help: "Retry orphans dropped (a call nobody continued from)." },
   duplicate_events_ignored: { kind: "counter", help: "Exact redeliveries of an event (same bytes) ignored." },
+  rejected_seqs_forgotten: {
+    kind: "counter",
+    help: "Rejected events of sessions not open yet, forgotten past 16,384 such sessions (their seqs).",
+  },
   duplicate_rewards_ignored: {
     kind: "counter",
     help: "Reward events repeated for the same target, ignored.",

@@ -9,10 +9,14 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Runs the real CLI in a child process (the same Node that runs the tests). */
-export function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult> {
+/** Runs the real CLI in a child process (the same Node that runs the tests, with `nodeArgs`). */
+export function runCli(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+  nodeArgs: string[] = [],
+): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], {
+    const child = spawn(process.execPath, [...nodeArgs, BIN, ...args], {
       env: { ...process.env, TRAJFLOW_LOG_LEVEL: "warn", ...env },
       stdio: ["ignore", "pipe", "pipe"],
     });

@@ -1,6 +1,11 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
+import { MemoryDeadLetters } from "../../core/dead-letters.ts";
+import { Metrics } from "../../core/metrics.ts";
 import { assemble, plain, row, SessionScript, lp } from "../../../test/helpers/sessions.ts";
+import { Assembler, REJECTED_AHEAD_CAP } from "./assembler.ts";
+import { assembleConfigSchema } from "./config.ts";
+import { TokenTrie } from "./trie.ts";
 
 const P = [1, 2, 3];
 const O1 = [10, 11];
@@ -730,5 +735,74 @@ describe("assemble: bad references", () => {
     const s = new SessionScript("task_7", "run_3%", 0).call("c1", P, O1).end();
     const { rows } = assemble(s.lines());
     assert.equal(rows[0]!.key, "task_7_run%5F3%25_0");
+  });
+});
+
+describe("assemble: what a session holds", () => {
+  const context = () => {
+    const metrics = new Metrics();
+    const deadLetters = new MemoryDeadLetters();
+    const assembler = new Assembler({ config: assembleConfigSchema.parse({}), deadLetters, metrics });
+    return { metrics, assembler };
+  };
+  const envelope = (sessionId: string, seq: number, ts = 1_000) => ({
+    uid: "u",
+    session_id: sessionId,
+    seq,
+    ts,
+    digest: `bad-${sessionId}-${seq}`,
+  });
+
+  // Regression (issue 27 item 10): each rejected event with its own session id opened a session, so
+  // 100,000 garbage lines held 1.5 GB and a 192 MB heap ran out.
+  it("opens no session for rejected events, and forgets the oldest past its bound", () => {
+    const { metrics, assembler } = context();
+    const released: number[] = [];
+    for (let i = 0; i < REJECTED_AHEAD_CAP + 10; i++) {
+      assembler.pushRejected(envelope(`g${i}`, 0), { release: () => released.push(i) });
+    }
+    assert.equal(assembler.openSessions, 0);
+    assert.equal(metrics.get("rejected_seqs_forgotten"), 10);
+    assert.deepEqual(released, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert.deepEqual(assembler.flush(), []);
+    assert.equal(released.length, REJECTED_AHEAD_CAP + 10, "the end of input releases every hold");
+  });
+
+  it("lets a session opened after its rejected first event go on without waiting for that seq", () => {
+    const lines = new SessionScript().start().call("c1", P, O1).end().lines();
+    const broken = lines[0]!.replace('"session.start"', '"session.start","metadata":7');
+    const { rows, deadLetters } = assemble([broken, ...lines.slice(1)]);
+    assert.deepEqual(
+      deadLetters.map((d) => [d.code, d.seq]),
+      [["INVALID_EVENT", 0]],
+    );
+    assert.deepEqual(rows.map(plain), [row({ prompt_ids: P, response_ids: O1, response_mask: [1, 1] })]);
+  });
+
+  it("hands a rejected event's hold to the session that opens, and releases later ones at once", () => {
+    const { assembler } = context();
+    const released: string[] = [];
+    const hold = (name: string) => ({ release: () => released.push(name) });
+    assembler.pushRejected(envelope("s", 0), hold("first"));
+    assembler.pushRejected(envelope("s", 1), hold("second"));
+    assert.deepEqual(released, ["second"]);
+    const taken = assembler.takeRejectedHold("u", "s");
+    taken!.release();
+    assert.deepEqual(released, ["second", "first"]);
+    assert.equal(assembler.takeRejectedHold("u", "s"), null);
+  });
+
+  // Regression (issue 27 item 9): every session allocated an 8 KB arena chunk and nine tables up front;
+  // 50,000 idle sessions took 1.1 GB.
+  it("starts a session's token arena at the size of its first span", () => {
+    const tiny = new TokenTrie();
+    assert.equal(tiny.arenaBytes, 0);
+    tiny.addChild(tiny.root, Int32Array.from([1, 2, 3]), null, null);
+    assert.equal(tiny.arenaBytes, 64 * 8);
+    const mid = new TokenTrie();
+    mid.addChild(mid.root, new Int32Array(700).fill(7), null, null);
+    assert.equal(mid.arenaBytes, 700 * 8);
+    const { first, last } = mid.addChild(mid.root, new Int32Array(10).fill(8), null, null);
+    assert.deepEqual([first === last, first.len, mid.arenaBytes], [true, 10, (700 + 2_800) * 8]);
   });
 });

@@ -16,7 +16,7 @@ import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
 import { FingerprintSet } from "./fingerprints.ts";
 import { extractRows } from "./rows.ts";
 import { sessionKey, type RowTurn, type SessionOutput } from "../../schemas/session.ts";
-import { COMPONENT, SessionState, type AssembleContext } from "./session.ts";
+import { addFlag, COMPONENT, SessionState, type AssembleContext } from "./session.ts";
 import { clockSkewMs } from "./config.ts";
 
 export type { SessionOutput };
@@ -24,9 +24,28 @@ export type { SessionOutput };
 /** How far the watermark must move (event time) before idle sessions are looked for again. */
 const SWEEP_EVERY_MS = 1_000;
 
+/**
+ * Sessions not open yet whose rejected events are remembered (their seqs, so the session's later events
+ * need not wait for them). Bounded: a flood of garbage with a new session id per line must not hold memory
+ * (issue 27 item 10); past it the oldest are forgotten (counted in `rejected_seqs_forgotten`).
+ */
+export const REJECTED_AHEAD_CAP = 16_384;
+
+/** What a caller holds for a remembered rejection (a Kafka lane: its offset), released when forgotten. */
+export interface RejectedHold {
+  release(): void;
+}
+
+interface RejectedAhead {
+  envelopes: RejectedEnvelope[];
+  hold: RejectedHold | null;
+}
+
 export class Assembler {
   private readonly ctx: AssembleContext;
   private readonly sessions = new Map<string, SessionState>();
+  /** Rejected events of sessions not open yet, oldest first (see REJECTED_AHEAD_CAP). */
+  private readonly rejectedAhead = new Map<string, RejectedAhead>();
   /** Finalized sessions, to recognise their late (or redelivered) events. */
   private readonly finalized: { has(key: string): boolean; add(key: string): void };
   private watermark = 0;
@@ -61,14 +80,68 @@ export class Assembler {
     return this.watermark;
   }
 
+  /** True while the session is open here. */
+  isOpen(uid: string, sessionId: string): boolean {
+    return this.sessions.has(sessionKey(uid, sessionId));
+  }
+
   /**
-   * Tells the session that the decoder rejected its event `seq`, so later events need not wait for it.
-   * Returns the sessions finalized meanwhile.
+   * Tells the session that the decoder rejected its event `seq` (already dead-lettered), so later events
+   * need not wait for it. A rejected event never opens a session: for a session not open yet, its seq is
+   * remembered (bounded) until a valid event opens it, with `hold` (released if it is forgotten; a later
+   * rejection's hold is released at once, the first one holds for both). Returns the sessions finalized
+   * meanwhile.
    */
-  pushRejected(envelope: RejectedEnvelope): SessionOutput[] {
+  pushRejected(envelope: RejectedEnvelope, hold: RejectedHold | null = null): SessionOutput[] {
     const key = sessionKey(envelope.uid, envelope.session_id);
-    if (this.finalized.has(key)) return [];
+    if (this.finalized.has(key) || !this.sessions.has(key)) {
+      if (this.finalized.has(key)) hold?.release();
+      else this.rememberRejected(key, envelope, hold);
+      return [];
+    }
+    hold?.release();
     return this.route(key, envelope.uid, envelope.session_id, envelope.ts, envelope);
+  }
+
+  /**
+   * The hold remembered with a session's earlier rejections, handed to the caller, which now keeps it (as
+   * the session's own); null when there is none.
+   */
+  takeRejectedHold(uid: string, sessionId: string): RejectedHold | null {
+    const ahead = this.rejectedAhead.get(sessionKey(uid, sessionId));
+    if (ahead === undefined) return null;
+    const { hold } = ahead;
+    ahead.hold = null;
+    return hold;
+  }
+
+  private rememberRejected(key: string, envelope: RejectedEnvelope, hold: RejectedHold | null): void {
+    const known = this.rejectedAhead.get(key);
+    if (known !== undefined) {
+      known.envelopes.push(envelope);
+      hold?.release();
+      return;
+    }
+    this.rejectedAhead.set(key, { envelopes: [envelope], hold });
+    if (this.rejectedAhead.size > REJECTED_AHEAD_CAP) {
+      const [oldest, ahead] = this.rejectedAhead.entries().next().value!;
+      this.forgetRejected(oldest, ahead);
+      this.ctx.metrics.inc("rejected_seqs_forgotten", "", ahead.envelopes.length);
+    }
+  }
+
+  private forgetRejected(key: string, ahead: RejectedAhead): void {
+    this.rejectedAhead.delete(key);
+    ahead.hold?.release();
+  }
+
+  /** Forgets remembered rejections whose session would have timed out by now (oldest first). */
+  private expireRejected(): void {
+    const horizon = this.watermark - this.ctx.config.idle_timeout_ms;
+    for (const [key, ahead] of this.rejectedAhead) {
+      if (ahead.envelopes[ahead.envelopes.length - 1]!.ts > horizon) break;
+      this.forgetRejected(key, ahead);
+    }
   }
 
   /** Applies one event; returns the sessions it caused to finalize (possibly none). */
@@ -105,6 +178,12 @@ export class Assembler {
       session = new SessionState(uid, sessionId, this.ctx);
       this.sessions.set(key, session);
       this.ctx.metrics.inc("sessions_opened");
+      const ahead = this.rejectedAhead.get(key);
+      if (ahead !== undefined) {
+        // The caller took the hold (takeRejectedHold) or had none: nothing to release here.
+        this.rejectedAhead.delete(key);
+        for (const envelope of ahead.envelopes) session.offer(envelope);
+      }
     }
     session.offer(d);
     this.advance(key, ts);
@@ -159,6 +238,7 @@ export class Assembler {
   private sweep(): SessionOutput[] {
     const out: SessionOutput[] = [];
     const { idle_timeout_ms } = this.ctx.config;
+    this.expireRejected();
     for (const [key, session] of this.sessions) {
       if (session.end !== null && !session.hasPending) {
         if (this.isFinal(session)) out.push(this.finalize(key, session, null));
@@ -177,7 +257,7 @@ export class Assembler {
     const key = sessionKey(uid, sessionId);
     const session = this.sessions.get(key);
     if (session === undefined) return null;
-    if (session.end === null) session.flags.add(RowFlags.SESSION_CUT);
+    if (session.end === null) addFlag(session.flags, RowFlags.SESSION_CUT);
     this.ctx.metrics.inc("sessions_cut");
     this.cutWarning ??=
       this.ctx.logger === undefined
@@ -192,6 +272,7 @@ export class Assembler {
 
   /** End of input: finalizes every open session, in the order they opened. */
   flush(): SessionOutput[] {
+    for (const [key, ahead] of this.rejectedAhead) this.forgetRejected(key, ahead);
     const out: SessionOutput[] = [];
     for (const [key, session] of this.sessions) out.push(this.finalize(key, session, "timeout"));
     return out;

@@ -13,7 +13,7 @@ import type { Origin } from "../../schemas/origin.ts";
 import { sessionKey, type SessionOutput } from "../../schemas/session.ts";
 import type { DecodeResult } from "../decode/decode.ts";
 import { Assembler } from "./assembler.ts";
-import type { AssembleConfig } from "./config.ts";
+import { SESSION_OVERHEAD_BYTES, type AssembleConfig } from "./config.ts";
 
 /** An open session's hold on its lane: offsets, bytes, and its place in the opening order. */
 interface OpenSpan {
@@ -26,7 +26,7 @@ interface OpenSpan {
   ack: Ack;
   /**
    * Where the session's first valid event came from (its SESSION_WITHOUT_ROWS dead letter points there);
-   * null while every event was rejected (each already has its own dead letter).
+   * null for a session finalized holding nothing (each of its events already has its own dead letter).
    */
   origin: Origin | null;
 }
@@ -103,23 +103,32 @@ export class LaneAssembler {
     if (this.assembler.isFinalized(envelope.uid, envelope.session_id)) {
       return decoded.kind === "event" ? this.units(this.assembler.push(decoded.value)) : [];
     }
-    const bytes = typeof record.raw === "string" ? record.raw.length : record.raw.byteLength;
+    if (decoded.kind !== "event" && !this.spans.has(key)) {
+      // A rejected event (its dead letter written) opens no session: garbage with a new session id per
+      // line must not leave state behind (issue 27 item 10). Its offset stays held while the assembler
+      // remembers its seq, so a restart reads it again before the session's later events.
+      return this.units(this.assembler.pushRejected(decoded.envelope!, this.lane.ledger.hold(offset)));
+    }
+    let bytes = typeof record.raw === "string" ? record.raw.length : record.raw.byteLength;
     const span = this.spans.get(key);
     if (span === undefined) {
+      // Counted with what a session holds beyond its events, so the limits bound memory (issue 27 item 9).
+      bytes += SESSION_OVERHEAD_BYTES;
+      // Opened by a valid event: only those reach here without a span.
+      const earlier = this.assembler.takeRejectedHold(envelope.uid, envelope.session_id) as Ack | null;
       this.spans.set(key, {
         uid: envelope.uid,
         sessionId: envelope.session_id,
-        first: offset,
+        first: earlier?.offset ?? offset,
         last: offset,
         bytes,
         order: this.owner.nextOrder(),
-        ack: this.lane.ledger.hold(offset),
-        origin: decoded.kind === "event" ? record.origin : null,
+        ack: earlier ?? this.lane.ledger.hold(offset),
+        origin: record.origin,
       });
     } else {
       span.last = offset;
       span.bytes += bytes;
-      if (span.origin === null && decoded.kind === "event") span.origin = record.origin;
     }
     this.owner.bufferedBytes += bytes;
     return this.units(

@@ -1,4 +1,20 @@
+import { getHeapStatistics } from "node:v8";
 import { z } from "zod";
+
+/**
+ * What an open session is counted as holding beyond its events' bytes: its state, trie nodes, tables and
+ * first arena chunk (measured: 3.2 KB for a three-event session; bench/memory.ts, docs/operations.md).
+ */
+export const SESSION_OVERHEAD_BYTES = 3 * 1024;
+
+/**
+ * `max_buffered_bytes` by default: 512 MiB, or half the JavaScript heap when that is smaller, so the
+ * default bounds memory in a process started with a small `--max-old-space-size` too.
+ */
+export const DEFAULT_MAX_BUFFERED_BYTES = Math.min(
+  512 * 2 ** 20,
+  Math.floor(getHeapStatistics().heap_size_limit / 2),
+);
 
 /** Configuration of the `assemble` transform. Unknown keys are rejected so a typo fails loudly. */
 export const assembleConfigSchema = z
@@ -71,10 +87,11 @@ export const assembleConfigSchema = z
     max_buffered_bytes: z
       .int()
       .positive()
-      .default(512 * 2 ** 20)
+      .default(DEFAULT_MAX_BUFFERED_BYTES)
       .describe(
-        "Bytes of input events held by open sessions, all lanes together; past it the oldest open sessions " +
-          "are cut (flag session_cut).",
+        "Memory held by open sessions, all lanes together, counted as their events' bytes plus 3 KiB per " +
+          "session (its state); past it the oldest open sessions are cut (flag session_cut). Default: 512 " +
+          "MiB, or half the JavaScript heap (--max-old-space-size) when that is smaller.",
       ),
     remember_finalized: z
       .int()

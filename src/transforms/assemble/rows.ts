@@ -22,7 +22,7 @@ import type { TrieNode } from "./trie.ts";
  * Marks live nodes: a sampled node with no live child is a row's leaf (unless suppressed); a node with a
  * live child is live. Context-only tails produce no row: they hold nothing to train.
  */
-function markLive(root: TrieNode, suppressed: Set<TrieNode>): void {
+function markLive(root: TrieNode, suppressed: Set<TrieNode> | null): void {
   const order: TrieNode[] = [];
   const stack: TrieNode[] = [root];
   while (stack.length > 0) {
@@ -34,7 +34,7 @@ function markLive(root: TrieNode, suppressed: Set<TrieNode>): void {
     const node = order[i]!;
     let liveChild = false;
     for (const child of node.children) if (child.live) liveChild = true;
-    node.live = liveChild || (node.call !== null && !suppressed.has(node));
+    node.live = liveChild || (node.call !== null && suppressed?.has(node) !== true);
   }
 }
 

@@ -44,7 +44,8 @@ export interface CallState extends CallHandle {
   /** First node of the output; null for an empty output. */
   outStart: TrieNode | null;
   outputLength: number;
-  flags: Set<RowFlag>;
+  /** Few and rarely any: an array, not a Set (an open session's every byte counts, issue 27 item 9). */
+  flags: RowFlag[];
   /** Realigned drift: this call's tokens are context (mask 0) in every row. */
   demoted: boolean;
   hasMessages: boolean;
@@ -68,6 +69,15 @@ type PromptSource = Pick<RequestEvent, "prompt_ids" | "parent_call_id" | "prompt
   weight_version?: number | undefined;
 };
 
+/** Adds `flag` to `flags` once. */
+export function addFlag(flags: RowFlag[], flag: RowFlag): void {
+  if (!flags.includes(flag)) flags.push(flag);
+}
+
+/**
+ * An open session holds little until it needs more: tables that most sessions never use are created on
+ * first use, so 50,000 idle sessions fit in a small heap (issue 27 item 9: they cost 20 KB each).
+ */
 export class SessionState {
   readonly uid: string;
   readonly sessionId: string;
@@ -76,7 +86,7 @@ export class SessionState {
   /** Requests still waiting for their response. */
   readonly requests = new Map<string, RequestEvent>();
   readonly rewards: RewardRecord[] = [];
-  readonly flags = new Set<RowFlag>();
+  readonly flags: RowFlag[] = [];
   readonly drifts: DriftRecord[] = [];
   start: SessionStartEvent | null = null;
   end: { status: SessionStatus; ts: number } | null = null;
@@ -87,12 +97,12 @@ export class SessionState {
 
   private nextSeq = 0;
   /** Events waiting for an earlier seq. A rejected envelope only holds its seq (it is already dead-lettered). */
-  private readonly pending = new Map<number, DecodedEvent | RejectedEnvelope>();
+  private pending: Map<number, DecodedEvent | RejectedEnvelope> | null = null;
   private readonly digests: string[] = [];
-  private readonly rewardKeys = new Set<string>();
+  private rewardKeys: Set<string> | null = null;
   /** Message-history digests → the call they lead to (see messages.ts). */
-  private readonly byFullHistory = new Map<string, CallState>();
-  private readonly byPromptOnly = new Map<string, CallState>();
+  private byFullHistory: Map<string, CallState> | null = null;
+  private byPromptOnly: Map<string, CallState> | null = null;
   private readonly ctx: AssembleContext;
 
   constructor(uid: string, sessionId: string, ctx: AssembleContext) {
@@ -102,7 +112,7 @@ export class SessionState {
   }
 
   get hasPending(): boolean {
-    return this.pending.size > 0;
+    return this.pending !== null && this.pending.size > 0;
   }
 
   /**
@@ -111,9 +121,11 @@ export class SessionState {
    * reward, since per-call rewards score turns while the session runs, not its outcome).
    */
   isComplete(awaited: readonly string[] | undefined): boolean {
-    if (this.end === null || this.pending.size > 0) return false;
+    if (this.end === null || this.hasPending) return false;
     if (awaited === undefined) return this.rewards.some((r) => r.target === "session");
-    return awaited.every((want) => this.rewardKeys.has(want) || this.rewards.some((r) => r.stage === want));
+    return awaited.every(
+      (want) => this.rewardKeys?.has(want) === true || this.rewards.some((r) => r.stage === want),
+    );
   }
 
   private reject(code: ErrorCode, message: string, d: DecodedEvent, details?: Record<string, unknown>): void {
@@ -134,7 +146,7 @@ export class SessionState {
   offer(d: DecodedEvent | RejectedEnvelope): void {
     const { seq, ts } = "event" in d ? d.event : d;
     if (ts > this.lastTs) this.lastTs = ts;
-    const known = seq < this.nextSeq ? this.digests[seq] : this.pending.get(seq)?.digest;
+    const known = seq < this.nextSeq ? this.digests[seq] : this.pending?.get(seq)?.digest;
     if (known !== undefined) {
       if (known === d.digest) {
         this.ctx.metrics.inc("duplicate_events_ignored");
@@ -151,16 +163,14 @@ export class SessionState {
       return;
     }
     if (seq !== this.nextSeq) {
-      this.pending.set(seq, d);
+      (this.pending ??= new Map()).set(seq, d);
       return;
     }
     this.applyInOrder(d);
-    for (
-      let next = this.pending.get(this.nextSeq);
-      next !== undefined;
-      next = this.pending.get(this.nextSeq)
-    ) {
-      this.pending.delete(this.nextSeq);
+    const pending = this.pending;
+    if (pending === null) return;
+    for (let next = pending.get(this.nextSeq); next !== undefined; next = pending.get(this.nextSeq)) {
+      pending.delete(this.nextSeq);
       this.applyInOrder(next);
     }
   }
@@ -275,7 +285,7 @@ export class SessionState {
       choiceIndex: prompt.choice_index,
       outStart: null,
       outputLength: ev.output_ids.length,
-      flags: new Set(),
+      flags: [],
       demoted: false,
       hasMessages: prompt.messages !== undefined,
       text: ev.text ?? null,
@@ -338,7 +348,7 @@ export class SessionState {
     }
     if (suspect === null) return; // diverged in context: a genuine branch (e.g. a different tool result)
     if (call.hasMessages && suspect.hasMessages) {
-      call.flags.add(RowFlags.HISTORY_EDITED);
+      addFlag(call.flags, RowFlags.HISTORY_EDITED);
       this.ctx.metrics.inc("history_edited");
       return;
     }
@@ -353,10 +363,10 @@ export class SessionState {
   /** The latest call whose messages plus assistant reply are a prefix of `messages`. */
   private historyParent(messages: ChatMessage[], history: string[]): CallState | null {
     for (let k = messages.length; k >= 1; k--) {
-      const full = this.byFullHistory.get(history[k]!);
+      const full = this.byFullHistory?.get(history[k]!);
       if (full !== undefined) return full;
       if (messages[k - 1]!.role === "assistant") {
-        const promptOnly = this.byPromptOnly.get(history[k - 1]!);
+        const promptOnly = this.byPromptOnly?.get(history[k - 1]!);
         if (promptOnly !== undefined) return promptOnly;
       }
     }
@@ -371,14 +381,14 @@ export class SessionState {
         content: ev.text ?? "",
         tool_calls: ev.tool_calls,
       });
-      this.byFullHistory.set(extendDigest(promptDigest, reply), call);
+      (this.byFullHistory ??= new Map()).set(extendDigest(promptDigest, reply), call);
     } else {
-      this.byPromptOnly.set(promptDigest, call);
+      (this.byPromptOnly ??= new Map()).set(promptDigest, call);
     }
   }
 
   private applyReward(d: DecodedEvent, ev: RewardEvent): void {
-    if (ev.key !== undefined && this.rewardKeys.has(ev.key)) {
+    if (ev.key !== undefined && this.rewardKeys?.has(ev.key) === true) {
       this.ctx.metrics.inc("duplicate_rewards_ignored");
       return;
     }
@@ -402,7 +412,7 @@ export class SessionState {
       );
       return;
     }
-    if (ev.key !== undefined) this.rewardKeys.add(ev.key);
+    if (ev.key !== undefined) (this.rewardKeys ??= new Set()).add(ev.key);
     this.rewards.push({
       value: ev.value,
       target: ev.target,
@@ -418,11 +428,12 @@ export class SessionState {
    */
   close(status: SessionStatus | null): void {
     if (this.end === null && status !== null) this.end = { status, ts: this.lastTs };
-    if (this.pending.size > 0) {
-      this.flags.add(RowFlags.SEQ_GAP);
-      const seqs = [...this.pending.keys()].sort((a, b) => a - b);
+    const pending = this.pending;
+    if (pending !== null && pending.size > 0) {
+      addFlag(this.flags, RowFlags.SEQ_GAP);
+      const seqs = [...pending.keys()].sort((a, b) => a - b);
       for (const seq of seqs) {
-        const stranded = this.pending.get(seq)!;
+        const stranded = pending.get(seq)!;
         if (!("event" in stranded)) continue; // dead-lettered already, by the decoder
         this.reject(
           "SEQ_GAP",
@@ -432,10 +443,10 @@ export class SessionState {
           { missing_seq: this.nextSeq },
         );
       }
-      this.pending.clear();
+      pending.clear();
     }
     if (this.requests.size > 0) {
-      this.flags.add(RowFlags.UNANSWERED_REQUEST);
+      addFlag(this.flags, RowFlags.UNANSWERED_REQUEST);
       this.ctx.metrics.inc("requests_unanswered", "", this.requests.size);
     }
     this.dropRetryOrphans();
@@ -466,7 +477,7 @@ export class SessionState {
         this.calls.delete(call.id);
         this.ctx.metrics.inc("orphans_dropped");
       }
-      for (const call of keep) call.flags.add(RowFlags.ORPHAN_DROPPED);
+      for (const call of keep) addFlag(call.flags, RowFlags.ORPHAN_DROPPED);
     }
   }
 
@@ -487,16 +498,16 @@ export class SessionState {
         this.calls.has(reference.id);
       if (canRealign) {
         reference.demoted = true;
-        this.suppressed.add(end);
-        call.flags.add(RowFlags.DRIFT_REALIGNED);
+        (this.suppressed ??= new Set()).add(end);
+        addFlag(call.flags, RowFlags.DRIFT_REALIGNED);
       } else {
-        call.flags.add(RowFlags.DRIFT);
+        addFlag(call.flags, RowFlags.DRIFT);
       }
     }
   }
 
-  /** Leaves that produce no row (realigned drift). */
-  readonly suppressed = new Set<TrieNode>();
+  /** Leaves that produce no row (realigned drift); null: none. */
+  suppressed: Set<TrieNode> | null = null;
 
   /** Sum of the rewards targeting each call (per-turn rewards). */
   callRewards(): Map<string, number> {

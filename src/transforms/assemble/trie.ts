@@ -16,6 +16,9 @@ export interface CallHandle {
   end: TrieNode | null;
 }
 
+// Frozen: a push to it would throw, not give every leaf a child.
+const NO_CHILDREN = Object.freeze([]) as unknown as TrieNode[];
+
 export class TrieNode {
   /** The chunk holding this node's tokens, and the matching logprobs (0 at context positions). */
   readonly tokens: Int32Array;
@@ -26,8 +29,11 @@ export class TrieNode {
   /** The call whose output this span is; null for context (prompt) spans. */
   readonly call: CallHandle | null;
   parent: TrieNode | null;
-  /** In creation order: the first child is the oldest continuation, which fixes row order. */
-  children: TrieNode[] = [];
+  /**
+   * In creation order: the first child is the oldest continuation, which fixes row order. A leaf shares
+   * one empty array (never pushed to: a first child replaces it).
+   */
+  children: TrieNode[] = NO_CHILDREN;
   /** Calls whose `end` is this node. Kept so a split can move them to the tail. */
   endOf: CallHandle[] | null = null;
   /** Scratch for row extraction: the node lies on some emitted row. */
@@ -66,25 +72,43 @@ export interface WalkResult extends Position {
   matched: number;
 }
 
-const FIRST_CHUNK = 1024;
+/** The smallest chunk, and the size up to which chunks grow fourfold (then by GROWTH). */
+const MIN_CHUNK = 64;
+const SMALL_CHUNK = 1024;
 const MAX_CHUNK = 1 << 20;
-// Each new chunk is 1.25x the last: the unused tail of the newest chunk (at most a fifth of the session)
-// is all the arena wastes. Doubling wasted up to half: measured 17.4 bytes/token against 11.9 now (bench/memory.ts).
+// Past SMALL_CHUNK each new chunk is 1.25x the last: the unused tail of the newest chunk (at most a fifth of
+// the session) is all the arena wastes. Doubling wasted up to half: measured 17.4 bytes/token against 11.9
+// (bench/memory.ts).
 const GROWTH = 1.25;
+const NO_TOKENS = new Int32Array(0);
+const NO_LOGPROBS = new Float32Array(0);
 
 export class TokenTrie {
-  private chunkTokens = new Int32Array(FIRST_CHUNK);
-  private chunkLogprobs = new Float32Array(FIRST_CHUNK);
+  // No chunk until the first span: a session that never makes a call holds no arena, and the first chunk
+  // fits the first span (a fixed 8 KB first chunk made 50,000 tiny sessions cost 800 MB, issue 27 item 9).
+  private chunkTokens = NO_TOKENS;
+  private chunkLogprobs = NO_LOGPROBS;
   private used = 0;
   /** Tokens stored, and token slots allocated across chunks. */
   length = 0;
-  allocated = FIRST_CHUNK;
-  readonly root: TrieNode = new TrieNode(this.chunkTokens, this.chunkLogprobs, 0, 0, null, null);
+  allocated = 0;
+  readonly root: TrieNode = new TrieNode(NO_TOKENS, NO_LOGPROBS, 0, 0, null, null);
   nodeCount = 1;
 
   /** Bytes held by the arena's chunks: what a session's tokens cost in memory. */
   get arenaBytes(): number {
     return this.allocated * 8;
+  }
+
+  /**
+   * The next chunk's size: the first fits the first span (64 to 1,024 tokens), the next ones grow fourfold
+   * up to 1,024 tokens, then by GROWTH. Sizing later chunks to a long span's need instead cost 13% more
+   * bytes per token (bench/memory.ts: 12.7 against 11.2).
+   */
+  private nextChunkSize(need: number): number {
+    const last = this.chunkTokens.length;
+    if (last === 0) return Math.min(SMALL_CHUNK, Math.max(MIN_CHUNK, need));
+    return Math.min(MAX_CHUNK, last < SMALL_CHUNK ? last * 4 : Math.ceil(last * GROWTH));
   }
 
   /**
@@ -103,9 +127,11 @@ export class TokenTrie {
     let i = 0;
     do {
       if (this.used === this.chunkTokens.length) {
-        const size = Math.min(MAX_CHUNK, Math.ceil(this.chunkTokens.length * GROWTH));
-        this.chunkTokens = new Int32Array(size);
-        this.chunkLogprobs = new Float32Array(size);
+        const size = this.nextChunkSize(ids.length - i);
+        // One buffer for both: a chunk is one allocation, and one object fewer per chunk in the heap.
+        const buffer = new ArrayBuffer(size * 8);
+        this.chunkTokens = new Int32Array(buffer, 0, size);
+        this.chunkLogprobs = new Float32Array(buffer, size * 4, size);
         this.used = 0;
         this.allocated += size;
       }
@@ -114,7 +140,9 @@ export class TokenTrie {
       // Context positions keep logprob 0 from the zero-filled chunk; they are never read as trained.
       if (logprobs !== null) this.chunkLogprobs.set(logprobs.subarray(i, i + take), this.used);
       const node = new TrieNode(this.chunkTokens, this.chunkLogprobs, this.used, take, call, at);
-      at.children.push(node);
+      // Most nodes have one child or none: an exact one-element array, not push's 16 slots.
+      if (at.children.length === 0) at.children = [node];
+      else at.children.push(node);
       this.nodeCount++;
       this.used += take;
       i += take;
@@ -231,7 +259,8 @@ export class TokenTrie {
       previous.endOf = previous.endOf.filter((c) => c !== call);
     }
     call.end = node;
-    (node.endOf ??= []).push(call);
+    if (node.endOf === null) node.endOf = [call];
+    else node.endOf.push(call);
   }
 
   /** Detaches a subtree (used to drop a retry's orphan). Its tokens stay in the arena, unreferenced. */
