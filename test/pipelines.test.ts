@@ -53,7 +53,7 @@ describe("pipeline validation", () => {
     assert.deepEqual(lines, [
       `${path}:2: sources.events.paths.0: environment variable TRAJFLOW_TEST_UNSET is not set (write \${TRAJFLOW_TEST_UNSET:-default} for a default)`,
       `${path}:11: colour: unknown section; a pipeline has version, sources, transforms, sinks, dead_letters`,
-      `${path}:5: transforms.assemble: Unrecognized key: "drift_polcy"`,
+      `${path}:5: transforms.assemble.drift_polcy: unknown key`,
       `${path}:7: transforms.b.max_lag: Invalid input: expected number, received string`,
       `${path}:9: sinks.files.compression: parquetjs-lite cannot write zstd; choose one of snappy, gzip, none`,
       `${path}:10: sinks.extra.type: must be one of parquet, arrow, kafka (got "parquett")`,

@@ -4,7 +4,7 @@
  * that pyarrow reads back with their nulls.
  */
 import { strict as assert } from "node:assert";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, it } from "node:test";
@@ -97,7 +97,6 @@ it("rescoring recorded sessions adds reward columns and leaves every token colum
 it("fails before writing anything when a reward stage cannot start, listing it", async () => {
   const out = join(scratch, "broken");
   const config = join(scratch, "broken.json");
-  const { writeFileSync } = await import("node:fs");
   writeFileSync(
     config,
     JSON.stringify({
@@ -123,7 +122,6 @@ it("the example reward model is what the generator writes", async () => {
 });
 
 it("lists every problem of a rewards file with its file:line, and says where its JSON breaks", async () => {
-  const { writeFileSync } = await import("node:fs");
   const config = join(scratch, "invalid.json");
   writeFileSync(
     config,
@@ -148,5 +146,48 @@ it("lists every problem of a rewards file with its file:line, and says where its
   writeFileSync(config, '{\n  "stages": [\n    {,}\n  ]\n}\n');
   const broken = await runCli(["replay", EXAMPLES, "--out", join(scratch, "invalid"), "--rewards", config]);
   assert.equal(broken.code, 2);
-  assert.match(broken.stderr, new RegExp(`--rewards: ${config}:3: not valid JSON`));
+  assert.match(
+    broken.stderr,
+    new RegExp(`--rewards: ${config}:3:6: not valid JSON: expected a quoted key, found ","`),
+  );
+});
+
+// Regressions (issue 27 item 12): a weight naming no stage was listed only when nothing else was wrong; a
+// stray "__proto__" key was reported at line 1; a trailing comma gave V8's message with no line.
+it("lists every problem of a rewards file, each at its own line", async () => {
+  const config = join(scratch, "problems.json");
+  writeFileSync(
+    config,
+    [
+      "{",
+      '  "stages": [',
+      '    { "type": "env", "name": "outcome", "bogus": 1 },',
+      '    { "type": "nope" }',
+      "  ],",
+      '  "weights": { "nobody": 1 },',
+      '  "__proto__": { "polluted": true }',
+      "}",
+    ].join("\n"),
+  );
+  const r = await runCli(["replay", EXAMPLES, "--out", join(scratch, "problems"), "--rewards", config]);
+  assert.equal(r.code, 2);
+  const problems = r.stderr
+    .trim()
+    .split("\n")
+    .slice(1)
+    .map((l) => l.trim());
+  assert.deepEqual(problems, [
+    `${config}:3: transforms.rewards.stages.0.bogus: unknown key`,
+    `${config}:4: transforms.rewards.stages.1.type: Invalid discriminator value. Expected 'env' | 'rule' | 'onnx' | 'http' | 'module'`,
+    `${config}:7: transforms.rewards.__proto__: unknown key`,
+    `${config}:6: transforms.rewards.weights.nobody: no stage named nobody`,
+  ]);
+
+  writeFileSync(config, '{\n  "stages": [\n    { "type": "env", "name": "outcome" },\n  ]\n}\n');
+  const comma = await runCli(["replay", EXAMPLES, "--out", join(scratch, "problems"), "--rewards", config]);
+  assert.equal(comma.code, 2);
+  assert.match(
+    comma.stderr,
+    new RegExp(`--rewards: ${config}:3:41: not valid JSON: a trailing comma before '\\]'`),
+  );
 });

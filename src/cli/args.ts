@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import { TrajflowError } from "../core/errors.ts";
+import { jsonSyntaxError } from "../core/json-syntax.ts";
 import { jsonLocator } from "../runtime/load.ts";
 
 /** Exit codes of every command (docs/cli.md). */
@@ -67,10 +68,12 @@ export function jsonFileOption(
   try {
     value = JSON.parse(text) as unknown;
   } catch (err) {
-    // V8 says where: "... in JSON at position 41 (line 3 column 5)".
-    const message = (err as Error).message;
-    const line = /\(line (\d+) column \d+\)/.exec(message)?.[1];
-    throw usageError(`--${name}: ${path}${line === undefined ? "" : `:${line}`}: not valid JSON: ${message}`);
+    // V8 names the line for some errors only; the scanner finds it for all, in plainer words.
+    const found = jsonSyntaxError(text);
+    const where = found === null ? "" : `:${found.line}:${found.column}`;
+    throw usageError(
+      `--${name}: ${path}${where}: not valid JSON: ${found?.message ?? (err as Error).message}`,
+    );
   }
   return { value, dir: dirname(resolve(path)), where: jsonLocator(path, text) };
 }

@@ -1,8 +1,13 @@
 import { TrajflowError } from "./errors.ts";
 
-type ParseResult<T> =
-  | { success: true; data: T }
-  | { success: false; error: { issues: Array<{ path: PropertyKey[]; message: string }> } };
+interface Issue {
+  path: PropertyKey[];
+  message: string;
+  code?: string;
+  keys?: string[];
+}
+
+type ParseResult<T> = { success: true; data: T } | { success: false; error: { issues: Issue[] } };
 
 /**
  * Collects configuration problems from several components so that all of them are reported at once,
@@ -15,7 +20,11 @@ export class ConfigProblems {
   check<T>(name: string, result: ParseResult<T>): T | undefined {
     if (result.success) return result.data;
     for (const issue of result.error.issues) {
-      this.problems.push(`${name}.${issue.path.map(String).join(".")}: ${issue.message}`);
+      const path = [name, ...issue.path.map(String)];
+      // One line per unknown key, named in the path, as a pipeline's problems are.
+      if (issue.code === "unrecognized_keys" && issue.keys !== undefined)
+        for (const key of issue.keys) this.problems.push(`${[...path, key].join(".")}: unknown key`);
+      else this.problems.push(`${path.join(".")}: ${issue.message}`);
     }
     return undefined;
   }

@@ -71,6 +71,12 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
   if (pipeline.value === null) throw invalid(problems);
   const at = (path: Array<string | number>, message: string) =>
     problems.push(`${pipeline.where(path)}: ${path.join(".")}: ${message}`);
+  // An unknown key is reported at its own line (a stray "__proto__" on line 5 was reported at line 1).
+  const atIssue = (base: Array<string | number>, issue: z.core.$ZodIssue) => {
+    const path = [...base, ...(issue.path as Array<string | number>)];
+    if (issue.code !== "unrecognized_keys") return at(path, issue.message);
+    for (const key of issue.keys) at([...path, key], "unknown key");
+  };
   const root = pipeline.value as Record<string, unknown>;
   for (const key of Object.keys(root)) {
     if (!TOP_LEVEL.has(key)) at([key], `unknown section; a pipeline has ${[...TOP_LEVEL].join(", ")}`);
@@ -118,10 +124,7 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
       }
       const config = type === "arrow" ? { ...rest, format: "arrow" } : rest;
       const parsed = parseTyped(types[type]!.schema as z.ZodType, config);
-      if (!parsed.success) {
-        for (const issue of parsed.error.issues)
-          at([...path, ...(issue.path as Array<string | number>)], issue.message);
-      }
+      if (!parsed.success) for (const issue of parsed.error.issues) atIssue(path, issue);
       // Kept even when its config is wrong, so its wiring is checked (and reported) too.
       components.set(name, { section, name, type, inputs: inputList, config: parsed.data });
     }
@@ -130,9 +133,7 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
   if (root.dead_letters !== undefined) {
     const parsed = deadLettersSchema.safeParse(root.dead_letters);
     if (parsed.success) deadLetters = parsed.data;
-    else
-      for (const issue of parsed.error.issues)
-        at(["dead_letters", ...(issue.path as Array<string | number>)], issue.message);
+    else for (const issue of parsed.error.issues) atIssue(["dead_letters"], issue);
   }
 
   // The graph: inputs exist, no cycles, every non-sink feeds something.

@@ -60,22 +60,33 @@ export const rewardsConfigSchema = z
       .default(1_024)
       .describe("Sessions being scored at once; output keeps the input order, so this bounds memory too."),
   })
-  .superRefine((c, ctx) => {
-    const seen = new Set<string>();
-    c.stages.forEach((s, i) => {
-      if (seen.has(s.name))
-        ctx.addIssue({
-          code: "custom",
-          path: ["stages", i, "name"],
-          message: `duplicate stage name ${s.name}`,
-        });
-      seen.add(s.name);
-    });
-    for (const name of Object.keys(c.weights)) {
-      if (!seen.has(name))
-        ctx.addIssue({ code: "custom", path: ["weights", name], message: `no stage named ${name}` });
-    }
-  });
+  .superRefine(
+    (c, ctx) => {
+      // Runs even when other fields are wrong, so every problem is listed at once (a weight naming no stage
+      // went unreported beside a broken stage): `c` may then hold parts of the input as given.
+      if (typeof c !== "object" || c === null) return;
+      const stages: unknown[] = Array.isArray(c.stages) ? c.stages : [];
+      const seen = new Set<string>();
+      stages.forEach((s, i) => {
+        const name = typeof s === "object" && s !== null ? (s as { name?: unknown }).name : undefined;
+        if (typeof name !== "string") return;
+        if (seen.has(name))
+          ctx.addIssue({
+            code: "custom",
+            path: ["stages", i, "name"],
+            message: `duplicate stage name ${name}`,
+          });
+        seen.add(name);
+      });
+      const weights: unknown = c.weights;
+      if (typeof weights !== "object" || weights === null || Array.isArray(weights)) return;
+      for (const name of Object.keys(weights)) {
+        if (!seen.has(name))
+          ctx.addIssue({ code: "custom", path: ["weights", name], message: `no stage named ${name}` });
+      }
+    },
+    { when: () => true },
+  );
 export type RewardsConfig = z.output<typeof rewardsConfigSchema>;
 export type RewardsConfigInput = z.input<typeof rewardsConfigSchema>;
 
