@@ -162,3 +162,53 @@ it("fails with KAFKA_TLS_FAILED when the broker's certificate does not verify", 
   assert.match(r.stderr, /\[KAFKA_TLS_FAILED\] TLS with 127\.0\.0\.1:\d+ failed: .*check connection\.ssl/);
   assert.ok(!r.stderr.includes(s.password));
 });
+
+// Regression (issue 27 item 13): a plaintext client at the SASL_SSL port retried for 40 s and ended with
+// "unexpected error: KafkaJSNonRetriableError" and a stack trace.
+it(
+  "says at once that a listener expects TLS when the client has none, and the reverse",
+  { skip: SKIP },
+  async () => {
+    const s = secure();
+    const plain = ["--brokers", s.address, "--sasl-mechanism", "scram-sha-512", "--sasl-username", s.user];
+    const toTls = await runCli(
+      [
+        "consume",
+        "--topic",
+        freshName("mismatch"),
+        "--group",
+        freshName("g"),
+        ...plain,
+        "--out",
+        join(scratch, "mismatch"),
+        "--until-idle-ms",
+        "1000",
+      ],
+      { KAFKA_SASL_PASSWORD: s.password },
+    );
+    assert.equal(toTls.code, 1, toTls.stderr);
+    assert.match(
+      toTls.stderr,
+      /\[KAFKA_TLS_MISMATCH\] 127\.0\.0\.1:\d+ closed the connection without answering: this listener expects TLS .*add --ssl/,
+    );
+    assert.doesNotMatch(toTls.stderr, /\n\s+at |unexpected error|retryCount/);
+    assert.ok(!toTls.stderr.includes(s.password));
+
+    const plaintext = execFileSync("bash", [SCRIPT, "status"], { encoding: "utf8" }).trim();
+    const toPlain = await runCli([
+      "produce",
+      EXAMPLES,
+      "--topic",
+      freshName("mismatch"),
+      "--brokers",
+      plaintext,
+      "--ssl",
+    ]);
+    assert.equal(toPlain.code, 1, toPlain.stderr);
+    assert.match(
+      toPlain.stderr,
+      /\[KAFKA_TLS_MISMATCH\] 127\.0\.0\.1:\d+ closed the connection during the TLS handshake: this listener does not speak TLS .*drop --ssl/,
+    );
+    assert.doesNotMatch(toPlain.stderr, /\n\s+at |unexpected error/);
+  },
+);

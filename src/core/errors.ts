@@ -77,6 +77,10 @@ export const ErrorCodes = {
     retryable: false,
     summary: "TLS with the Kafka broker failed (its certificate did not verify)",
   },
+  KAFKA_TLS_MISMATCH: {
+    retryable: false,
+    summary: "the Kafka broker's listener and the client disagree about TLS",
+  },
   SINK_WRITE_FAILED: { retryable: true, summary: "an output could not be written" },
   FILE_CONFLICT: {
     retryable: false,

@@ -9,7 +9,7 @@
 import kafkajs, { type Consumer, type KafkaConfig, type Producer, type logLevel as LogLevel } from "kafkajs";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { isIP } from "node:net";
+import { connect as netConnect, isIP } from "node:net";
 import { connect as tlsConnect } from "node:tls";
 import { TrajflowError } from "../../core/errors.ts";
 import type { Logger } from "../../core/logger.ts";
@@ -166,7 +166,8 @@ export function setupError(err: unknown, connection: KafkaConnection): unknown {
 /**
  * One TLS handshake with the first broker before the client connects: the client retries a failed
  * handshake as if the broker were away (30 s with the retry settings above) although no retry can fix a
- * certificate that does not verify. Any other failure (a broker down) is left to the client.
+ * certificate that does not verify, or a listener that does not speak TLS (it closes the connection on
+ * the handshake). Any other failure (a broker down) is left to the client.
  */
 async function probeTls(connection: KafkaConnection): Promise<void> {
   const [host, port] = splitHostPort(connection.brokers[0]!);
@@ -178,10 +179,15 @@ async function probeTls(connection: KafkaConnection): Promise<void> {
       servername: isIP(host) === 0 ? host : undefined,
       ...(typeof options === "object" ? options : {}),
     });
+    let connected = false;
+    socket.once("connect", () => (connected = true));
     const done = (err?: Error) => {
       socket.destroy();
       const code = (err as { code?: unknown } | undefined)?.code;
       if (err !== undefined && typeof code === "string" && TLS_CODES.test(code)) reject(err);
+      // Connected, then closed in the middle of the handshake: a plaintext listener reading the
+      // handshake as an oversized request.
+      else if (err !== undefined && connected && code === "ECONNRESET") reject(mismatch(connection, true));
       else resolve();
     };
     socket.setTimeout(connection.connection_timeout_ms, () => done());
@@ -190,19 +196,85 @@ async function probeTls(connection: KafkaConnection): Promise<void> {
   });
 }
 
+/** ApiVersions v0, correlation id 1, client id "trajflow-probe": the request every Kafka listener answers. */
+const API_VERSIONS_PROBE = (() => {
+  const clientId = Buffer.from("trajflow-probe");
+  const body = Buffer.alloc(10 + clientId.length);
+  body.writeInt16BE(18, 0); // api key: ApiVersions
+  body.writeInt16BE(0, 2); // api version
+  body.writeInt32BE(1, 4); // correlation id
+  body.writeInt16BE(clientId.length, 8);
+  clientId.copy(body, 10);
+  const size = Buffer.alloc(4);
+  size.writeInt32BE(body.length);
+  return Buffer.concat([size, body]);
+})();
+
+/**
+ * For a client without TLS, one ApiVersions request to the first broker before the client connects. A TLS
+ * listener closes the connection without answering (or answers with a TLS alert), and the client would
+ * retry that for 30 s and end with a bare "Closed connection": this says what is wrong at once. Asked
+ * twice, so a broker that happens to close one connection is not taken for one. Anything else (a broker
+ * down, an answer) is left to the client.
+ */
+async function probePlaintext(connection: KafkaConnection): Promise<void> {
+  const [host, port] = splitHostPort(connection.brokers[0]!);
+  const once = () =>
+    new Promise<"closed" | "other">((resolve) => {
+      const socket = netConnect({ host, port });
+      let connected = false;
+      const done = (verdict: "closed" | "other") => {
+        socket.destroy();
+        resolve(verdict);
+      };
+      socket.once("connect", () => {
+        connected = true;
+        socket.write(API_VERSIONS_PROBE);
+      });
+      // A Kafka answer starts with its size; a TLS record with 0x15 (alert) or 0x16 (handshake), 0x03.
+      socket.once("data", (data) =>
+        done(data[0]! >= 0x14 && data[0]! <= 0x17 && data[1] === 0x03 ? "closed" : "other"),
+      );
+      socket.once("end", () => done(connected ? "closed" : "other"));
+      socket.once("error", (err) => {
+        const code = (err as { code?: unknown }).code;
+        done(connected && code === "ECONNRESET" ? "closed" : "other");
+      });
+      socket.setTimeout(connection.connection_timeout_ms, () => done("other"));
+    });
+  if ((await once()) === "closed" && (await once()) === "closed") throw mismatch(connection, false);
+}
+
+/** The listener and the client disagree about TLS. */
+function mismatch(connection: KafkaConnection, clientTls: boolean): TrajflowError {
+  const broker = connection.brokers[0]!;
+  return new TrajflowError(
+    "KAFKA_TLS_MISMATCH",
+    clientTls
+      ? `${broker} closed the connection during the TLS handshake: this listener does not speak TLS ` +
+          `(a PLAINTEXT or SASL_PLAINTEXT listener); drop --ssl (connection.ssl), or use the broker's TLS port`
+      : `${broker} closed the connection without answering: this listener expects TLS (an SSL or SASL_SSL ` +
+          `listener); add --ssl, or --ssl-ca <file> for a private CA (connection.ssl)`,
+  );
+}
+
 function splitHostPort(broker: string): [string, number] {
   const at = broker.lastIndexOf(":");
   const host = broker.slice(0, at).replace(/^\[|\]$/g, "");
   return [host, Number(broker.slice(at + 1))];
 }
 
-/** Connects a client, turning refused credentials and failed TLS into their own codes (setupError). */
+/**
+ * Connects a client, turning refused credentials, failed TLS and a listener that disagrees about TLS into
+ * their own codes (setupError, the probes).
+ */
 export async function connectClient(
   client: { connect(): Promise<void> },
   connection: KafkaConnection,
 ): Promise<void> {
   try {
     if (connection.ssl !== undefined && connection.ssl !== false) await probeTls(connection);
+    else await probePlaintext(connection);
     await client.connect();
   } catch (err) {
     throw setupError(err, connection);
