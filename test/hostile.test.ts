@@ -117,3 +117,26 @@ describe("hostile lines", () => {
     assert.deepEqual(rows[0]!.turn_rewards, [2 + 1.7e308]);
   });
 });
+
+describe("failures reach the user as coded lines", () => {
+  // Issue 27: "no stack trace ever reaches the user" is a property: test/helpers/cli.ts fails every CLI run
+  // of the suite that prints one. This is the path nothing awaits: a plug-in stage throwing from a timer.
+  it("reports an error thrown outside every handler with a code, exit 1", async () => {
+    const stage = join(scratch, "throws-later.mjs");
+    writeFileSync(
+      stage,
+      "export default () => ({ score: async (items) => { setTimeout(() => { throw new RangeError('stage bug'); }, 0); " +
+        "await new Promise(() => {}); } });\n",
+    );
+    const rewards = join(scratch, "throws-later.json");
+    writeFileSync(rewards, JSON.stringify({ stages: [{ name: "later", type: "module", path: stage }] }));
+    const input = join(scratch, "throws-later.jsonl");
+    writeFileSync(input, valid("u1", "a").join("\n") + "\n");
+    const r = await runCli(["replay", input, "--out", join(scratch, "throws-later"), "--rewards", rewards]);
+    assert.equal(r.code, 1);
+    assert.match(
+      r.stderr,
+      /^trajflow: \[INTERNAL_ERROR\] RangeError: stage bug\. This is a bug in trajflow/m,
+    );
+  });
+});

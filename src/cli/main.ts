@@ -28,6 +28,15 @@ Exit codes: 0 success, 1 the run failed, 2 usage or configuration error.
 export async function main(argv: string[]): Promise<number> {
   const { ExitCode, usageError } = await import("./args.ts");
   const { isTrajflowError } = await import("../core/errors.ts");
+  const { failureText } = await import("./failure.ts");
+  // What escapes every handler (a timer's throw, a promise nobody awaited) ends the run the same way as a
+  // failure of the command: one coded line, no stack trace.
+  const fatal = (err: unknown) => {
+    process.stderr.write(failureText(err));
+    process.exit(ExitCode.FAILURE);
+  };
+  process.on("uncaughtException", fatal);
+  process.on("unhandledRejection", fatal);
   const [command, ...rest] = argv;
   try {
     switch (command) {
@@ -58,11 +67,7 @@ export async function main(argv: string[]): Promise<number> {
       );
       return ExitCode.USAGE;
     }
-    if (isTrajflowError(err)) {
-      process.stderr.write(`trajflow: [${err.code}] ${err.message}\n`);
-      return ExitCode.FAILURE;
-    }
-    process.stderr.write(`trajflow: unexpected error: ${(err as Error).stack ?? String(err)}\n`);
+    process.stderr.write(failureText(err));
     return ExitCode.FAILURE;
   }
 }

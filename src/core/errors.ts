@@ -81,11 +81,17 @@ export const ErrorCodes = {
     retryable: false,
     summary: "the Kafka broker's listener and the client disagree about TLS",
   },
+  KAFKA_CLIENT_FAILED: {
+    retryable: true,
+    summary:
+      "the Kafka client gave up (brokers unreachable past its retries, or a request the cluster refused)",
+  },
   SINK_WRITE_FAILED: { retryable: true, summary: "an output could not be written" },
   FILE_CONFLICT: {
     retryable: false,
     summary: "an output file already exists with different content (a second writer of the same range)",
   },
+  INTERNAL_ERROR: { retryable: false, summary: "an error trajflow has no code for: a bug in trajflow" },
 } as const;
 
 export type ErrorCode = keyof typeof ErrorCodes;

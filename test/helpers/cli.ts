@@ -3,6 +3,18 @@ import { readdirSync } from "node:fs";
 
 const BIN = new URL("../../bin/trajflow.js", import.meta.url).pathname;
 
+/** A line of a V8 stack trace ("    at fn (file.ts:12:5)"): pino's JSON logs escape theirs, so they never match. */
+const STACK_FRAME = /^\s+at .*:\d+:\d+\)?$/m;
+
+/**
+ * No stack trace ever reaches the user (issue 27): every CLI run of the suite, failed or not, goes through
+ * this check, so any path that prints one fails the test that took it.
+ */
+function stackTraceIn(args: string[], stderr: string): Error | null {
+  if (!STACK_FRAME.test(stderr)) return null;
+  return new Error(`trajflow ${args.join(" ")} printed a stack trace:\n${stderr.slice(-4_000)}`);
+}
+
 export interface CliResult {
   code: number | null;
   stdout: string;
@@ -25,7 +37,11 @@ export function runCli(
     child.stdout.on("data", (d) => (stdout += d));
     child.stderr.on("data", (d) => (stderr += d));
     child.on("error", reject);
-    child.on("close", (code) => resolve({ code, stdout, stderr }));
+    child.on("close", (code) => {
+      const trace = stackTraceIn(args, stderr);
+      if (trace !== null) reject(trace);
+      else resolve({ code, stdout, stderr });
+    });
   });
 }
 
@@ -50,9 +66,12 @@ export function startCli(args: string[], env: NodeJS.ProcessEnv = {}): RunningCl
   child.stderr!.on("data", (d) => (stderr += d));
   const exited = new Promise<number | string>((resolve, reject) => {
     child.on("error", reject);
-    child.on("exit", (code, signal) => {
-      running.delete(child);
-      resolve(code ?? signal ?? "unknown");
+    child.on("exit", () => running.delete(child));
+    // "close" comes after "exit" and after stderr ended: the whole of stderr is there.
+    child.on("close", (code, signal) => {
+      const trace = stackTraceIn(args, stderr);
+      if (trace !== null) reject(trace);
+      else resolve(code ?? signal ?? "unknown");
     });
   });
   return { child, stderr: () => stderr, exited };
