@@ -109,7 +109,14 @@ function mutate(event: Json, random: () => number): string | Uint8Array {
       e.stage = pick(["env", "constructor", "__proto__", "toString", "", "x".repeat(1_000)]);
       e.key = pick([undefined, "k", "__proto__", "constructor", 5]);
       e.finished = pick([true, false, "yes", null]);
-      e.info = pick([{ __proto__: { polluted: 1 } }, { constructor: "x" }, "text", [1, 2], null]);
+      // A literal {"__proto__": ...} key, as a gateway's JSON would carry it (an object literal sets the prototype).
+      e.info = pick<unknown>([
+        JSON.parse('{"__proto__":{"polluted":1}}'),
+        { constructor: "x" },
+        "text",
+        [1, 2],
+        null,
+      ]);
   }
   return JSON.stringify(e);
 }
