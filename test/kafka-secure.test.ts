@@ -189,7 +189,7 @@ it(
     assert.equal(toTls.code, 1, toTls.stderr);
     assert.match(
       toTls.stderr,
-      /\[KAFKA_TLS_MISMATCH\] 127\.0\.0\.1:\d+ closed the connection without answering: this listener expects TLS .*add --ssl/,
+      /\[KAFKA_TLS_MISMATCH\] 127\.0\.0\.1:\d+ answered a plaintext Kafka request with a TLS alert: this listener expects TLS .*add --ssl/,
     );
     assert.doesNotMatch(toTls.stderr, /\n\s+at |unexpected error|retryCount/);
     assert.ok(!toTls.stderr.includes(s.password));
@@ -207,7 +207,7 @@ it(
     assert.equal(toPlain.code, 1, toPlain.stderr);
     assert.match(
       toPlain.stderr,
-      /\[KAFKA_TLS_MISMATCH\] 127\.0\.0\.1:\d+ closed the connection during the TLS handshake: this listener does not speak TLS .*drop --ssl/,
+      /\[KAFKA_TLS_MISMATCH\] 127\.0\.0\.1:\d+ closed the connection during the TLS handshake and answers plaintext Kafka requests: this listener does not speak TLS .*drop --ssl/,
     );
     assert.doesNotMatch(toPlain.stderr, /\n\s+at |unexpected error/);
   },

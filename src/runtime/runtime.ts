@@ -40,8 +40,11 @@ import { REGISTRY, type RegistryContext } from "./registry.ts";
  */
 const DECODE_CHUNK_RECORDS = 256;
 const DECODE_CHUNK_BYTES = 1 << 20;
-/** Dead-letter bytes not yet durable past which reading waits (a flood of garbage). */
-const DEAD_LETTER_BACKLOG_BYTES = 64 * 2 ** 20;
+/**
+ * Dead-letter bytes not yet durable past which reading waits (a flood of garbage). At 64 MiB a flood of
+ * 100,000 rejected events held 70 MB of letters and ran a 192 MB heap out of memory (issue 27 item 10).
+ */
+const DEAD_LETTER_BACKLOG_BYTES = 16 * 2 ** 20;
 
 /**
  * Decode workers of a plan: as configured, else for a Kafka source one on a host with a core to spare

@@ -166,8 +166,9 @@ export function setupError(err: unknown, connection: KafkaConnection): unknown {
 /**
  * One TLS handshake with the first broker before the client connects: the client retries a failed
  * handshake as if the broker were away (30 s with the retry settings above) although no retry can fix a
- * certificate that does not verify, or a listener that does not speak TLS (it closes the connection on
- * the handshake). Any other failure (a broker down) is left to the client.
+ * certificate that does not verify, or a listener that does not speak TLS. Any other failure (a broker
+ * down) is left to the client. A client without TLS asks the same of the plaintext side (listenerSpeaks):
+ * a TLS listener answers with an alert, which the client would retry for 30 s as a closed connection.
  */
 async function probeTls(connection: KafkaConnection): Promise<void> {
   const [host, port] = splitHostPort(connection.brokers[0]!);
@@ -185,9 +186,12 @@ async function probeTls(connection: KafkaConnection): Promise<void> {
       socket.destroy();
       const code = (err as { code?: unknown } | undefined)?.code;
       if (err !== undefined && typeof code === "string" && TLS_CODES.test(code)) reject(err);
-      // Connected, then closed in the middle of the handshake: a plaintext listener reading the
-      // handshake as an oversized request.
-      else if (err !== undefined && connected && code === "ECONNRESET") reject(mismatch(connection, true));
+      // Connected, then closed in the middle of the handshake: a plaintext listener reading the handshake
+      // as an oversized request, if it answers a plaintext request (a broker restarting closes too).
+      else if (err !== undefined && connected && code === "ECONNRESET")
+        void listenerSpeaks(connection).then((speaks) =>
+          speaks === "kafka" ? reject(mismatch(connection, true)) : resolve(),
+        );
       else resolve();
     };
     socket.setTimeout(connection.connection_timeout_ms, () => done());
@@ -211,38 +215,31 @@ const API_VERSIONS_PROBE = (() => {
 })();
 
 /**
- * For a client without TLS, one ApiVersions request to the first broker before the client connects. A TLS
- * listener closes the connection without answering (or answers with a TLS alert), and the client would
- * retry that for 30 s and end with a bare "Closed connection": this says what is wrong at once. Asked
- * twice, so a broker that happens to close one connection is not taken for one. Anything else (a broker
- * down, an answer) is left to the client.
+ * What the first broker's listener answers a plaintext ApiVersions request with: a Kafka response
+ * (`kafka`), a TLS record (`tls`: a TLS listener answers bytes that are not a handshake with an alert), or
+ * nothing conclusive (`none`: refused, closed, timed out; a broker restarting does that).
  */
-async function probePlaintext(connection: KafkaConnection): Promise<void> {
+function listenerSpeaks(connection: KafkaConnection): Promise<"kafka" | "tls" | "none"> {
   const [host, port] = splitHostPort(connection.brokers[0]!);
-  const once = () =>
-    new Promise<"closed" | "other">((resolve) => {
-      const socket = netConnect({ host, port });
-      let connected = false;
-      const done = (verdict: "closed" | "other") => {
-        socket.destroy();
-        resolve(verdict);
-      };
-      socket.once("connect", () => {
-        connected = true;
-        socket.write(API_VERSIONS_PROBE);
-      });
-      // A Kafka answer starts with its size; a TLS record with 0x15 (alert) or 0x16 (handshake), 0x03.
-      socket.once("data", (data) =>
-        done(data[0]! >= 0x14 && data[0]! <= 0x17 && data[1] === 0x03 ? "closed" : "other"),
-      );
-      socket.once("end", () => done(connected ? "closed" : "other"));
-      socket.once("error", (err) => {
-        const code = (err as { code?: unknown }).code;
-        done(connected && code === "ECONNRESET" ? "closed" : "other");
-      });
-      socket.setTimeout(connection.connection_timeout_ms, () => done("other"));
+  return new Promise((resolve) => {
+    const socket = netConnect({ host, port });
+    let received = Buffer.alloc(0);
+    const done = (verdict: "kafka" | "tls" | "none") => {
+      socket.destroy();
+      resolve(verdict);
+    };
+    socket.once("connect", () => socket.write(API_VERSIONS_PROBE));
+    socket.on("data", (data: Buffer) => {
+      received = Buffer.concat([received, data]);
+      // A TLS record: content type 20-23, then major version 3.
+      if (received[0]! >= 0x14 && received[0]! <= 0x17 && received[1] === 0x03) return done("tls");
+      // A Kafka response: its size, then the request's correlation id.
+      if (received.length >= 8) done(received.readInt32BE(4) === 1 ? "kafka" : "none");
     });
-  if ((await once()) === "closed" && (await once()) === "closed") throw mismatch(connection, false);
+    socket.once("end", () => done("none"));
+    socket.once("error", () => done("none"));
+    socket.setTimeout(connection.connection_timeout_ms, () => done("none"));
+  });
 }
 
 /** The listener and the client disagree about TLS. */
@@ -251,10 +248,11 @@ function mismatch(connection: KafkaConnection, clientTls: boolean): TrajflowErro
   return new TrajflowError(
     "KAFKA_TLS_MISMATCH",
     clientTls
-      ? `${broker} closed the connection during the TLS handshake: this listener does not speak TLS ` +
-          `(a PLAINTEXT or SASL_PLAINTEXT listener); drop --ssl (connection.ssl), or use the broker's TLS port`
-      : `${broker} closed the connection without answering: this listener expects TLS (an SSL or SASL_SSL ` +
-          `listener); add --ssl, or --ssl-ca <file> for a private CA (connection.ssl)`,
+      ? `${broker} closed the connection during the TLS handshake and answers plaintext Kafka requests: ` +
+          `this listener does not speak TLS (PLAINTEXT or SASL_PLAINTEXT); drop --ssl (connection.ssl), or ` +
+          `use the broker's TLS port`
+      : `${broker} answered a plaintext Kafka request with a TLS alert: this listener expects TLS (SSL or ` +
+          `SASL_SSL); add --ssl, or --ssl-ca <file> for a private CA (connection.ssl)`,
   );
 }
 
@@ -274,7 +272,7 @@ export async function connectClient(
 ): Promise<void> {
   try {
     if (connection.ssl !== undefined && connection.ssl !== false) await probeTls(connection);
-    else await probePlaintext(connection);
+    else if ((await listenerSpeaks(connection)) === "tls") throw mismatch(connection, false);
     await client.connect();
   } catch (err) {
     throw setupError(err, connection);
