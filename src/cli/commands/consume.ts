@@ -47,7 +47,7 @@ ${CONNECTION_HELP}
                             partitions move to the others
   --max-open-sessions <n>   open sessions past which the oldest are cut (default 100000)
   --max-buffered-bytes <n>  memory of open sessions (events' bytes + 3 KiB each) past which the oldest
-                            are cut (default 512 MiB, or half the heap when smaller)
+                            are cut (default 512 MiB, or a quarter of the heap when smaller)
   --decode-workers <n>      worker threads decoding events while this thread fetches and assembles
                             (default 2 on 8+ cores, 1 on 2-7, else 0; docs/operations.md)
   --drift-policy, --idle-timeout-ms, --reward-grace-ms, --await-rewards, --max-tokens   as for replay

@@ -26,7 +26,7 @@ Assembly:
   --max-tokens <n>          truncate rows longer than n tokens (flagged "truncated")
   --max-open-sessions <n>   open sessions past which the oldest are cut (default 100000)
   --max-buffered-bytes <n>  memory of open sessions (events' bytes + 3 KiB each) past which the oldest
-                            are cut (default 512 MiB, or half the heap when smaller)
+                            are cut (default 512 MiB, or a quarter of the heap when smaller)
 Files:
   --format <f>              parquet (default) or arrow (Arrow IPC files)
   --engine <e>              trajflow (default), parquet-wasm or parquetjs-lite

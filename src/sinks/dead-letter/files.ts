@@ -76,7 +76,7 @@ export class DeadLetterFiles implements DeadLetterSink {
     const line = JSON.stringify(letter);
     if (this.lines.length === 0) this.oldest = Date.now();
     this.lines.push(line);
-    this.bufferedBytes += line.length;
+    this.bufferedBytes += line.length + 1;
     if (ack !== null) this.acks.push(ack);
     // Cut here, not when the write runs, so file boundaries depend on the input alone.
     if (this.lines.length >= this.maxPerFile || this.bufferedBytes >= this.maxBytesPerFile) this.cut();

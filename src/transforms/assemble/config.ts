@@ -8,12 +8,14 @@ import { z } from "zod";
 export const SESSION_OVERHEAD_BYTES = 3 * 1024;
 
 /**
- * `max_buffered_bytes` by default: 512 MiB, or half the JavaScript heap when that is smaller, so the
- * default bounds memory in a process started with a small `--max-old-space-size` too.
+ * `max_buffered_bytes` by default: 512 MiB, or a quarter of V8's heap limit when that is smaller, so the
+ * default bounds memory in a process started with a small `--max-old-space-size` too. A quarter: the
+ * limit counts the young generation too (`--max-old-space-size=192` alone gives 384 MiB on a large host,
+ * 204 MiB with `--max-semi-space-size=4`), and events are counted by their bytes, not their heap.
  */
 export const DEFAULT_MAX_BUFFERED_BYTES = Math.min(
   512 * 2 ** 20,
-  Math.floor(getHeapStatistics().heap_size_limit / 2),
+  Math.floor(getHeapStatistics().heap_size_limit / 4),
 );
 
 /** Configuration of the `assemble` transform. Unknown keys are rejected so a typo fails loudly. */
@@ -91,7 +93,8 @@ export const assembleConfigSchema = z
       .describe(
         "Memory held by open sessions, all lanes together, counted as their events' bytes plus 3 KiB per " +
           "session (its state); past it the oldest open sessions are cut (flag session_cut). Default: 512 " +
-          "MiB, or half the JavaScript heap (--max-old-space-size) when that is smaller.",
+          "MiB, or a quarter of V8's heap limit (--max-old-space-size plus the young generation) when " +
+          "that is smaller.",
       ),
     remember_finalized: z
       .int()
