@@ -20,8 +20,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import kafkajs from "kafkajs";
 import { readRows } from "../src/sinks/files/read.ts";
-import { registerKafkaCodecs } from "../src/sources/kafka/codecs.ts";
-import { fixKafkajsRequestQueue } from "../src/sources/kafka/request-queue-fix.ts";
+import { registerKafkaCodecs } from "../src/kafka/codecs.ts";
+import { fixKafkajsRequestQueue } from "../src/kafka/request-queue-fix.ts";
 import { benchBrokers } from "./kafka-harness.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { pino } from "pino";
-import { MemoryDeadLetters } from "../src/core/dead-letters.ts";
+import { MemoryDeadLetters } from "../test/helpers/dead-letters.ts";
 import { Metrics } from "../src/core/metrics.ts";
 import { mulberry32 } from "../src/core/prng.ts";
 import type { RewardItem } from "../src/transforms/reward/contract.ts";

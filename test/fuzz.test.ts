@@ -11,7 +11,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "n
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { it } from "node:test";
-import { CountingDeadLetters, MemoryDeadLetters } from "../src/core/dead-letters.ts";
+import { MemoryDeadLetters } from "./helpers/dead-letters.ts";
 import { ErrorCodes } from "../src/core/errors.ts";
 import { Metrics } from "../src/core/metrics.ts";
 import { mulberry32 } from "../src/core/prng.ts";
@@ -181,8 +181,7 @@ it(`survives ${ROUNDS} rounds of mutated sessions, accounting for every event`, 
       [lines[a], lines[b]] = [lines[b]!, lines[a]!];
     }
     const metrics = new Metrics();
-    const memory = new MemoryDeadLetters();
-    const deadLetters = new CountingDeadLetters(metrics, memory);
+    const deadLetters = new MemoryDeadLetters(metrics);
     const assembler = new Assembler({
       config: assembleConfigSchema.parse({ reward_grace_ms: 0 }),
       deadLetters,
@@ -210,7 +209,7 @@ it(`survives ${ROUNDS} rounds of mutated sessions, accounting for every event`, 
       lines.length,
       `round ${round}: an event went unaccounted`,
     );
-    for (const letter of memory.letters) {
+    for (const letter of deadLetters.letters) {
       assert.ok(known.has(letter.code), `unknown code ${letter.code}`);
       codes.add(letter.code);
       assert.ok(letter.message.length > 0);

@@ -12,8 +12,8 @@ import {
   createKafka,
   Partitioners,
   type CompressionName,
-} from "../sources/kafka/client.ts";
-import type { KafkaConnection } from "../sources/kafka/config.ts";
+} from "../kafka/client.ts";
+import type { KafkaConnection } from "../kafka/connection.ts";
 import { readJsonl } from "../sources/jsonl/jsonl.ts";
 
 export type ProduceCompression = CompressionName;

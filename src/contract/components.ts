@@ -41,19 +41,22 @@ export function unitRows(unit: Unit): TrajectoryRow[] {
   return unit.sessions.flatMap((s) => s.rows);
 }
 
-/** How a lane's files are named and described (its source knows the input's coordinates). */
+/** What a sink needs to know about a lane's input to name and describe its output (the source knows it). */
 export interface LaneFiles {
-  /** The name (without extension) of a file holding these sessions; absent: `part-NNNNN` in cut order. */
-  name?(cutIndex: number, spans: SessionSpan[]): string;
-  /** Metadata of a file holding these sessions (its input range, its sessions for recovery). */
-  describe(spans: SessionSpan[]): Record<string, string>;
+  /**
+   * The lane's input range, when it has one that outlives this process (`topic-partition`): output is
+   * then named by the range and the offsets it covers, lists its sessions with their offsets, and is
+   * fenced before it lands, so a later owner of the lane recovers which sessions are written. Absent (a
+   * replay, re-run whole): output is numbered in cut order and nothing is recovered.
+   */
+  range?: string;
+  /** Metadata naming the input a file came from (the source, its coordinates or input paths). */
+  describe(): Record<string, string>;
   /**
    * Other live processes may write to the same directory (a consumer group): then only temporaries
    * older than this are a crashed writer's. Absent: this process is the only writer.
    */
   sharedDirectoryTempAgeMs?: number;
-  /** Reads back which sessions of this lane the files already hold (recovery); absent: none. */
-  recoverable?: { topic: string; partition: number };
 }
 
 export interface Lane {

@@ -15,7 +15,7 @@
  */
 import { z } from "zod";
 import { TrajflowError } from "../core/errors.ts";
-import { kafkaConnectionSchema, type KafkaConnection } from "../sources/kafka/config.ts";
+import { kafkaConnectionSchema, type KafkaConnection } from "../kafka/connection.ts";
 import type { LoadedPipeline } from "./load.ts";
 import { REGISTRY, type Section } from "./registry.ts";
 

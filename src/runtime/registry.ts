@@ -11,7 +11,7 @@ import type {
   Source,
   TransformComponent,
 } from "../contract/components.ts";
-import type { KafkaConnection } from "../sources/kafka/config.ts";
+import type { KafkaConnection } from "../kafka/connection.ts";
 import { fileSinkConfigSchema, type FileSinkConfig } from "../sinks/files/config.ts";
 import { FileSinkComponent } from "../sinks/files/component.ts";
 import { TopicSinkComponent } from "../sinks/kafka/component.ts";

@@ -9,8 +9,8 @@ import { join } from "node:path";
 import { after, before } from "node:test";
 import { randomBytes } from "node:crypto";
 import kafkajs from "kafkajs";
-import { registerKafkaCodecs } from "../../src/sources/kafka/codecs.ts";
-import { fixKafkajsRequestQueue } from "../../src/sources/kafka/request-queue-fix.ts";
+import { registerKafkaCodecs } from "../../src/kafka/codecs.ts";
+import { fixKafkajsRequestQueue } from "../../src/kafka/request-queue-fix.ts";
 import { killRunning } from "./cli.ts";
 
 const SCRIPT = new URL("../../scripts/kafka.sh", import.meta.url).pathname;

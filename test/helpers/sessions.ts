@@ -2,7 +2,7 @@
  * Hand-built sessions for tests: small fake token ids, events produced as wire JSON and decoded through
  * the real decoder, then assembled. Expected rows can be written out in full.
  */
-import { CountingDeadLetters, MemoryDeadLetters } from "../../src/core/dead-letters.ts";
+import { MemoryDeadLetters } from "./dead-letters.ts";
 import { Metrics } from "../../src/core/metrics.ts";
 import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { TrajectoryRow } from "../../src/schemas/trajectory.ts";
@@ -111,8 +111,7 @@ export type AssemblyStep = string | { advanceTo: number };
 /** Decodes and assembles JSON lines (in the given order), flushing at the end of input. */
 export function assemble(steps: AssemblyStep[], config: AssembleConfigInput = {}): AssemblyResult {
   const metrics = new Metrics();
-  const memory = new MemoryDeadLetters();
-  const deadLetters = new CountingDeadLetters(metrics, memory);
+  const deadLetters = new MemoryDeadLetters(metrics);
   const assembler = new Assembler({ config: assembleConfigSchema.parse(config), deadLetters, metrics });
   const sessions: AssemblyResult["sessions"] = [];
   const finalizedAt: number[] = [];
@@ -134,7 +133,7 @@ export function assemble(steps: AssemblyStep[], config: AssembleConfigInput = {}
   took(-1, assembler.flush());
   return {
     rows: sessions.flatMap((s) => s.rows),
-    deadLetters: memory.letters,
+    deadLetters: deadLetters.letters,
     metrics,
     sessions,
     finalizedAt,

@@ -3,7 +3,7 @@ import { createLogger } from "../../core/logger.ts";
 import { ExitCode, parse, usageError } from "../args.ts";
 import { produce, type ProduceCompression } from "../produce.ts";
 import { ConfigProblems } from "../../core/config.ts";
-import { kafkaConnectionSchema, type KafkaConnection } from "../../sources/kafka/config.ts";
+import { kafkaConnectionSchema, type KafkaConnection } from "../../kafka/connection.ts";
 import { CONNECTION_FLAGS, CONNECTION_HELP, connectionOptions } from "./shared.ts";
 
 /** The connection the flags gave, checked as a pipeline's would be (every problem listed). */

@@ -11,9 +11,14 @@ import { TrajflowError } from "../../core/errors.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
-import { connectClient, createKafka, Partitioners, type Producer } from "../../sources/kafka/client.ts";
-import type { KafkaConnection } from "../../sources/kafka/config.ts";
-import { disconnectWithin } from "../kafka/component.ts";
+import {
+  connectClient,
+  createKafka,
+  disconnectWithin,
+  Partitioners,
+  type Producer,
+} from "../../kafka/client.ts";
+import type { KafkaConnection } from "../../kafka/connection.ts";
 
 /** Messages per produce request; a batch is also cut at this many bytes (under message.max.bytes). */
 const BATCH_MESSAGES = 500;

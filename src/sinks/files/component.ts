@@ -11,7 +11,7 @@ import type { Lane, LaneSink, SessionSpan, SinkComponent, Unit } from "../../con
 import { unitRows } from "../../contract/components.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
-import { writtenSessions } from "../../sources/kafka/recovery.ts";
+import { rangeName, SESSIONS_KEY, writtenSessions } from "./recovery.ts";
 import { assertWritableDir } from "../shared/atomic-file.ts";
 import type { FileSinkConfig } from "./config.ts";
 import { EncoderPool } from "./pool.ts";
@@ -45,15 +45,19 @@ export class FileSinkComponent implements SinkComponent {
 
   async openLane(lane: Lane): Promise<LaneSink> {
     const { files } = lane;
+    const { range } = files;
     const flat = (tags: unknown[]) => (tags as SessionSpan[][]).flat();
     const sink = new FileSink(this.config, {
       metrics: this.metrics,
       logger: this.logger.child({ lane: lane.id }),
       pool: this.pool,
       sharedDirectoryTempAgeMs: files.sharedDirectoryTempAgeMs,
-      nameCut: files.name === undefined ? undefined : (cut, tags) => files.name!(cut, flat(tags)),
-      describeCut: (tags) => files.describe(flat(tags)),
-      fence: files.recoverable === undefined ? undefined : () => lane.fence(),
+      nameCut: range === undefined ? undefined : (_cut, tags) => rangeName(range, flat(tags)),
+      describeCut: (tags) =>
+        range === undefined
+          ? files.describe()
+          : { ...files.describe(), [SESSIONS_KEY]: JSON.stringify(flat(tags)) },
+      fence: range === undefined ? undefined : () => lane.fence(),
     });
     await sink.open();
     this.sinks.add(sink);
@@ -79,11 +83,8 @@ export class FileSinkComponent implements SinkComponent {
         sink.abandon();
         retire();
       },
-      recover: async () => {
-        if (files.recoverable === undefined) return new Map();
-        const { topic, partition } = files.recoverable;
-        return writtenSessions(this.config.path, topic, partition, lane.ledger.next);
-      },
+      recover: async () =>
+        range === undefined ? new Map() : writtenSessions(this.config.path, range, lane.ledger.next),
     };
   }
 

@@ -24,8 +24,6 @@ import { EncoderPool } from "./pool.ts";
 export interface FileSinkContext {
   metrics: Metrics;
   logger: Logger;
-  /** Metadata describing the input a file covers, asked for when a file is cut (e.g. source position). */
-  describeInput?: () => Record<string, string>;
   /**
    * Names a cut (without extension) from the tags of the writes it holds; default `part-NNNNN`. Sources
    * whose input has ranges (Kafka offsets) name files after the range they cover.
@@ -201,7 +199,6 @@ export class FileSink {
       for (const row of b.rows) part.rows.push(row);
       if (b.tag !== undefined) part.tags.push(b.tag);
     }
-    const inputMeta = this.ctx.describeInput?.() ?? {};
     const writes: Array<Promise<boolean>> = [];
     for (const [partition, part] of byPartition) {
       const path = join(this.config.path, partition, name);
@@ -216,7 +213,6 @@ export class FileSink {
           "trajflow.cut": String(this.cutIndex - 1),
           "trajflow.first_row": String(firstRow),
           "trajflow.rows": String(part.rows.length),
-          ...inputMeta,
           ...this.ctx.describeCut?.(part.tags),
         },
       };

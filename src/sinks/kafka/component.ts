@@ -8,8 +8,14 @@ import type { LaneSink, SinkComponent, Unit } from "../../contract/components.ts
 import { unitRows } from "../../contract/components.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
-import { connectClient, createKafka, Partitioners, type Producer } from "../../sources/kafka/client.ts";
-import type { KafkaConnection } from "../../sources/kafka/config.ts";
+import {
+  connectClient,
+  createKafka,
+  disconnectWithin,
+  Partitioners,
+  type Producer,
+} from "../../kafka/client.ts";
+import type { KafkaConnection } from "../../kafka/connection.ts";
 import type { TrajectoryTopicConfig } from "./config.ts";
 import { TrajectoryTopicSink } from "./topic.ts";
 
@@ -56,15 +62,4 @@ export class TopicSinkComponent implements SinkComponent {
   async close(): Promise<void> {
     await disconnectWithin(this.producer, 10_000);
   }
-}
-
-/** Disconnects a client, giving up after `ms`: kafkajs has been seen to wait forever after a broker restart. */
-export async function disconnectWithin(
-  client: { disconnect(): Promise<void> },
-  ms: number,
-): Promise<boolean> {
-  return Promise.race([
-    client.disconnect().then(() => true),
-    new Promise<false>((resolve) => setTimeout(() => resolve(false), ms).unref()),
-  ]).catch(() => false);
 }

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { kafkaConnectionSchema } from "../../sources/kafka/config.ts";
+import { kafkaConnectionSchema } from "../../kafka/connection.ts";
 
 /** Configuration of the `kafka` trajectory sink: finished rows produced to a topic for trainers. */
 export const trajectoryTopicConfigSchema = z.strictObject({

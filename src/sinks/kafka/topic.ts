@@ -8,7 +8,7 @@
  * removes the copy); a session can never reach the files without reaching the topic.
  */
 import { rowToJson, type TrajectoryRow } from "../../schemas/trajectory.ts";
-import { compressionCodec, type Producer } from "../../sources/kafka/client.ts";
+import { compressionCodec, type Producer } from "../../kafka/client.ts";
 import type { TrajectoryTopicConfig } from "./config.ts";
 
 async function arrowEncoding() {

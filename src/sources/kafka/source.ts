@@ -11,24 +11,24 @@
  * - kafkajs crashes it calls final while the broker is only away (a restarting single broker) restart the
  *   consumer with backoff; a watchdog restarts a consumer that stalled while messages wait.
  */
-import kafkajs, { type EachBatchPayload } from "kafkajs";
 import type { Lane, LaneFiles, LiveSource, Source, SourceHandler } from "../../contract/components.ts";
 import { Ledger } from "../../contract/ledger.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { RawRecord } from "../../core/records.ts";
-import { disconnectWithin } from "../../sinks/kafka/component.ts";
 import {
+  assignedPartitions,
   connectClient,
   createKafka,
   describeConnection,
+  disconnectWithin,
   isBrokerAway,
   isClientError,
   setupError,
   type Consumer,
-} from "./client.ts";
+  type EachBatchPayload,
+} from "../../kafka/client.ts";
 import type { KafkaSourceConfig } from "./config.ts";
-import { rangeName, SESSIONS_KEY } from "./recovery.ts";
 
 const EMPTY = Buffer.alloc(0);
 
@@ -166,17 +166,15 @@ export class KafkaSource implements Source {
   private laneFor(partition: number, firstOffset: number): KafkaLane {
     const { topic } = this.config;
     const files: LaneFiles = {
-      name: (_cut, spans) => rangeName(topic, partition, spans),
-      describe: (spans) => ({
+      range: `${topic}-${partition}`,
+      describe: () => ({
         "trajflow.source": "kafka",
         "trajflow.kafka.topic": topic,
         "trajflow.kafka.partition": String(partition),
-        [SESSIONS_KEY]: JSON.stringify(spans),
       }),
       // The group's other members write here too: only a temporary untouched for 10 minutes is a
       // crashed writer's.
       sharedDirectoryTempAgeMs: 10 * 60_000,
-      recoverable: { topic, partition },
     };
     const lane: KafkaLane = {
       id: `${topic}/${partition}`,
@@ -204,8 +202,7 @@ export class KafkaSource implements Source {
         const me = group.members.find((m) => m.memberId === this.memberId);
         owns = false;
         if (group.state === "Stable" && me !== undefined) {
-          const assignment = kafkajs.AssignerProtocol.MemberAssignment.decode(me.memberAssignment);
-          owns = assignment?.assignment[this.config.topic]?.includes(lane.partition) ?? false;
+          owns = assignedPartitions(me.memberAssignment, this.config.topic).includes(lane.partition);
         }
       } catch (err) {
         if (attempt >= 6 || this.stopping) owns = false;
@@ -360,11 +357,6 @@ export class KafkaSource implements Source {
       this.failure = setupError(err, this.config.connection) as Error;
       this.log.error({ err }, "The Kafka source failed.");
     }
-  }
-
-  /** Ends the run with `err` (a component failed while handling a batch). */
-  failWith(err: Error): void {
-    this.fail(err);
   }
 
   lag(): Map<string, number> {

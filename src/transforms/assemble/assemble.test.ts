@@ -1,6 +1,6 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
-import { MemoryDeadLetters } from "../../core/dead-letters.ts";
+import { MemoryDeadLetters } from "../../../test/helpers/dead-letters.ts";
 import { Metrics } from "../../core/metrics.ts";
 import { assemble, plain, row, SessionScript, lp } from "../../../test/helpers/sessions.ts";
 import { Assembler, REJECTED_AHEAD_CAP } from "./assembler.ts";
@@ -570,10 +570,6 @@ describe("assemble: session lifecycle", () => {
 
 describe("assemble: cutting sessions", () => {
   it("finalizes a cut session early, flags it, and dead-letters its later events", async () => {
-    const { Assembler } = await import("./assembler.ts");
-    const { assembleConfigSchema } = await import("./config.ts");
-    const { Metrics } = await import("../../core/metrics.ts");
-    const { MemoryDeadLetters } = await import("../../core/dead-letters.ts");
     const { decodeEvent } = await import("../decode/decode.ts");
     const metrics = new Metrics();
     const deadLetters = new MemoryDeadLetters();

@@ -31,7 +31,7 @@ interface OpenSpan {
   origin: Origin | null;
 }
 
-export interface AssembleContext {
+export interface AssembleComponentContext {
   metrics: Metrics;
   logger: Logger;
 }
@@ -225,13 +225,13 @@ export class LaneAssembler {
 /** The component: builds lane assemblers and keeps the limits of all lanes together. */
 export class AssembleComponent {
   readonly config: AssembleConfig;
-  readonly ctx: AssembleContext;
+  readonly ctx: AssembleComponentContext;
   private readonly lanes = new Set<LaneAssembler>();
   private opened = 0;
   /** Bytes of events held by open sessions, all lanes. */
   bufferedBytes = 0;
 
-  constructor(config: AssembleConfig, ctx: AssembleContext) {
+  constructor(config: AssembleConfig, ctx: AssembleComponentContext) {
     this.config = config;
     this.ctx = ctx;
   }

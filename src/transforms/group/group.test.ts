@@ -1,10 +1,10 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
-import { MemoryDeadLetters } from "../../core/dead-letters.ts";
+import { MemoryDeadLetters } from "../../../test/helpers/dead-letters.ts";
 import { Metrics } from "../../core/metrics.ts";
 import { assemble, plain, row, SessionScript } from "../../../test/helpers/sessions.ts";
 import type { SessionOutput } from "../assemble/assembler.ts";
-import { StalenessFilter } from "../staleness/staleness.ts";
+import { StalenessComponent, StalenessFilter } from "../staleness/staleness.ts";
 import { groupConfigSchema } from "./config.ts";
 import { GroupBatcher } from "./group.ts";
 
@@ -116,10 +116,14 @@ describe("group", () => {
 
   it("makes stale sessions placeholders so the group keeps n sessions", () => {
     const metrics = new Metrics();
-    const staleness = new StalenessFilter({ max_lag: 1, current_version: 8 });
-    const g = new GroupBatcher(groupConfigSchema.parse({}), { metrics, staleness });
+    // As a pipeline runs them: the staleness transform marks, the group holds a placeholder.
+    const staleness = new StalenessComponent({ max_lag: 1, current_version: 8 }, metrics).openLane();
+    const g = new GroupBatcher(groupConfigSchema.parse({}), { metrics });
     const out = sessions(rollout(0, { version: 8 }), rollout(1, { version: 6 }), rollout(2, { version: 7 }));
-    const batches = out.flatMap((s, i) => g.push(s, i).map((b) => b.rows));
+    const batches = out.flatMap((s, i) => {
+      void staleness.push({ sessions: [s], rows: null, acks: [], spans: [], finishedAt: 0 }, i);
+      return g.push(s, i).map((b) => b.rows);
+    });
     assert.deepEqual(
       batches[0]!.map((r) => [r.session_id, r.sample_mask, r.flags]),
       [

@@ -12,7 +12,6 @@ import type { Metrics } from "../../core/metrics.ts";
 import { makeDeadLetter, type DeadLetterOutput } from "../../core/records.ts";
 import { RowFlags, rowKey, type SessionStatus, type TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { SessionOutput } from "../assemble/assembler.ts";
-import type { StalenessFilter } from "../staleness/staleness.ts";
 import type { GroupConfig } from "./config.ts";
 
 interface OpenGroup {
@@ -33,7 +32,6 @@ export interface GroupContext {
   metrics: Metrics;
   /** Where a session claiming a group larger than max_group_size is reported. */
   deadLetters?: DeadLetterOutput;
-  staleness?: StalenessFilter;
 }
 
 function placeholder(
@@ -175,7 +173,7 @@ export class GroupBatcher {
   }
 
   private build(group: OpenGroup, eventTime: number): GroupBatch {
-    const { metrics, staleness } = this.ctx;
+    const { metrics } = this.ctx;
     const sessions = [...group.sessions].sort(
       (a, b) =>
         (a.sampleIndex ?? Number.MAX_SAFE_INTEGER) - (b.sampleIndex ?? Number.MAX_SAFE_INTEGER) ||
@@ -183,11 +181,9 @@ export class GroupBatcher {
     );
     const rows: TrajectoryRow[] = [];
     for (const s of sessions) {
-      staleness?.observe(s.rows);
-      const stale = s.stale === true || (staleness !== undefined && s.rows.some((r) => staleness.isStale(r)));
+      // Marked by the staleness transform upstream, which counted it.
+      const stale = s.stale === true;
       if (s.status === "failed" || stale || s.rows.length === 0) {
-        // A session the staleness transform marked was counted there.
-        if (stale && s.stale !== true) metrics.inc("sessions_stale");
         metrics.inc("placeholders", stale ? "stale" : s.status === "failed" ? "failed" : "empty");
         rows.push(
           placeholder(

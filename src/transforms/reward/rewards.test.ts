@@ -1,7 +1,7 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
 import { pino } from "pino";
-import { MemoryDeadLetters } from "../../core/dead-letters.ts";
+import { MemoryDeadLetters } from "../../../test/helpers/dead-letters.ts";
 import { Metrics } from "../../core/metrics.ts";
 import { assemble, SessionScript } from "../../../test/helpers/sessions.ts";
 import { rewardsConfigSchema, type RewardsConfigInput } from "./config.ts";
@@ -26,9 +26,8 @@ async function score(config: RewardsConfigInput, ...scripts: SessionScript[]) {
     logger: pino({ level: "silent" }),
   });
   const { sessions } = assemble(scripts.flatMap((s) => s.lines()));
-  const out = [];
-  for (const s of sessions) out.push(...(await transform.push(s)));
-  out.push(...(await transform.drain()));
+  // Concurrently, as the component scores the sessions of its window.
+  const out = await Promise.all(sessions.map((s) => transform.score(s)));
   await transform.close();
   return { rows: out.flatMap((s) => s.rows), deadLetters: deadLetters.letters, metrics };
 }

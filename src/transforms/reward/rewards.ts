@@ -117,7 +117,6 @@ export class RewardTransform {
   private readonly config: RewardsConfig;
   private readonly ctx: RewardContext;
   private readonly runners: Array<{ config: StageConfig; runner: StageRunner }>;
-  private window: Array<Promise<SessionOutput>> = [];
 
   private constructor(config: RewardsConfig, ctx: RewardContext, runners: RewardTransform["runners"]) {
     this.config = config;
@@ -148,24 +147,6 @@ export class RewardTransform {
       ),
     }));
     return new RewardTransform(config, ctx, runners);
-  }
-
-  /**
-   * Submits a session; returns the sessions now ready, in submission order (waits only when
-   * `max_pending_sessions` are being scored).
-   */
-  async push(session: SessionOutput): Promise<SessionOutput[]> {
-    this.window.push(this.score(session));
-    const ready: SessionOutput[] = [];
-    while (this.window.length > this.config.max_pending_sessions) ready.push(await this.window.shift()!);
-    return ready;
-  }
-
-  /** Every session still being scored, in order. */
-  async drain(): Promise<SessionOutput[]> {
-    const rest = this.window;
-    this.window = [];
-    return Promise.all(rest);
   }
 
   async close(): Promise<void> {

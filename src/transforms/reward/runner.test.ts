@@ -1,7 +1,7 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
 import { pino } from "pino";
-import { MemoryDeadLetters } from "../../core/dead-letters.ts";
+import { MemoryDeadLetters } from "../../../test/helpers/dead-letters.ts";
 import { Metrics } from "../../core/metrics.ts";
 import { rewardItem } from "../../../test/helpers/reward-items.ts";
 import type { RewardItem, RewardOutcome, RewardStage } from "./contract.ts";

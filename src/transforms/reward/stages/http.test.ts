@@ -3,7 +3,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { pino } from "pino";
-import { MemoryDeadLetters } from "../../../core/dead-letters.ts";
+import { MemoryDeadLetters } from "../../../../test/helpers/dead-letters.ts";
 import { Metrics } from "../../../core/metrics.ts";
 import { judgeTokens, startRewardServer, type RewardServer } from "../../../../test/helpers/reward-server.ts";
 import { rewardItem } from "../../../../test/helpers/reward-items.ts";

@@ -1,17 +1,18 @@
 /**
  * Progress recovered from the files themselves (as Kafka Connect's HDFS sink does), not only from the
- * consumer group's committed offset: a crash between a file's rename and the offset commit leaves the
- * file's sessions in the output while Kafka would replay them.
+ * source's committed offset: a crash between a file's rename and the offset commit leaves the file's
+ * sessions in the output while the source would deliver them again.
  *
- * Files written from Kafka are named `<topic>-<partition>-<first offset>-<last offset>` (20 digits each)
- * and list their sessions with offsets in `trajflow.kafka.sessions`. When a partition is (re)assigned,
- * the sessions of files reaching past the resume offset are skipped: their events up to the recorded last
- * offset were applied already; later ones are late events.
+ * Files of a lane with an input range (a Kafka partition: `<topic>-<partition>`) are named
+ * `<range>-<first offset>-<last offset>` (20 digits each) and list their sessions with offsets in
+ * `trajflow.kafka.sessions` (the key keeps the name files were first written with). When a lane is
+ * (re)assigned, the sessions of files reaching past the resume offset are skipped: their events up to the
+ * recorded last offset were applied already; later ones are late events.
  */
 import { promises as fs } from "node:fs";
 import { basename, join } from "node:path";
 import { sessionKey } from "../../schemas/session.ts";
-import { readFileMetadata } from "../../sinks/files/read.ts";
+import { readFileMetadata } from "./read.ts";
 
 import type { SessionSpan } from "../../contract/components.ts";
 
@@ -21,15 +22,15 @@ export const SESSIONS_KEY = "trajflow.kafka.sessions";
 
 const pad = (n: number) => String(n).padStart(20, "0");
 
-/** The file name (without extension) for sessions of one partition. */
-export function rangeName(topic: string, partition: number, spans: SessionSpan[]): string {
+/** The file name (without extension) for sessions of one input range. */
+export function rangeName(range: string, spans: SessionSpan[]): string {
   let first = Infinity;
   let last = -1;
   for (const [, , f, l] of spans) {
     if (f < first) first = f;
     if (l > last) last = l;
   }
-  return `${topic}-${partition}-${pad(first)}-${pad(last)}`;
+  return `${range}-${pad(first)}-${pad(last)}`;
 }
 
 /** Data files of a directory and of its hive partition directories (`key=value/`). */
@@ -50,19 +51,18 @@ async function dataFiles(dir: string): Promise<string[]> {
 }
 
 /**
- * Sessions already written for `topic`/`partition` in files that reach `resumeOffset` or beyond. Each
- * file lists the sessions it holds, so a cut whose files landed only in some partition directories (a
- * crash between two renames) counts for exactly the sessions that landed.
+ * Sessions already written for an input range in files that reach `resumeOffset` or beyond. Each file
+ * lists the sessions it holds, so a cut whose files landed only in some partition directories (a crash
+ * between two renames) counts for exactly the sessions that landed.
  */
 export async function writtenSessions(
   dir: string,
-  topic: string,
-  partition: number,
+  range: string,
   resumeOffset: number,
 ): Promise<Map<string, number>> {
   const out = new Map<string, number>();
-  const escaped = topic.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-  const pattern = new RegExp(`^${escaped}-${partition}-(\\d{20})-(\\d{20})\\.(parquet|arrow)$`);
+  const escaped = range.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  const pattern = new RegExp(`^${escaped}-(\\d{20})-(\\d{20})\\.(parquet|arrow)$`);
   for (const path of await dataFiles(dir)) {
     const m = pattern.exec(basename(path));
     if (m === null || Number(m[2]) < resumeOffset) continue;

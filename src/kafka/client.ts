@@ -1,25 +1,33 @@
 /**
- * The one file that knows kafkajs. Everything else talks to Kafka through these functions, so the client
- * can be swapped (e.g. for a librdkafka binding) here alone.
+ * The Kafka layer's client: with its codecs (codecs.ts) and a fix to its request queue
+ * (request-queue-fix.ts), the only code that imports kafkajs (test/layout.test.ts holds it so). The source
+ * and the sinks talk to Kafka through these functions, so the client can be swapped (e.g. for a
+ * librdkafka binding) here alone.
  *
  * kafkajs facts the design relies on NOT being there: heartbeats happen only between handler calls (so
  * handlers stay short and call heartbeat in long batches), there is no synchronous revoke hook, and
  * resolved offsets are dropped on rebalance. trajflow commits explicitly and recovers from its files.
  */
-import kafkajs, { type Consumer, type KafkaConfig, type Producer, type logLevel as LogLevel } from "kafkajs";
+import kafkajs, {
+  type Consumer,
+  type EachBatchPayload,
+  type KafkaConfig,
+  type Producer,
+  type logLevel as LogLevel,
+} from "kafkajs";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { connect as netConnect, isIP } from "node:net";
 import { connect as tlsConnect } from "node:tls";
-import { TrajflowError } from "../../core/errors.ts";
-import type { Logger } from "../../core/logger.ts";
+import { TrajflowError } from "../core/errors.ts";
+import type { Logger } from "../core/logger.ts";
 import { registerKafkaCodecs } from "./codecs.ts";
 import { fixKafkajsRequestQueue } from "./request-queue-fix.ts";
-import type { KafkaConnection } from "./config.ts";
+import type { KafkaConnection } from "./connection.ts";
 
 const { Kafka, logLevel } = kafkajs;
 
-export type { Consumer, Producer };
+export type { Consumer, EachBatchPayload, Producer };
 export const Partitioners = kafkajs.Partitioners;
 
 export type CompressionName = "none" | "gzip" | "snappy" | "lz4" | "zstd";
@@ -316,4 +324,20 @@ export function describeConnection(connection: KafkaConnection): Record<string, 
         ? undefined
         : { mechanism: connection.sasl.mechanism, username: connection.sasl.username },
   };
+}
+
+/** Disconnects a client, giving up after `ms`: kafkajs has been seen to wait forever after a broker restart. */
+export async function disconnectWithin(
+  client: { disconnect(): Promise<void> },
+  ms: number,
+): Promise<boolean> {
+  return Promise.race([
+    client.disconnect().then(() => true),
+    new Promise<false>((resolve) => setTimeout(() => resolve(false), ms).unref()),
+  ]).catch(() => false);
+}
+
+/** The partitions of `topic` a group member's assignment (as DescribeGroup returns it) gives it. */
+export function assignedPartitions(memberAssignment: Buffer, topic: string): number[] {
+  return kafkajs.AssignerProtocol.MemberAssignment.decode(memberAssignment)?.assignment[topic] ?? [];
 }

@@ -8,7 +8,7 @@ import kafkajs from "kafkajs";
 import * as lz4 from "lz4js";
 import * as snappy from "snappyjs";
 import { hash as xxh32 } from "lz4js/xxh32.js";
-import { lz4Block } from "../../core/lz4-block.ts";
+import { lz4Block } from "../core/lz4-block.ts";
 
 interface Encoder {
   buffer: Buffer;
