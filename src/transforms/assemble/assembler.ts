@@ -80,11 +80,6 @@ export class Assembler {
     return this.watermark;
   }
 
-  /** True while the session is open here. */
-  isOpen(uid: string, sessionId: string): boolean {
-    return this.sessions.has(sessionKey(uid, sessionId));
-  }
-
   /**
    * Tells the session that the decoder rejected its event `seq` (already dead-lettered), so later events
    * need not wait for it. A rejected event never opens a session: for a session not open yet, its seq is
@@ -94,9 +89,12 @@ export class Assembler {
    */
   pushRejected(envelope: RejectedEnvelope, hold: RejectedHold | null = null): SessionOutput[] {
     const key = sessionKey(envelope.uid, envelope.session_id);
-    if (this.finalized.has(key) || !this.sessions.has(key)) {
-      if (this.finalized.has(key)) hold?.release();
-      else this.rememberRejected(key, envelope, hold);
+    if (this.finalized.has(key)) {
+      hold?.release();
+      return [];
+    }
+    if (!this.sessions.has(key)) {
+      this.rememberRejected(key, envelope, hold);
       return [];
     }
     hold?.release();
