@@ -10,6 +10,17 @@ interface Issue {
 type ParseResult<T> = { success: true; data: T } | { success: false; error: { issues: Issue[] } };
 
 /**
+ * A schema issue as problems, each a path and a message: one per unknown key, with the key in its path,
+ * so a file's problem points at the key's own line (a stray "__proto__" on line 5 was reported at line 1).
+ */
+export function issueProblems(issue: Issue): Array<{ path: Array<string | number>; message: string }> {
+  const path = issue.path.map((p) => (typeof p === "number" ? p : String(p)));
+  if (issue.code === "unrecognized_keys" && issue.keys !== undefined)
+    return issue.keys.map((key) => ({ path: [...path, key], message: "unknown key" }));
+  return [{ path, message: issue.message }];
+}
+
+/**
  * Collects configuration problems from several components so that all of them are reported at once,
  * each with the path where it is (`assemble.drift_policy: ...`), before anything starts.
  */
@@ -19,13 +30,9 @@ export class ConfigProblems {
   /** The parsed value, or undefined after recording the result's issues under `name`. */
   check<T>(name: string, result: ParseResult<T>): T | undefined {
     if (result.success) return result.data;
-    for (const issue of result.error.issues) {
-      const path = [name, ...issue.path.map(String)];
-      // One line per unknown key, named in the path, as a pipeline's problems are.
-      if (issue.code === "unrecognized_keys" && issue.keys !== undefined)
-        for (const key of issue.keys) this.problems.push(`${[...path, key].join(".")}: unknown key`);
-      else this.problems.push(`${path.join(".")}: ${issue.message}`);
-    }
+    for (const issue of result.error.issues)
+      for (const { path, message } of issueProblems(issue))
+        this.problems.push(`${[name, ...path].join(".")}: ${message}`);
     return undefined;
   }
 

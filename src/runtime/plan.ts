@@ -14,6 +14,7 @@
  * like a pipeline file's and go through the same plan.
  */
 import { z } from "zod";
+import { issueProblems } from "../core/config.ts";
 import { TrajflowError } from "../core/errors.ts";
 import { kafkaConnectionSchema, type KafkaConnection } from "../kafka/connection.ts";
 import type { LoadedPipeline } from "./load.ts";
@@ -71,11 +72,8 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
   if (pipeline.value === null) throw invalid(problems);
   const at = (path: Array<string | number>, message: string) =>
     problems.push(`${pipeline.where(path)}: ${path.join(".")}: ${message}`);
-  // An unknown key is reported at its own line (a stray "__proto__" on line 5 was reported at line 1).
   const atIssue = (base: Array<string | number>, issue: z.core.$ZodIssue) => {
-    const path = [...base, ...(issue.path as Array<string | number>)];
-    if (issue.code !== "unrecognized_keys") return at(path, issue.message);
-    for (const key of issue.keys) at([...path, key], "unknown key");
+    for (const { path, message } of issueProblems(issue)) at([...base, ...path], message);
   };
   const root = pipeline.value as Record<string, unknown>;
   for (const key of Object.keys(root)) {
