@@ -3,8 +3,7 @@ import { readFileSync } from "node:fs";
 import { it } from "node:test";
 import { ErrorCodes } from "../src/core/errors.ts";
 import { METRICS } from "../src/core/metric-names.ts";
-import { RowFlags } from "../src/schemas/trajectory.ts";
-import { trajectoryArrowSchema } from "../src/schemas/trajectory-arrow.ts";
+import { describeColumnType, ROW_COLUMNS, RowFlags } from "../src/schemas/trajectory.ts";
 
 const doc = (name: string) => readFileSync(new URL(`../docs/${name}`, import.meta.url), "utf8");
 /** A table row whose first cell is `name` in backticks (Prettier pads table cells). */
@@ -16,12 +15,13 @@ it("docs/errors.md documents every error code", () => {
   assert.deepEqual(missing, []);
 });
 
-it("docs/output.md documents every column and every flag", () => {
+it("docs/output.md documents every column, in file order with its type, and every flag", () => {
   const output = doc("output.md");
-  const columns = trajectoryArrowSchema.fields
-    .map((f) => f.name)
-    .filter((name) => !output.includes(`\`${name}\``));
-  assert.deepEqual(columns, []);
+  const documented = [...output.matchAll(/^\|\s*`(\w+)`\s*\|\s*([^|]*?)\s*\|/gm)]
+    .filter(([, name]) => name !== "column" && !Object.values(RowFlags).includes(name as never))
+    .map(([, name, type]) => `${name}: ${type}`);
+  const expected = ROW_COLUMNS.map((c) => `${c.name}: ${describeColumnType(c.type)}`);
+  assert.deepEqual(documented, expected);
   const flags = Object.values(RowFlags).filter((flag) => !tableRow(output, flag));
   assert.deepEqual(flags, []);
 });

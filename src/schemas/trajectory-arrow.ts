@@ -19,44 +19,35 @@ import {
   type Data,
   type DataType,
 } from "apache-arrow";
-import type { TrajectoryRow } from "./trajectory.ts";
+import { ROW_COLUMNS, type ColumnType, type TrajectoryRow, type ValueKind } from "./trajectory.ts";
 
-const list = (name: string, type: Int32 | Int8 | Float32 | Utf8, nullable = false) =>
-  new Field(name, new List(new Field("element", type, false)), nullable);
+function leafType(kind: ValueKind): DataType {
+  switch (kind) {
+    case "utf8":
+      return new Utf8();
+    case "int8":
+      return new Int8();
+    case "int32":
+      return new Int32();
+    case "float32":
+      return new Float32();
+    case "float64":
+      return new Float64();
+    case "bool":
+      return new Bool();
+  }
+}
 
-/** The Arrow schema of trajectory rows. Lists use `element` children so Parquet gets the standard LIST. */
-export const trajectoryArrowSchema = new Schema([
-  new Field("key", new Utf8(), false),
-  new Field("uid", new Utf8(), false),
-  new Field("session_id", new Utf8(), false),
-  new Field("index", new Int32(), false),
-  new Field("sample_index", new Int32(), true),
-  new Field("group_size", new Int32(), true),
-  list("prompt_ids", new Int32()),
-  list("response_ids", new Int32()),
-  list("response_mask", new Int8()),
-  list("rollout_log_probs", new Float32(), true),
-  new Field("reward", new Float64(), true),
-  new Field("episode_finished", new Bool(), true),
-  list("finish_reasons", new Utf8()),
-  list("finish_reasons_raw", new Utf8()),
-  new Field("weight_version_min", new Int32(), true),
-  new Field("weight_version_max", new Int32(), true),
-  new Field("num_turns", new Int32(), false),
-  new Field("num_trained_tokens", new Int32(), false),
-  new Field("status", new Utf8(), false),
-  list("flags", new Utf8()),
-  new Field("parent_index", new Int32(), true),
-  new Field("shared_prefix_len", new Int32(), false),
-  new Field("sample_mask", new Int8(), false),
-  new Field("ended_at_ms", new Float64(), false),
-  new Field("last_trained_index", new Int32(), true),
-  list("reward_names", new Utf8()),
-  new Field("reward_values", new List(new Field("element", new Float64(), true)), false),
-  new Field("reward_info", new Utf8(), true),
-  list("turn_end_indices", new Int32()),
-  new Field("turn_rewards", new List(new Field("element", new Float64(), true)), true),
-]);
+/** A column's Arrow type. Lists use `element` children so Parquet gets the standard LIST. */
+function arrowType(type: ColumnType<unknown>): DataType {
+  const leaf = leafType(type.kind);
+  return type.list ? new List(new Field("element", leaf, type.elementNullable)) : leaf;
+}
+
+/** The Arrow schema of trajectory rows, from ROW_COLUMNS. */
+export const trajectoryArrowSchema = new Schema(
+  ROW_COLUMNS.map((c) => new Field(c.name, arrowType(c.type), c.type.nullable)),
+);
 
 const encoder = new TextEncoder();
 
@@ -74,18 +65,23 @@ function validity(
   return { bitmap: nulls === 0 ? undefined : bitmap, nulls };
 }
 
-function field(name: string): Field {
-  const f = trajectoryArrowSchema.fields.find((x) => x.name === name);
-  if (f === undefined) throw new Error(`no column ${name} in the trajectory schema`);
-  return f;
-}
+type NumericArray = Int8Array | Int32Array | Float32Array | Float64Array;
+type NumericArrayConstructor = new (n: number) => NumericArray;
 
-function utf8Data(values: string[]): Data {
-  return nullableUtf8Data("key", values);
+const ARRAYS: Record<Exclude<ValueKind, "utf8" | "bool">, NumericArrayConstructor> = {
+  int8: Int8Array,
+  int32: Int32Array,
+  float32: Float32Array,
+  float64: Float64Array,
+};
+
+function arrayOf(kind: ValueKind): NumericArrayConstructor {
+  if (kind === "utf8" || kind === "bool") throw new Error(`no typed array holds ${kind} values`);
+  return ARRAYS[kind];
 }
 
 /** A string column; `null` entries allowed when the column is nullable. */
-function nullableUtf8Data(name: string, values: Array<string | null>): Data {
+function utf8Data(type: DataType, values: ReadonlyArray<string | null>): Data {
   const parts = values.map((v) => encoder.encode(v ?? ""));
   const offsets = new Int32Array(values.length + 1);
   let total = 0;
@@ -97,7 +93,7 @@ function nullableUtf8Data(name: string, values: Array<string | null>): Data {
   parts.forEach((p, i) => data.set(p, offsets[i]!));
   const { bitmap, nulls } = validity(values.length, (i) => values[i] !== null);
   return makeData({
-    type: field(name).type as Utf8,
+    type: type as Utf8,
     length: values.length,
     valueOffsets: offsets,
     data,
@@ -106,7 +102,26 @@ function nullableUtf8Data(name: string, values: Array<string | null>): Data {
   });
 }
 
-type NumericArray = Int32Array | Int8Array | Float32Array;
+/** A numeric column: nulls are stored as 0 under a cleared validity bit. */
+function numericData(
+  type: DataType,
+  values: ReadonlyArray<number | null>,
+  Ctor: NumericArrayConstructor,
+): Data {
+  const data = new Ctor(values.length);
+  values.forEach((v, i) => (data[i] = v ?? 0));
+  const { bitmap, nulls } = validity(values.length, (i) => values[i] !== null);
+  return makeData({ type: type as never, length: values.length, data, nullBitmap: bitmap, nullCount: nulls });
+}
+
+function boolData(type: DataType, values: ReadonlyArray<boolean | null>): Data {
+  const data = new Uint8Array((values.length + 7) >> 3);
+  values.forEach((v, i) => {
+    if (v === true) data[i >> 3]! |= 1 << (i & 7);
+  });
+  const { bitmap, nulls } = validity(values.length, (i) => values[i] !== null);
+  return makeData({ type: type as never, length: values.length, data, nullBitmap: bitmap, nullCount: nulls });
+}
 
 /** List offsets: row i's values are [offsets[i], offsets[i + 1]) of the flat child; a null row is empty. */
 function listOffsets(rows: ArrayLike<{ length: number } | null>): Int32Array {
@@ -115,13 +130,12 @@ function listOffsets(rows: ArrayLike<{ length: number } | null>): Int32Array {
   return offsets;
 }
 
-/** A list column of numbers from per-row typed arrays (`null` entries allowed when the column is nullable). */
-function numericListData(
-  name: string,
-  rows: Array<NumericArray | null>,
-  Ctor: new (n: number) => NumericArray,
+/** A list column whose rows are typed arrays: each row copied once into the flat child. */
+function typedListData(
+  type: List,
+  rows: ReadonlyArray<NumericArray | null>,
+  Ctor: NumericArrayConstructor,
 ): Data {
-  const type = field(name).type as List;
   const n = rows.length;
   const offsets = listOffsets(rows);
   const total = offsets[n]!;
@@ -135,80 +149,44 @@ function numericListData(
   return makeData({ type, length: n, valueOffsets: offsets, child, nullBitmap: bitmap, nullCount: nulls });
 }
 
-/** A list of nullable float64 values per row (reward_values, turn_rewards); `null` rows when nullable. */
-function nullableFloatListData(name: string, rows: Array<Array<number | null> | null>): Data {
-  const type = field(name).type as List;
+/** A list column whose elements may be null (reward_values, turn_rewards): rows are plain arrays. */
+function nullableElementListData(
+  type: List,
+  rows: ReadonlyArray<ReadonlyArray<number | null> | null>,
+  Ctor: NumericArrayConstructor,
+): Data {
   const n = rows.length;
   const offsets = listOffsets(rows);
-  const total = offsets[n]!;
-  const flat = new Float64Array(total);
-  const present: boolean[] = new Array<boolean>(total);
-  for (let i = 0; i < n; i++) {
-    const r = rows[i];
-    if (r == null) continue;
-    for (let j = 0; j < r.length; j++) {
-      flat[offsets[i]! + j] = r[j] ?? 0;
-      present[offsets[i]! + j] = r[j] !== null;
-    }
-  }
-  const values = validity(total, (k) => present[k]!);
-  const child = makeData({
-    type: type.children[0]!.type as Float64,
-    length: total,
-    data: flat,
-    nullBitmap: values.bitmap,
-    nullCount: values.nulls,
-  });
+  const flat: Array<number | null> = [];
+  for (const r of rows) if (r != null) flat.push(...r);
+  const child = numericData(type.children[0]!.type, flat, Ctor);
   const { bitmap, nulls } = validity(n, (i) => rows[i] !== null);
   return makeData({ type, length: n, valueOffsets: offsets, child, nullBitmap: bitmap, nullCount: nulls });
 }
 
-function stringListData(name: string, rows: string[][]): Data {
-  const type = field(name).type as List;
-  const offsets = new Int32Array(rows.length + 1);
+function stringListData(type: List, rows: ReadonlyArray<readonly string[] | null>): Data {
+  const n = rows.length;
+  const offsets = listOffsets(rows);
   const flat: string[] = [];
-  rows.forEach((r, i) => {
-    flat.push(...r);
-    offsets[i + 1] = flat.length;
-  });
-  return makeData({ type, length: rows.length, valueOffsets: offsets, child: utf8Data(flat) });
+  for (const r of rows) if (r != null) flat.push(...r);
+  const child = utf8Data(type.children[0]!.type, flat);
+  const { bitmap, nulls } = validity(n, (i) => rows[i] !== null);
+  return makeData({ type, length: n, valueOffsets: offsets, child, nullBitmap: bitmap, nullCount: nulls });
 }
 
-/** A nullable numeric column: nulls are stored as 0 under a cleared validity bit. */
-function numericData(
-  name: string,
-  values: Array<number | null>,
-  Ctor: Int32ArrayConstructor | Int8ArrayConstructor | Float64ArrayConstructor,
-): Data {
-  const data = new Ctor(values.length);
-  values.forEach((v, i) => (data[i] = v ?? 0));
-  const { bitmap, nulls } = validity(values.length, (i) => values[i] !== null);
-  return makeData({
-    type: field(name).type as never,
-    length: values.length,
-    data,
-    nullBitmap: bitmap,
-    nullCount: nulls,
-  });
-}
-
-const int32Data = (name: string, values: Array<number | null>) => numericData(name, values, Int32Array);
-const int8Data = (name: string, values: number[]) => numericData(name, values, Int8Array);
-const float64Data = (name: string, values: Array<number | null>) => numericData(name, values, Float64Array);
-
-function boolData(name: string, values: Array<boolean | null>): Data {
-  const data = new Uint8Array((values.length + 7) >> 3);
-  values.forEach((v, i) => {
-    if (v === true) data[i >> 3]! |= 1 << (i & 7);
-  });
-  const { bitmap, nulls } = validity(values.length, (i) => values[i] !== null);
-  return makeData({
-    type: field(name).type as never,
-    length: values.length,
-    data,
-    nullBitmap: bitmap,
-    nullCount: nulls,
-  });
+/** One column's data, by its type in ROW_COLUMNS. */
+function columnData(field: Field, type: ColumnType<unknown>, values: unknown[]): Data {
+  if (type.list) {
+    const listType = field.type as List;
+    if (type.kind === "utf8") return stringListData(listType, values as string[][]);
+    if (type.elementNullable) {
+      return nullableElementListData(listType, values as Array<Array<number | null>>, arrayOf(type.kind));
+    }
+    return typedListData(listType, values as NumericArray[], arrayOf(type.kind));
+  }
+  if (type.kind === "utf8") return utf8Data(field.type, values as string[]);
+  if (type.kind === "bool") return boolData(field.type, values as boolean[]);
+  return numericData(field.type, values as number[], arrayOf(type.kind));
 }
 
 /** Builds one record batch of trajectory rows, with optional schema metadata. */
@@ -217,49 +195,15 @@ export function rowsToRecordBatch(rows: TrajectoryRow[], metadata?: Record<strin
     metadata === undefined
       ? trajectoryArrowSchema
       : new Schema(trajectoryArrowSchema.fields, new Map(Object.entries(metadata)));
-  const col = <K extends keyof TrajectoryRow>(k: K): Array<TrajectoryRow[K]> => rows.map((r) => r[k]);
-  const children: Record<string, Data> = {
-    key: utf8Data(col("key")),
-    uid: utf8Data(col("uid")),
-    session_id: utf8Data(col("session_id")),
-    index: int32Data("index", col("index")),
-    sample_index: int32Data("sample_index", col("sample_index")),
-    group_size: int32Data("group_size", col("group_size")),
-    prompt_ids: numericListData("prompt_ids", col("prompt_ids"), Int32Array),
-    response_ids: numericListData("response_ids", col("response_ids"), Int32Array),
-    response_mask: numericListData("response_mask", col("response_mask"), Int8Array),
-    rollout_log_probs: numericListData("rollout_log_probs", col("rollout_log_probs"), Float32Array),
-    reward: float64Data("reward", col("reward")),
-    episode_finished: boolData("episode_finished", col("episode_finished")),
-    finish_reasons: stringListData("finish_reasons", col("finish_reasons")),
-    finish_reasons_raw: stringListData("finish_reasons_raw", col("finish_reasons_raw")),
-    weight_version_min: int32Data("weight_version_min", col("weight_version_min")),
-    weight_version_max: int32Data("weight_version_max", col("weight_version_max")),
-    num_turns: int32Data("num_turns", col("num_turns")),
-    num_trained_tokens: int32Data("num_trained_tokens", col("num_trained_tokens")),
-    status: utf8Data(col("status")),
-    flags: stringListData("flags", col("flags")),
-    parent_index: int32Data("parent_index", col("parent_index")),
-    shared_prefix_len: int32Data("shared_prefix_len", col("shared_prefix_len")),
-    sample_mask: int8Data("sample_mask", col("sample_mask")),
-    ended_at_ms: float64Data("ended_at_ms", col("ended_at_ms")),
-    last_trained_index: int32Data("last_trained_index", col("last_trained_index")),
-    reward_names: stringListData("reward_names", col("reward_names")),
-    reward_values: nullableFloatListData("reward_values", col("reward_values")),
-    reward_info: nullableUtf8Data("reward_info", col("reward_info")),
-    turn_end_indices: numericListData("turn_end_indices", col("turn_end_indices"), Int32Array),
-    turn_rewards: nullableFloatListData("turn_rewards", col("turn_rewards")),
-  };
-  const ordered = trajectoryArrowSchema.fields.map((f) => {
-    const data = children[f.name];
-    if (data === undefined) throw new Error(`column ${f.name} is not built`);
-    return data;
+  const children = ROW_COLUMNS.map((c, i) => {
+    const name: keyof TrajectoryRow = c.name;
+    return columnData(
+      trajectoryArrowSchema.fields[i]!,
+      c.type,
+      rows.map((r) => r[name]),
+    );
   });
-  const struct = makeData({
-    type: new Struct(trajectoryArrowSchema.fields),
-    length: rows.length,
-    children: ordered,
-  });
+  const struct = makeData({ type: new Struct(trajectoryArrowSchema.fields), length: rows.length, children });
   return new RecordBatch(schema, struct);
 }
 
@@ -268,27 +212,25 @@ export function rowsToTable(rows: TrajectoryRow[], metadata?: Record<string, str
   return new Table(batch.schema, [batch]);
 }
 
-/** Reads rows back from an Arrow table (inspect, tests). */
+/** Reads rows back from an Arrow table (inspect, tests): typed-array columns as typed arrays again. */
 export function tableToRows(table: Table): TrajectoryRow[] {
   const out: TrajectoryRow[] = [];
   for (const r of table) {
     const o = r!.toJSON() as Record<string, unknown>;
-    const list = <T>(v: unknown): T[] => (v == null ? [] : ([...(v as Iterable<T>)] as T[]));
-    out.push({
-      ...(o as unknown as TrajectoryRow),
-      prompt_ids: Int32Array.from(list<number>(o.prompt_ids)),
-      response_ids: Int32Array.from(list<number>(o.response_ids)),
-      response_mask: Int8Array.from(list<number>(o.response_mask)),
-      rollout_log_probs:
-        o.rollout_log_probs == null ? null : Float32Array.from(list<number>(o.rollout_log_probs)),
-      finish_reasons: list(o.finish_reasons),
-      finish_reasons_raw: list(o.finish_reasons_raw),
-      flags: list(o.flags),
-      reward_names: list(o.reward_names),
-      reward_values: list(o.reward_values),
-      turn_end_indices: Int32Array.from(list<number>(o.turn_end_indices)),
-      turn_rewards: o.turn_rewards == null ? null : list(o.turn_rewards),
-    });
+    const row: Record<string, unknown> = {};
+    for (const c of ROW_COLUMNS) {
+      const v = o[c.name];
+      if (v == null) row[c.name] = null;
+      else if (!c.type.list) row[c.name] = v;
+      else {
+        const items = [...(v as Iterable<unknown>)];
+        const typed = c.type.kind !== "utf8" && !c.type.elementNullable;
+        row[c.name] = typed
+          ? (arrayOf(c.type.kind) as unknown as typeof Int32Array).from(items as number[])
+          : items;
+      }
+    }
+    out.push(row as TrajectoryRow);
   }
   return out;
 }

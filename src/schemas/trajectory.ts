@@ -59,45 +59,147 @@ export type FinishReason = "stop" | "length" | "tool_calls" | "abort" | "unknown
  */
 export type SessionStatus = "ok" | "aborted" | "failed" | "timeout" | "missing";
 
-export interface TrajectoryRow {
-  key: string;
-  uid: string;
-  session_id: string;
-  index: number;
-  sample_index: number | null;
-  group_size: number | null;
-  prompt_ids: Int32Array;
-  response_ids: Int32Array;
-  response_mask: Int8Array;
-  rollout_log_probs: Float32Array | null;
-  reward: number | null;
-  episode_finished: boolean | null;
-  finish_reasons: FinishReason[];
-  finish_reasons_raw: string[];
-  weight_version_min: number | null;
-  weight_version_max: number | null;
-  num_turns: number;
-  num_trained_tokens: number;
-  status: SessionStatus;
-  flags: RowFlag[];
-  parent_index: number | null;
-  shared_prefix_len: number;
-  /** 1 for a real row, 0 for a group-mode placeholder the trainer must ignore. */
-  sample_mask: number;
-  /** Event time (ms since the epoch) of the session's end, or of its last event when it timed out. */
-  ended_at_ms: number;
-  /** Index in `response_ids` of the last trained token (where a token-level trainer puts the reward). */
-  last_trained_index: number | null;
-  /** Reward stages that scored this row, in pipeline order; `reward` combines their values. */
-  reward_names: string[];
-  /** Each stage's score, aligned with `reward_names`; null when the stage failed or timed out. */
-  reward_values: Array<number | null>;
-  /** JSON object: per stage, its status, raw value, components and info (for auditing). */
-  reward_info: string | null;
-  /** Index in `response_ids` of the last token of each turn this row trains, in order. */
-  turn_end_indices: Int32Array;
-  /** Per-turn rewards aligned with `turn_end_indices` (NaN-free; null entries for unrewarded turns). */
-  turn_rewards: Array<number | null> | null;
+/** What a leaf value is, in Arrow and Parquet alike. */
+export type ValueKind = "utf8" | "int8" | "int32" | "float32" | "float64" | "bool";
+
+/** How a column is stored and, as a type parameter, what a row holds in it. */
+export interface ColumnType<V> {
+  readonly kind: ValueKind;
+  /** A list of `kind` values per row (typed arrays for numbers with no null elements). */
+  readonly list: boolean;
+  /** The whole value may be null. */
+  readonly nullable: boolean;
+  /** A list's elements may be null. */
+  readonly elementNullable: boolean;
+  /** The value of a row that has nothing to say here (a group-mode placeholder). */
+  readonly empty: () => V;
+}
+
+const scalar = <V>(kind: ValueKind, empty: V): ColumnType<V> => ({
+  kind,
+  list: false,
+  nullable: false,
+  elementNullable: false,
+  empty: () => empty,
+});
+const list = <V>(kind: ValueKind, empty: () => V, elementNullable = false): ColumnType<V> => ({
+  kind,
+  list: true,
+  nullable: false,
+  elementNullable,
+  empty,
+});
+
+/** The column types rows use. A new kind needs a builder in trajectory-arrow.ts and the Parquet engines. */
+export const ColumnTypes = {
+  utf8: scalar<string>("utf8", ""),
+  int8: scalar<number>("int8", 0),
+  int32: scalar<number>("int32", 0),
+  float64: scalar<number>("float64", 0),
+  bool: scalar<boolean>("bool", false),
+  int8List: list<Int8Array>("int8", () => new Int8Array(0)),
+  int32List: list<Int32Array>("int32", () => new Int32Array(0)),
+  float32List: list<Float32Array>("float32", () => new Float32Array(0)),
+  utf8List: list<string[]>("utf8", () => []),
+  /** float64 values any of which may be null (a stage that did not score, a turn with no reward). */
+  float64NullableList: list<Array<number | null>>("float64", () => [], true),
+};
+
+/** The same storage, nullable (its empty value is null). */
+export const nullable = <V>(type: ColumnType<V>): ColumnType<V | null> => ({
+  ...type,
+  nullable: true,
+  empty: () => null,
+});
+
+/** The same storage, holding a narrower TypeScript type (an enum of strings). */
+const narrowed = <V>(type: ColumnType<unknown>): ColumnType<V> => type as ColumnType<V>;
+
+export interface Column<N extends string = string, V = unknown> {
+  readonly name: N;
+  readonly type: ColumnType<V>;
+  /** One line for the reader of the code; docs/output.md gives the full meaning (test/docs checks both). */
+  readonly doc: string;
+  /** Chunks carry min/max/null-count statistics, so readers skip row groups when filtering on it. */
+  readonly stats: boolean;
+  /** The value of a row that has nothing to say here, when not the type's. */
+  readonly empty: () => V;
+}
+
+function column<N extends string, V>(
+  name: N,
+  type: ColumnType<V>,
+  doc: string,
+  options: { stats?: boolean; empty?: () => V } = {},
+): Column<N, V> {
+  return { name, type, doc, stats: options.stats ?? false, empty: options.empty ?? type.empty };
+}
+
+const T = ColumnTypes;
+const STATS = { stats: true };
+
+/**
+ * The one definition of a trajectory row, in file order. The row type, the Arrow schema, both Parquet
+ * engines' columns, placeholders and the docs test derive from it: a new column is one entry here plus
+ * the code that computes it (TypeScript then asks every row literal for it).
+ */
+export const ROW_COLUMNS = [
+  column("key", T.utf8, "`{uid}_{session_id}_{index}`: see rowKey", STATS),
+  column("uid", T.utf8, "the dataset prompt / GRPO group id", STATS),
+  column("session_id", T.utf8, "the session, as sent"),
+  column("index", T.int32, "the row's number within its session", STATS),
+  column("sample_index", nullable(T.int32), "from session.start", STATS),
+  column("group_size", nullable(T.int32), "from session.start"),
+  column("prompt_ids", T.int32List, "the context before the first sampled token on this path"),
+  column("response_ids", T.int32List, "everything after: sampled tokens and the context between turns"),
+  column("response_mask", T.int8List, "aligned with response_ids: 1 = train this token"),
+  // A placeholder's logprobs are empty, not missing: null would read as "a trained span lost them".
+  column("rollout_log_probs", nullable(T.float32List), "sampling logprobs at mask-1 positions", {
+    empty: () => new Float32Array(0),
+  }),
+  column("reward", nullable(T.float64), "the session's reward, or the reward stages' combined value", STATS),
+  column("episode_finished", nullable(T.bool), "what a reward said about the episode finishing"),
+  column("finish_reasons", narrowed<FinishReason[]>(T.utf8List), "one per turn, normalised"),
+  column("finish_reasons_raw", T.utf8List, "one per turn, as the backend sent it"),
+  column("weight_version_min", nullable(T.int32), "the oldest policy version of the row's turns", STATS),
+  column("weight_version_max", nullable(T.int32), "the newest policy version of the row's turns", STATS),
+  column("num_turns", T.int32, "model calls on this row", STATS),
+  column("num_trained_tokens", T.int32, "positions with mask 1", STATS),
+  column("status", narrowed<SessionStatus>(T.utf8), "how the session ended"),
+  column("flags", narrowed<RowFlag[]>(T.utf8List), "sorted RowFlags"),
+  column("parent_index", nullable(T.int32), "the earlier row sharing the longest token prefix"),
+  column("shared_prefix_len", T.int32, "leading tokens shared with parent_index"),
+  column("sample_mask", T.int8, "1 for a real row, 0 for a group-mode placeholder", STATS),
+  column("ended_at_ms", T.float64, "event time of the session's end, or of its last event", STATS),
+  column("last_trained_index", nullable(T.int32), "index in response_ids of the last trained token"),
+  column("reward_names", T.utf8List, "the reward stages that scored this row, in pipeline order"),
+  column("reward_values", T.float64NullableList, "each stage's value, aligned with reward_names"),
+  column("reward_info", nullable(T.utf8), "JSON: per stage, its status, raw value, components, info"),
+  column("turn_end_indices", T.int32List, "index in response_ids of the last token of each trained turn"),
+  column("turn_rewards", nullable(T.float64NullableList), "per-turn rewards aligned with turn_end_indices"),
+] as const;
+
+type ValueOf<C> = C extends Column<string, infer V> ? V : never;
+
+/** One training-ready trajectory: a value for every column of ROW_COLUMNS. */
+export type TrajectoryRow = { [C in (typeof ROW_COLUMNS)[number] as C["name"]]: ValueOf<C> };
+
+/** Every column at its empty value: the start of placeholder and synthetic rows. */
+export function emptyRow(): TrajectoryRow {
+  const row: Record<string, unknown> = {};
+  for (const c of ROW_COLUMNS) row[c.name] = c.empty();
+  return row as TrajectoryRow;
+}
+
+/** The column's type as docs/output.md writes it, e.g. `list<int32 not null>, nullable`. */
+export function describeColumnType(type: ColumnType<unknown>): string {
+  const kind = type.kind === "utf8" ? "string" : type.kind;
+  const text = type.list
+    ? type.elementNullable
+      ? `list<${kind}>, elements nullable`
+      : `list<${kind} not null>`
+    : kind;
+  return type.nullable ? `${text}, nullable` : text;
 }
 
 /**
@@ -113,14 +215,11 @@ export function escapeKeyPart(s: string): string {
   return s.includes("%") || s.includes("_") ? s.replaceAll("%", "%25").replaceAll("_", "%5F") : s;
 }
 
-/** A row as plain JSON (token columns as arrays of numbers): the `json` value of the trajectory topic. */
+/** A row as plain JSON (typed-array columns as arrays of numbers): the `json` value of the trajectory topic. */
 export function rowToJson(row: TrajectoryRow): string {
-  return JSON.stringify({
-    ...row,
-    prompt_ids: Array.from(row.prompt_ids),
-    response_ids: Array.from(row.response_ids),
-    response_mask: Array.from(row.response_mask),
-    rollout_log_probs: row.rollout_log_probs === null ? null : Array.from(row.rollout_log_probs),
-    turn_end_indices: Array.from(row.turn_end_indices),
-  });
+  const plain: Record<string, unknown> = { ...row };
+  for (const [name, value] of Object.entries(plain)) {
+    if (ArrayBuffer.isView(value)) plain[name] = Array.from(value as Int32Array);
+  }
+  return JSON.stringify(plain);
 }

@@ -3,7 +3,7 @@
  * never waits on Arrow building, compression or fsync.
  */
 import { parentPort, workerData } from "node:worker_threads";
-import type { TrajectoryRow } from "../../schemas/trajectory.ts";
+import { emptyRow, type TrajectoryRow } from "../../schemas/trajectory.ts";
 import { commitFile, writeTemp, type CommitOutcome } from "../shared/atomic-file.ts";
 import { encodeRows, wasmMemoryBytes } from "./encoders/index.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
@@ -49,36 +49,23 @@ async function warmUp(engine: EncoderWorkerData["warmUp"]): Promise<void> {
   if (engine.format === "parquet" && engine.engine === "parquetjs-lite") return;
   const tokens = (n: number) => Int32Array.from({ length: n }, (_, i) => (i * 7919) % 150_000);
   const row: TrajectoryRow = {
+    ...emptyRow(),
     key: "warm-up_s_0",
     uid: "warm-up",
     session_id: "s",
-    index: 0,
-    sample_index: null,
-    group_size: null,
     prompt_ids: tokens(16_384),
     response_ids: tokens(4_096),
     response_mask: new Int8Array(4_096).fill(1),
     rollout_log_probs: new Float32Array(4_096).fill(-0.5),
     reward: 1,
-    episode_finished: true,
     finish_reasons: ["stop"],
     finish_reasons_raw: ["stop"],
-    weight_version_min: 1,
-    weight_version_max: 1,
     num_turns: 1,
     num_trained_tokens: 4_096,
     status: "ok",
-    flags: [],
-    parent_index: null,
-    shared_prefix_len: 0,
     sample_mask: 1,
-    ended_at_ms: 0,
     last_trained_index: 4_095,
-    reward_names: [],
-    reward_values: [],
-    reward_info: null,
     turn_end_indices: Int32Array.of(4_095),
-    turn_rewards: null,
   };
   const options: EncodeOptions = { ...engine, metadata: {}, rowGroupSize: 1 << 20 };
   for (let i = 0; i < 3; i++) await encodeRows([row, row, row, row], options);

@@ -10,7 +10,13 @@
  */
 import type { Metrics } from "../../core/metrics.ts";
 import { makeDeadLetter, type DeadLetterOutput } from "../../core/records.ts";
-import { RowFlags, rowKey, type SessionStatus, type TrajectoryRow } from "../../schemas/trajectory.ts";
+import {
+  emptyRow,
+  RowFlags,
+  rowKey,
+  type SessionStatus,
+  type TrajectoryRow,
+} from "../../schemas/trajectory.ts";
 import type { SessionOutput } from "../assemble/assembler.ts";
 import type { GroupConfig } from "./config.ts";
 
@@ -44,36 +50,15 @@ function placeholder(
   extraFlags: string[] = [],
 ): TrajectoryRow {
   return {
+    ...emptyRow(),
     key: rowKey(uid, sessionId, 0),
     uid,
     session_id: sessionId,
-    index: 0,
     sample_index: sampleIndex,
     group_size: size,
-    prompt_ids: new Int32Array(0),
-    response_ids: new Int32Array(0),
-    response_mask: new Int8Array(0),
-    rollout_log_probs: new Float32Array(0),
-    reward: null,
-    episode_finished: null,
-    finish_reasons: [],
-    finish_reasons_raw: [],
-    weight_version_min: null,
-    weight_version_max: null,
-    num_turns: 0,
-    num_trained_tokens: 0,
     status,
     flags: [RowFlags.PLACEHOLDER, ...extraFlags].sort() as TrajectoryRow["flags"],
-    parent_index: null,
-    shared_prefix_len: 0,
-    sample_mask: 0,
     ended_at_ms: endedAt,
-    last_trained_index: null,
-    reward_names: [],
-    reward_values: [],
-    reward_info: null,
-    turn_end_indices: new Int32Array(0),
-    turn_rewards: null,
   };
 }
 

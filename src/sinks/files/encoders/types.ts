@@ -1,3 +1,5 @@
+import { ROW_COLUMNS } from "../../../schemas/trajectory.ts";
+
 /** File formats the file sink writes. */
 export type FileFormat = "parquet" | "arrow";
 /**
@@ -29,19 +31,7 @@ export const ENGINE_CODECS: Record<ParquetEngine, readonly Compression[]> = {
 };
 
 /**
- * Scalar columns whose chunks carry min/max/null-count statistics, so readers can skip row groups when
- * filtering on them (DuckDB, pyarrow datasets). Token columns get none: no reader filters on them.
+ * Columns whose chunks carry min/max/null-count statistics (`stats` in ROW_COLUMNS), so readers skip row
+ * groups when filtering on them (DuckDB, pyarrow datasets). Token columns get none: no reader filters on them.
  */
-export const STATISTICS_COLUMNS: readonly string[] = [
-  "key",
-  "uid",
-  "index",
-  "sample_index",
-  "reward",
-  "weight_version_min",
-  "weight_version_max",
-  "num_turns",
-  "num_trained_tokens",
-  "sample_mask",
-  "ended_at_ms",
-];
+export const STATISTICS_COLUMNS: readonly string[] = ROW_COLUMNS.filter((c) => c.stats).map((c) => c.name);
