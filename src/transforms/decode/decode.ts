@@ -99,20 +99,42 @@ function nestsDeeper(value: unknown, limit: number): boolean {
   return false;
 }
 
+/**
+ * Why an event was rejected, without where it came from: a decode worker does not know the record's
+ * origin, so the thread that does turns this into the dead letter (`rejectedResult`) without decoding
+ * the event again.
+ */
+export interface Rejection {
+  code: ErrorCode;
+  /** The problem, without the origin (the dead letter's message is `origin: reason`). */
+  reason: string;
+  details?: Record<string, unknown>;
+  uid?: string;
+  session_id?: string;
+  seq?: number;
+  envelope?: RejectedEnvelope;
+}
+
+/** An event decoded, a control event, or why neither: what a decode worker sends back. */
+export type DecodeOutcome =
+  | { kind: "event"; value: DecodedEvent }
+  | { kind: "control"; control: PolicyUpdateEvent; record: RawRecord }
+  | { kind: "rejection"; rejection: Rejection };
+
 function reject(
   code: ErrorCode,
-  message: string,
+  reason: string,
   record: RawRecord,
   obj?: Record<string, unknown>,
   details?: Record<string, unknown>,
-): DecodeResult {
-  const extras: Parameters<typeof makeDeadLetter>[4] = { details };
-  let envelope: RejectedEnvelope | undefined;
+): DecodeOutcome {
+  const rejection: Rejection = { code, reason };
+  if (details !== undefined) rejection.details = details;
   if (obj !== undefined) {
     const { uid, session_id, seq, ts } = obj;
-    if (typeof uid === "string") extras.uid = uid;
-    if (typeof session_id === "string") extras.session_id = session_id;
-    if (typeof seq === "number") extras.seq = seq;
+    if (typeof uid === "string") rejection.uid = uid;
+    if (typeof session_id === "string") rejection.session_id = session_id;
+    if (typeof seq === "number") rejection.seq = seq;
     if (
       typeof uid === "string" &&
       uid.length > 0 &&
@@ -125,10 +147,22 @@ function reject(
       ts >= 0 &&
       ts <= MAX_TIME_MS
     ) {
-      envelope = { uid, session_id, seq: seq as number, ts, digest: digestOf(record) };
+      rejection.envelope = { uid, session_id, seq: seq as number, ts, digest: digestOf(record) };
     }
   }
-  const deadLetter = makeDeadLetter(code, message, COMPONENT, record, extras);
+  return { kind: "rejection", rejection };
+}
+
+/** The dead letter of a rejected record, its message prefixed with where the record came from. */
+export function rejectedResult(rejection: Rejection, record: RawRecord): DecodeResult {
+  const { code, reason, envelope, ...extras } = rejection;
+  const deadLetter = makeDeadLetter(
+    code,
+    `${formatOrigin(record.origin)}: ${reason}`,
+    COMPONENT,
+    record,
+    extras,
+  );
   return envelope === undefined
     ? { kind: "rejected", deadLetter }
     : { kind: "rejected", deadLetter, envelope };
@@ -152,65 +186,72 @@ function describeIssues(error: ZodError): { code: ErrorCode; message: string; is
  * event) rejects that event alone, so one line never costs the valid ones.
  */
 export function decodeEvent(record: RawRecord): DecodeResult {
+  const outcome = decodeOutcome(record);
+  return outcome.kind === "rejection" ? rejectedResult(outcome.rejection, record) : outcome;
+}
+
+/** decodeEvent, with a rejection left as its reason (decode workers). Never throws. */
+export function decodeOutcome(record: RawRecord): DecodeOutcome {
   try {
-    return decodeChecked(record);
+    const parsed = parseObject(record);
+    return "kind" in parsed ? parsed : validateEvent(parsed.obj, record);
   } catch (err) {
-    return reject(
-      "INVALID_EVENT",
-      `${formatOrigin(record.origin)}: the event could not be decoded (${String((err as Error)?.message ?? err).slice(0, 200)})`,
-      record,
-    );
+    const message = String((err as Error)?.message ?? err).slice(0, 200);
+    return reject("INVALID_EVENT", `the event could not be decoded (${message})`, record);
   }
 }
 
-function decodeChecked(record: RawRecord): DecodeResult {
-  // Formatted only for a rejection: most events are valid.
-  const where = () => formatOrigin(record.origin);
+/** Bytes → a JSON object of a supported protocol version with no free-form field nested too deep. */
+function parseObject(record: RawRecord): { obj: Record<string, unknown> } | DecodeOutcome {
   let text: string;
   try {
     text = typeof record.raw === "string" ? record.raw : utf8.decode(record.raw);
   } catch {
-    return reject("INVALID_UTF8", `${where()}: the event is not valid UTF-8`, record);
+    return reject("INVALID_UTF8", "the event is not valid UTF-8", record);
   }
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    return reject("MALFORMED_JSON", `${where()}: not valid JSON (${(err as Error).message})`, record);
+    return reject("MALFORMED_JSON", `not valid JSON (${(err as Error).message})`, record);
   }
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
-    return reject("NOT_AN_OBJECT", `${where()}: an event must be a JSON object`, record);
+    return reject("NOT_AN_OBJECT", "an event must be a JSON object", record);
   }
   const obj = parsed as Record<string, unknown>;
   if (obj.v !== PROTOCOL_VERSION) {
-    const message =
-      obj.v === undefined
-        ? `${where()}: missing protocol version "v" (expected 1)`
-        : `${where()}: protocol version ${preview(obj.v)} is not supported (expected 1)`;
-    return reject(obj.v === undefined ? "INVALID_EVENT" : "UNSUPPORTED_VERSION", message, record, obj);
+    return obj.v === undefined
+      ? reject("INVALID_EVENT", `missing protocol version "v" (expected 1)`, record, obj)
+      : reject(
+          "UNSUPPORTED_VERSION",
+          `protocol version ${preview(obj.v)} is not supported (expected 1)`,
+          record,
+          obj,
+        );
   }
   for (const key of FREE_FORM) {
     if (nestsDeeper(obj[key], MAX_NESTING)) {
-      return reject(
-        "NESTING_TOO_DEEP",
-        `${where()}: ${key} nests deeper than ${MAX_NESTING} levels`,
-        record,
-        obj,
-        { field: key },
-      );
+      return reject("NESTING_TOO_DEEP", `${key} nests deeper than ${MAX_NESTING} levels`, record, obj, {
+        field: key,
+      });
     }
   }
+  return { obj };
+}
+
+/** A parsed object → a typed event (the fast path, else the zod schema) with its cross-field checks. */
+function validateEvent(obj: Record<string, unknown>, record: RawRecord): DecodeOutcome {
   const type = obj.type;
   if (type === "policy.update") {
     const control = policyUpdateEvent.safeParse(obj);
     if (control.success) return { kind: "control", control: control.data, record };
     const { code, message, issues } = describeIssues(control.error);
-    return reject(code, `${where()}: invalid policy.update event: ${message}`, record, obj, { issues });
+    return reject(code, `invalid policy.update event: ${message}`, record, obj, { issues });
   }
   if (typeof type !== "string" || !(EVENT_TYPES as string[]).includes(type)) {
     return reject(
       "UNKNOWN_EVENT_TYPE",
-      `${where()}: event type ${preview(type)} is not one of ${[...EVENT_TYPES, ...CONTROL_EVENT_TYPES].join(", ")}`,
+      `event type ${preview(type)} is not one of ${[...EVENT_TYPES, ...CONTROL_EVENT_TYPES].join(", ")}`,
       record,
       obj,
     );
@@ -220,51 +261,56 @@ function decodeChecked(record: RawRecord): DecodeResult {
     const result = eventSchemas[type as EventType].safeParse(obj);
     if (!result.success) {
       const { code, message, issues } = describeIssues(result.error);
-      return reject(code, `${where()}: invalid ${type} event: ${message}`, record, obj, { issues });
+      return reject(code, `invalid ${type} event: ${message}`, record, obj, { issues });
     }
     event = result.data as GatewayEvent;
   }
   if (event.type === "request" || event.type === "response") {
     const problem = checkPromptForm(event);
-    if (problem !== null) return reject("INVALID_EVENT", `${where()}: ${problem}`, record, obj);
+    if (problem !== null) return reject("INVALID_EVENT", problem, record, obj);
   }
   if (event.type === "response" && event.logprobs !== undefined) {
-    if (event.logprobs.length !== event.output_ids.length) {
-      return reject(
-        "LOGPROBS_LENGTH_MISMATCH",
-        `${where()}: response of call ${event.call_id} has ${event.logprobs.length} logprobs for ` +
-          `${event.output_ids.length} output ids; send exactly one logprob per output id, or none`,
-        record,
-        obj,
-        { logprobs: event.logprobs.length, output_ids: event.output_ids.length },
-      );
-    }
-    const bad = firstNonFinite(event.logprobs);
-    if (bad >= 0) {
-      // The value as sent (a JSON -1e39 becomes -Infinity only in the float32 column).
-      const sent = Array.isArray(obj.logprobs) ? (obj.logprobs[bad] as unknown) : event.logprobs[bad];
-      return reject(
-        "LOGPROBS_NOT_FINITE",
-        `${where()}: response of call ${event.call_id} has logprob ${String(sent)} at position ${bad}; ` +
-          `logprobs must be finite float32 values`,
-        record,
-        obj,
-        { position: bad },
-      );
-    }
-    const positive = firstAbove(event.logprobs, MAX_LOGPROB);
-    if (positive >= 0) {
-      return reject(
-        "INVALID_LOGPROBS",
-        `${where()}: response of call ${event.call_id} has logprob ${event.logprobs[positive]} at position ` +
-          `${positive}; a log-probability is at most 0`,
-        record,
-        obj,
-        { position: positive },
-      );
-    }
+    const problem = checkLogprobs(event, event.logprobs, obj);
+    if (problem !== null) return reject(problem.code, problem.reason, record, obj, problem.details);
   }
   return { kind: "event", value: { event, record, digest: digestOf(record) } };
+}
+
+/** One logprob per output id, each finite and at most MAX_LOGPROB. */
+function checkLogprobs(
+  event: Extract<GatewayEvent, { type: "response" }>,
+  logprobs: Float32Array,
+  obj: Record<string, unknown>,
+): Pick<Rejection, "code" | "reason" | "details"> | null {
+  const call = `response of call ${event.call_id}`;
+  if (logprobs.length !== event.output_ids.length) {
+    return {
+      code: "LOGPROBS_LENGTH_MISMATCH",
+      reason:
+        `${call} has ${logprobs.length} logprobs for ${event.output_ids.length} output ids; ` +
+        `send exactly one logprob per output id, or none`,
+      details: { logprobs: logprobs.length, output_ids: event.output_ids.length },
+    };
+  }
+  const bad = firstNonFinite(logprobs);
+  if (bad >= 0) {
+    // The value as sent (a JSON -1e39 becomes -Infinity only in the float32 column).
+    const sent = Array.isArray(obj.logprobs) ? (obj.logprobs[bad] as unknown) : logprobs[bad];
+    return {
+      code: "LOGPROBS_NOT_FINITE",
+      reason: `${call} has logprob ${String(sent)} at position ${bad}; logprobs must be finite float32 values`,
+      details: { position: bad },
+    };
+  }
+  const positive = firstAbove(logprobs, MAX_LOGPROB);
+  if (positive >= 0) {
+    return {
+      code: "INVALID_LOGPROBS",
+      reason: `${call} has logprob ${logprobs[positive]} at position ${positive}; a log-probability is at most 0`,
+      details: { position: positive },
+    };
+  }
+  return null;
 }
 
 /**

@@ -56,7 +56,7 @@ for (const size of [0, 1, 2]) {
       ["event", "event", "event", "rejected", "control", "event", "rejected", "rejected", "event"],
     );
     for (let i = 0; i < want.length; i++) {
-      // Dead letters name the real origin: rejections are redone where the record is known.
+      // Dead letters name the real origin: the worker sends the reason, the ingest thread adds where.
       assert.deepEqual(got[i], want[i], `record ${i}`);
     }
     const response = got[2]!;

@@ -7,7 +7,7 @@
 import { Worker } from "node:worker_threads";
 import { TrajflowError } from "../../core/errors.ts";
 import type { RawRecord } from "../../core/records.ts";
-import { decodeEvent, type DecodeResult } from "./decode.ts";
+import { decodeEvent, rejectedResult, type DecodeResult } from "./decode.ts";
 import type { DecodeJob, DecodeReply } from "./worker.ts";
 
 interface Pending {
@@ -78,7 +78,7 @@ export class DecodePool {
     for (let i = 0; i < reply.items.length; i++) {
       const item = reply.items[i]!;
       const record = pending.records[i]!;
-      if (item === null) results[i] = decodeEvent(record);
+      if ("rejection" in item) results[i] = rejectedResult(item.rejection, record);
       else if ("event" in item) results[i] = { kind: "event", value: { ...item, record } };
       else results[i] = { kind: "control", control: item.control, record };
     }

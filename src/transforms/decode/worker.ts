@@ -6,7 +6,7 @@
 import { parentPort } from "node:worker_threads";
 import type { GatewayEvent, PolicyUpdateEvent } from "../../schemas/events.ts";
 import { ArrayArena, useArrayArena } from "../../schemas/tokens.ts";
-import { decodeEvent } from "./decode.ts";
+import { decodeOutcome, type Rejection } from "./decode.ts";
 
 export interface DecodeJob {
   id: number;
@@ -17,17 +17,18 @@ export interface DecodeJob {
 }
 
 /**
- * Per event: the decoded event and its digest, a control event, or null for a rejection (the ingest
- * thread decodes that one again itself, with its real origin, to build the dead letter).
+ * Per event: the decoded event and its digest, a control event, or why it was rejected (the ingest
+ * thread, which knows where the event came from, makes the dead letter).
  */
-export type DecodedItem = { event: GatewayEvent; digest: string } | { control: PolicyUpdateEvent } | null;
+export type DecodedItem =
+  { event: GatewayEvent; digest: string } | { control: PolicyUpdateEvent } | { rejection: Rejection };
 
 export interface DecodeReply {
   id: number;
   items: DecodedItem[];
 }
 
-// Rejections are redone by the ingest thread, which knows where the event came from.
+// Never read: rejections go back as reasons, and the ingest thread adds the real origin.
 const ORIGIN = { kind: "kafka", topic: "", partition: 0, offset: "0" } as const;
 
 /**
@@ -51,7 +52,7 @@ parentPort!.on("message", (job: DecodeJob) => {
   let start = 0;
   for (let i = 0; i < job.ends.length; i++) {
     const end = job.ends[i]!;
-    const result = decodeEvent({ raw: job.bytes.subarray(start, end), origin: ORIGIN });
+    const result = decodeOutcome({ raw: job.bytes.subarray(start, end), origin: ORIGIN });
     start = end;
     if (result.kind === "event") {
       items.push({ event: result.value.event, digest: result.value.digest });
@@ -59,7 +60,7 @@ parentPort!.on("message", (job: DecodeJob) => {
     } else if (result.kind === "control") {
       items.push({ control: result.control });
     } else {
-      items.push(null);
+      items.push({ rejection: result.rejection });
     }
   }
   for (const block of arena.take()) transfer.push(block);
