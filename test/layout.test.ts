@@ -1,7 +1,8 @@
 /**
  * The layout's rules (issue 22), checked on the imports of every source file, so they hold as the tree
- * grows: only the Kafka layer (src/kafka/) imports kafkajs, and sources and sinks never import each other
- * (what both need lives below them: src/contract, src/core, src/schemas, src/kafka).
+ * grows: only the Kafka layer (src/kafka/) imports kafkajs, sources and sinks never import each other
+ * (what both need lives below them: src/contract, src/core, src/schemas, src/kafka), and the runtime
+ * knows components only through the registry (their traits and roles, never their types).
  */
 import { strict as assert } from "node:assert";
 import { readdirSync, readFileSync } from "node:fs";
@@ -40,6 +41,21 @@ it("keeps sources and sinks from importing each other", () => {
     return other === null ? [] : f.imports.filter((i) => i.startsWith(other)).map((i) => `${f.path} → ${i}`);
   });
   assert.deepEqual(crossing, []);
+});
+
+it("keeps the runtime blind to component types: only the registry names components", () => {
+  const runtime = files.filter((f) => f.path.startsWith("runtime/") && f.path !== "runtime/registry.ts");
+  const reaching = runtime.flatMap((f) =>
+    f.imports.filter((i) => /^(sources|sinks|transforms)\//.test(i)).map((i) => `${f.path} → ${i}`),
+  );
+  assert.deepEqual(reaching, []);
+  const asking = runtime.flatMap((f) => {
+    const text = readFileSync(join(SRC, f.path), "utf8");
+    const found = text.match(/\.type\s*[!=]==?\s*["']|instanceof\s+\w*(Component|Sink|Source)\b/g) ?? [];
+    return found.map((m) => `${f.path}: ${m}`);
+  });
+  assert.deepEqual(asking, []);
+  assert.ok(runtime.some((f) => f.path === "runtime/runtime.ts"));
 });
 
 it("finds the imports it checks (the scan is not vacuous)", () => {

@@ -111,7 +111,7 @@ describe("pipeline validation", () => {
     assert.match(r.stderr, /transforms.assemble: assemble runs once, first/);
     assert.match(
       r.stderr,
-      /sinks.topic.connection: a kafka sink needs a connection when the source is not kafka/,
+      /sinks.topic.connection: a kafka sink needs a connection when the source has none/,
     );
     const order = file(
       "order.yaml",

@@ -33,7 +33,7 @@ export async function execute(plan: Plan, options: ExecuteOptions): Promise<RunR
   };
   const ops = await startOperations(options.operations, runtime.metrics, options.logger, () => ({
     open_sessions: runtime.openSessions,
-    ...(plan.source.type === "kafka" ? { lag: lagTotal() } : {}),
+    ...(plan.sourceTraits.live ? { lag: lagTotal() } : {}),
   }));
   ops.gauges.set("open_sessions", () => runtime.openSessions);
   ops.gauges.set("consumer_lag", () =>

@@ -69,9 +69,9 @@ export function runReport(command: string, result: RunResult, json: boolean): st
   const sessions = m.total("sessions_finalized");
   const deadLetters = m.total("dead_letters");
   const tokensIn = m.total("tokens_received");
-  const where = result.deadLetterDir ?? "the dead-letter topic";
+  const where = result.deadLetters;
   const lines = [
-    `trajflow ${command}: ${fmt(result.events)} ${result.kind === "kafka" ? "messages" : "events"} in ` +
+    `trajflow ${command}: ${fmt(result.events)} ${result.recordNoun} in ` +
       `${result.seconds.toFixed(2)} s (${fmt(Math.round(tokensIn / Math.max(result.seconds, 1e-9)))} tokens/s)`,
     `  sessions      ${fmt(sessions)} finalized${sessions > 0 ? ` (${byLabel("sessions_finalized")})` : ""}` +
       `, ${fmt(m.total("sessions_without_rows"))} without rows` +

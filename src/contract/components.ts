@@ -89,6 +89,30 @@ export interface SourceHandler {
   revoked(lanes: Lane[]): void;
 }
 
+/**
+ * What a source type is, known before it is built: the plan and the runtime's defaults read it, so the
+ * runtime never asks which source it runs.
+ */
+export interface SourceTraits {
+  /**
+   * Unbounded input (a topic): runs until stopped or idle, with the stop signals handled; a finite input
+   * (recorded files) ends by itself and is re-run whole, so on a file conflict its output is rolled back.
+   */
+  readonly live: boolean;
+  /**
+   * Hands over the next batch before the last is applied, so decode workers pay off (by default one on a
+   * host with a core to spare); a source applied batch by batch decodes on the ingest thread.
+   */
+  readonly pipelined: boolean;
+  /**
+   * Other processes may write to the same outputs (the members of a consumer group): dead-letter files
+   * then carry the writer in their names and land by age.
+   */
+  readonly sharedOutputs: boolean;
+  /** What its records are called in the report ("messages", "events"). */
+  readonly recordNoun: string;
+}
+
 export interface Source {
   /** Begins delivering records to `handler`. */
   start(handler: SourceHandler): Promise<void>;
@@ -127,6 +151,44 @@ export interface LiveSource {
   caughtUp(lanes: Lane[]): Promise<Set<Lane>>;
   /** True when everything assigned to this process is read to its end now: a drain may stop. */
   drained(): Promise<boolean>;
+}
+
+/**
+ * One lane's part of the ingest stage: decoded records in, finished units out. A control event it meets
+ * goes to the transforms' `control`; a rejected record goes to the lane's dead letters.
+ */
+export interface LaneIngest<Decoded = unknown> {
+  readonly lane: Lane;
+  /** The lane's event time: the latest event time seen, or the wall clock a quiet lane follows. */
+  readonly eventTime: number;
+  /** Applies one record at `offset`; returns the units of the sessions it finished. */
+  push(record: RawRecord, offset: number, decoded: Decoded): Unit[];
+  /** Moves the lane's clock to at least `time` (a quiet live lane); returns what that finishes. */
+  advanceClock(time: number): Unit[];
+  /** Every open session, finished as it is (end of input, or a draining stop). */
+  flush(): Unit[];
+}
+
+/**
+ * The first stage of every pipeline (decode + assemble): raw records become sessions. Built from the
+ * registry like every component; its limits on open sessions span all lanes.
+ */
+export interface IngestStage<Decoded = unknown> {
+  /** Decodes records in chunks, all started at once (on worker threads when configured). */
+  decode(records: RawRecord[]): Array<Promise<Decoded[]>>;
+  /**
+   * Opens a lane. `written`: sessions of the lane already durable (recovery) with the last offset
+   * applied there; their events are skipped.
+   */
+  openLane(lane: Lane, deadLetters: DeadLetterOutput, written: Map<string, number>): LaneIngest<Decoded>;
+  /** The lane was revoked: its open sessions are dropped (the next owner reads them again). */
+  closeLane(lane: LaneIngest<Decoded>): void;
+  readonly openSessions: number;
+  /** True while open sessions exceed a limit: the runtime cuts the oldest until it is not. */
+  readonly overLimits: boolean;
+  /** Finalizes the oldest open session of any lane early; null when none is open. */
+  cutOldest(): { lane: LaneIngest<Decoded>; units: Unit[] } | null;
+  close(): Promise<void>;
 }
 
 /** A transform's part for one lane. Units in, units out, in order. */
@@ -170,13 +232,23 @@ export interface LaneSink {
   recover?(): Promise<Map<string, number>>;
 }
 
+/**
+ * A sink's place in a pipeline. `durable`: the one sink progress is recovered from (the files); it
+ * receives units only after every other sink acknowledged them, so what it holds is everywhere. `topic`:
+ * a copy acknowledged before the durable sink (a trajectory topic).
+ */
+export type SinkRole = "durable" | "topic";
+
 export interface SinkComponent {
-  /**
-   * True for the sink progress is recovered from (the files): it receives units only after every other
-   * sink acknowledged them, so what it holds is everywhere.
-   */
-  readonly recovery: boolean;
+  readonly role: SinkRole;
+  /** Where its output goes, for the report (a directory, a topic). */
+  readonly location: string;
   openLane(lane: Lane): Promise<LaneSink>;
+  /**
+   * Removes what this run created: a finite input re-run into a place holding another run's output
+   * (FILE_CONFLICT) must leave that output as it was. Returns what was removed.
+   */
+  rollback?(): Promise<string[]>;
   /** Checked before anything is read (an unwritable output fails first). */
   open?(): Promise<void>;
   close(): Promise<void>;
@@ -186,6 +258,8 @@ export interface SinkComponent {
 
 /** Where dead letters go: files or a topic. A letter holds `ack` (when given) until it is durable. */
 export interface DeadLetterSink {
+  /** Where letters go, for the report (a directory, a topic). */
+  readonly location: string;
   write(letter: DeadLetter, ack: Ack | null): void;
   /** Bytes accepted but not yet durable: the runtime stops reading while it is over its limit. */
   readonly backlogBytes: number;

@@ -1,25 +1,22 @@
 /**
- * One lane's part of a running pipeline: its assembler, its part of every transform and sink, and the
- * order units move in. A unit leaving the last transform is handed to the sinks that are not the
- * recovery sink first (trajectory topics), and only once they acknowledged it to the files, so what the
- * files hold (what recovery trusts) is everywhere.
+ * One lane's part of a running pipeline: its part of the ingest stage, of every transform and sink, and
+ * the order units move in. A unit leaving the last transform is handed to the `topic` sinks first, and
+ * only once they acknowledged it to the `durable` sink, so what the durable sink holds (what recovery
+ * trusts) is everywhere.
  */
-import type { Lane, LaneSink, LaneTransform, Unit } from "../contract/components.ts";
+import type { Lane, LaneIngest, LaneSink, LaneTransform, Unit } from "../contract/components.ts";
 import { unitRows } from "../contract/components.ts";
-import type { DeadLetterOutput } from "../core/records.ts";
-import type { LaneAssembler } from "../transforms/assemble/component.ts";
 
 /** Rows waiting for the trajectory topics before they are produced in one go. */
 const OUTBOX_ROWS = 1_000;
 
 export class LaneRunner {
   readonly lane: Lane;
-  readonly assembler: LaneAssembler;
-  readonly deadLetters: DeadLetterOutput;
+  readonly ingest: LaneIngest;
   private readonly transforms: LaneTransform[];
-  /** Sinks acknowledged before the recovery sink (trajectory topics). */
+  /** Sinks acknowledged before the durable sink (trajectory topics). */
   private readonly before: LaneSink[];
-  private readonly recovery: LaneSink;
+  private readonly durable: LaneSink;
   private readonly sinkCount: number;
   private outbox: Unit[] = [];
   private outboxRows = 0;
@@ -31,29 +28,27 @@ export class LaneRunner {
 
   constructor(parts: {
     lane: Lane;
-    assembler: LaneAssembler;
-    deadLetters: DeadLetterOutput;
+    ingest: LaneIngest;
     transforms: LaneTransform[];
     before: LaneSink[];
-    recovery: LaneSink;
+    durable: LaneSink;
   }) {
     this.lane = parts.lane;
-    this.assembler = parts.assembler;
-    this.deadLetters = parts.deadLetters;
+    this.ingest = parts.ingest;
     this.transforms = parts.transforms;
     this.before = parts.before;
-    this.recovery = parts.recovery;
+    this.durable = parts.durable;
     this.sinkCount = parts.before.length + 1;
   }
 
   get sinks(): LaneSink[] {
-    return [...this.before, this.recovery];
+    return [...this.before, this.durable];
   }
 
   /** Moves units through the transforms from `from` on, then to the sinks. */
   async forward(units: Unit[], from = 0): Promise<void> {
     let batch = units;
-    const eventTime = this.assembler.eventTime;
+    const eventTime = this.ingest.eventTime;
     for (let i = from; i < this.transforms.length && batch.length > 0; i++) {
       const t = this.transforms[i]!;
       const next: Unit[] = [];
@@ -70,7 +65,7 @@ export class LaneRunner {
   private async deliver(units: Unit[]): Promise<void> {
     // Each sink releases its own reference once the unit is durable there.
     if (this.sinkCount > 1) for (const u of units) for (const ack of u.acks) ack.retain(this.sinkCount - 1);
-    if (this.before.length === 0) return this.recovery.write(units);
+    if (this.before.length === 0) return this.durable.write(units);
     for (const u of units) {
       this.outbox.push(u);
       this.outboxRows += unitRows(u).length;
@@ -84,7 +79,7 @@ export class LaneRunner {
     this.outbox = [];
     this.outboxRows = 0;
     await Promise.all(this.before.map((s) => s.write(units)));
-    await this.recovery.write(units);
+    await this.durable.write(units);
   }
 
   /**
@@ -93,8 +88,8 @@ export class LaneRunner {
    * session is finished and everything held goes on, and the files are cut.
    */
   async endOfBatch(final: boolean): Promise<void> {
-    if (final) await this.forward(this.assembler.flush());
-    const eventTime = this.assembler.eventTime;
+    if (final) await this.forward(this.ingest.flush());
+    const eventTime = this.ingest.eventTime;
     for (let i = 0; i < this.transforms.length; i++) {
       const tick = this.transforms[i]!.tick?.(eventTime) ?? [];
       if (tick.length > 0) await this.forward(tick, i + 1);
@@ -105,13 +100,13 @@ export class LaneRunner {
       if (out.length > 0) await this.forward(out, i + 1);
     }
     await this.flushOutbox();
-    if (final) await this.recovery.cut();
+    if (final) await this.durable.cut();
   }
 
   /** A batch of input was applied: the lane's wall clock restarts from its event time now. */
   applied(): void {
     this.quietSince = Date.now();
-    this.clockAtInput = this.assembler.eventTime;
+    this.clockAtInput = this.ingest.eventTime;
   }
 
   /**
@@ -120,12 +115,12 @@ export class LaneRunner {
    * buffered rows are written now instead of at the file age.
    */
   async followWallClock(now: number, cutFiles: boolean): Promise<void> {
-    const units = this.assembler.advanceClock(this.clockAtInput + (now - this.quietSince));
+    const units = this.ingest.advanceClock(this.clockAtInput + (now - this.quietSince));
     if (units.length > 0) await this.forward(units);
     await this.endOfBatch(false);
     // Nothing more is coming now: rows waiting for a fuller file would only wait (a trainer may be
     // waiting for them, which is why the input is quiet).
-    if (cutFiles) await this.recovery.cut();
+    if (cutFiles) await this.durable.cut();
   }
 
   /** The lane was revoked: nothing it holds may land. */

@@ -1,39 +1,26 @@
 /**
  * A pipeline document's components and wiring, validated in full before anything opens: every
  * component's config (its own schema, from the registry), the graph (inputs exist, no cycles, nothing
- * left unconnected), and the graph rules of the runtime (docs/pipelines.md):
+ * left unconnected), and the graph rules of the runtime (docs/pipelines.md), read from the registry's
+ * places and roles:
  *
  *   - one source;
- *   - a chain of transforms: `assemble` first, then `rewards` and `staleness` in either order, then
- *     `group` last; each at most once;
- *   - sinks read the end of the chain: exactly one `parquet` or `arrow` sink (the files recovery
- *     trusts) and any number of `kafka` trajectory topics (acknowledged before the files are written);
- *   - dead letters to files or a topic, from any source.
+ *   - a chain of transforms: the ingest stage (`assemble`) first, a `last` one (`group`) only last, each
+ *     type at most once;
+ *   - sinks read the end of the chain: exactly one `durable` sink (`parquet` or `arrow`: the files
+ *     recovery trusts) and any number of `topic` sinks (acknowledged before the files are written);
+ *   - dead letters to any `dead_letters` type, by default where the source or the durable sink says.
  *
  * Every problem is listed with where it is. `trajflow replay` and `trajflow consume` build a document
  * like a pipeline file's and go through the same plan.
  */
-import { z } from "zod";
+import type { z } from "zod";
+import type { SourceTraits } from "../contract/components.ts";
 import { issueProblems } from "../core/config.ts";
 import { TrajflowError } from "../core/errors.ts";
-import { kafkaConnectionSchema, type KafkaConnection } from "../kafka/connection.ts";
+import type { KafkaConnection } from "../kafka/connection.ts";
 import type { LoadedPipeline } from "./load.ts";
-import { REGISTRY, type Section } from "./registry.ts";
-
-const deadLettersSchema = z.discriminatedUnion("type", [
-  z.strictObject({
-    type: z.literal("files"),
-    path: z.string().min(1).describe("Directory of dead-letter files."),
-  }),
-  z.strictObject({
-    type: z.literal("kafka"),
-    topic: z.string().min(1).describe("Dead-letter topic."),
-    connection: kafkaConnectionSchema
-      .optional()
-      .describe("Brokers of the topic; default: the kafka source's connection."),
-  }),
-]);
-export type DeadLettersConfig = z.output<typeof deadLettersSchema>;
+import { REGISTRY, type DeadLettersPlan, type Section } from "./registry.ts";
 
 /** One validated component: its name, registered type and parsed config. */
 export interface PlannedComponent {
@@ -44,12 +31,15 @@ export interface PlannedComponent {
 
 export interface Plan {
   source: PlannedComponent;
-  /** In the order units pass through them; `assemble` first. */
+  /** The source type's traits (registry). */
+  sourceTraits: SourceTraits;
+  /** In the order units pass through them; the ingest stage first. */
   transforms: PlannedComponent[];
-  /** The file sink (exactly one) and the trajectory topics. */
+  /** The topic sinks, then the durable sink (exactly one): the order units reach them. */
   sinks: PlannedComponent[];
-  deadLetters: DeadLettersConfig | null;
-  /** The source's Kafka connection, when it is a kafka source (the default of topic sinks). */
+  /** As configured, else the source's default, else beside the durable sink's output. */
+  deadLetters: DeadLettersPlan;
+  /** The source's Kafka connection, the default of components that reach brokers; null if it has none. */
   sourceConnection: KafkaConnection | null;
 }
 
@@ -61,28 +51,59 @@ interface Component {
   config: unknown;
 }
 
-/** The configured order of the transforms after assemble: group only last. */
-const LAST_ONLY = new Set(["group"]);
+const SECTIONS = ["sources", "transforms", "sinks"] as const;
+const TOP_LEVEL = new Set(["version", ...SECTIONS, "dead_letters"]);
 
-const TOP_LEVEL = new Set(["version", "sources", "transforms", "sinks", "dead_letters"]);
+/** Records a problem at a path of the document (`file:line: path: message`). */
+type At = (path: Array<string | number>, message: string) => void;
 
 export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): Plan {
   const problems = [...initial];
   // An unreadable or unparsable file: its own problems are all there is to say.
   if (pipeline.value === null) throw invalid(problems);
-  const at = (path: Array<string | number>, message: string) =>
-    problems.push(`${pipeline.where(path)}: ${path.join(".")}: ${message}`);
-  const atIssue = (base: Array<string | number>, issue: z.core.$ZodIssue) => {
-    for (const { path, message } of issueProblems(issue)) at([...base, ...path], message);
-  };
+  const at: At = (path, message) => problems.push(`${pipeline.where(path)}: ${path.join(".")}: ${message}`);
   const root = pipeline.value as Record<string, unknown>;
   for (const key of Object.keys(root)) {
     if (!TOP_LEVEL.has(key)) at([key], `unknown section; a pipeline has ${[...TOP_LEVEL].join(", ")}`);
   }
   if (root.version !== undefined && root.version !== 1) at(["version"], "only version 1 exists");
+  const components = readComponents(root, at);
+  const configured = root.dead_letters === undefined ? undefined : readDeadLetters(root.dead_letters, at);
+  checkGraph(components, at);
+  if (problems.length > 0) throw invalid(problems);
 
+  // Shape and outputs are checked together, so a pipeline's problems are all listed at once.
+  const { source, chain, sinks } = checkShape(components, at);
+  const sourceEntry = REGISTRY.sources[source.type]!;
+  const sourceConnection = sourceEntry.sourceConnection(source.config as never);
+  const durable = sinks.find((s) => REGISTRY.sinks[s.type]!.role === "durable");
+  const deadLetters =
+    configured ??
+    sourceEntry.deadLetters?.(source.config as never) ??
+    (durable === undefined
+      ? undefined
+      : REGISTRY.sinks[durable.type]!.deadLetters?.(durable.config as never));
+  if (durable !== undefined && deadLetters === undefined)
+    at(["dead_letters"], "missing: neither the source nor the durable sink has a default place for them");
+  checkOutputs(sinks, deadLetters, configured !== undefined, sourceConnection, at);
+  if (problems.length > 0 || durable === undefined || deadLetters === undefined) throw invalid(problems);
+
+  const planned = (c: Component): PlannedComponent => ({ name: c.name, type: c.type, config: c.config });
+  return {
+    source: planned(source),
+    sourceTraits: sourceEntry.traits,
+    transforms: chain.map(planned),
+    // In the order units reach them: the topics acknowledge a unit before the durable sink gets it.
+    sinks: [...sinks.filter((s) => s !== durable), durable].map(planned),
+    deadLetters,
+    sourceConnection,
+  };
+}
+
+/** Every component of the three sections, its type known and its config parsed by its own schema. */
+function readComponents(root: Record<string, unknown>, at: At): Map<string, Component> {
   const components = new Map<string, Component>();
-  for (const section of ["sources", "transforms", "sinks"] as const) {
+  for (const section of SECTIONS) {
     const entries = root[section];
     if (entries === undefined) {
       if (section !== "transforms") at([section], "missing: a pipeline needs at least one");
@@ -95,46 +116,78 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
     for (const [name, raw] of Object.entries(entries as Record<string, unknown>)) {
       const path = [section, name];
       if (components.has(name)) at(path, `the name ${name} is used twice; component names are unique`);
-      if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
-        at(path, "must be a mapping with a type");
-        continue;
-      }
-      const { type, inputs, ...rest } = raw as Record<string, unknown>;
-      const types = REGISTRY[section];
-      if (typeof type !== "string" || !Object.hasOwn(types, type)) {
-        at(
-          [...path, "type"],
-          `must be one of ${Object.keys(types).join(", ")} (got ${JSON.stringify(type)})`,
-        );
-        continue;
-      }
-      let inputList: string[] = [];
-      if (section === "sources") {
-        if (inputs !== undefined) at([...path, "inputs"], "a source has no inputs");
-      } else if (
-        !Array.isArray(inputs) ||
-        inputs.length === 0 ||
-        !inputs.every((i) => typeof i === "string")
-      ) {
-        at([...path, "inputs"], "must list the names of the components this one reads from");
-      } else {
-        inputList = inputs as string[];
-      }
-      const config = type === "arrow" ? { ...rest, format: "arrow" } : rest;
-      const parsed = parseTyped(types[type]!.schema as z.ZodType, config);
-      if (!parsed.success) for (const issue of parsed.error.issues) atIssue(path, issue);
+      const component = readComponent(section, name, raw, at);
       // Kept even when its config is wrong, so its wiring is checked (and reported) too.
-      components.set(name, { section, name, type, inputs: inputList, config: parsed.data });
+      if (component !== null) components.set(name, component);
     }
   }
-  let deadLetters: Plan["deadLetters"] = null;
-  if (root.dead_letters !== undefined) {
-    const parsed = deadLettersSchema.safeParse(root.dead_letters);
-    if (parsed.success) deadLetters = parsed.data;
-    else for (const issue of parsed.error.issues) atIssue(["dead_letters"], issue);
-  }
+  return components;
+}
 
-  // The graph: inputs exist, no cycles, every non-sink feeds something.
+function readComponent(
+  section: (typeof SECTIONS)[number],
+  name: string,
+  raw: unknown,
+  at: At,
+): Component | null {
+  const path = [section, name];
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    at(path, "must be a mapping with a type");
+    return null;
+  }
+  const { type, inputs, ...rest } = raw as Record<string, unknown>;
+  const types = REGISTRY[section];
+  if (typeof type !== "string" || !Object.hasOwn(types, type)) {
+    at([...path, "type"], `must be one of ${Object.keys(types).join(", ")} (got ${JSON.stringify(type)})`);
+    return null;
+  }
+  let inputList: string[] = [];
+  if (section === "sources") {
+    if (inputs !== undefined) at([...path, "inputs"], "a source has no inputs");
+  } else if (!Array.isArray(inputs) || inputs.length === 0 || !inputs.every((i) => typeof i === "string")) {
+    at([...path, "inputs"], "must list the names of the components this one reads from");
+  } else {
+    inputList = inputs as string[];
+  }
+  const implied = section === "sinks" ? REGISTRY.sinks[type]!.implied : undefined;
+  const config = parseConfig(
+    types[type]!.schema,
+    implied === undefined ? rest : { ...rest, ...implied },
+    path,
+    at,
+  );
+  return { section, name, type, inputs: inputList, config };
+}
+
+/** A config parsed by its schema; its problems recorded under `path`. */
+function parseConfig(schema: z.ZodType, config: unknown, path: string[], at: At): unknown {
+  const parsed = parseTyped(schema, config);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues)
+      for (const p of issueProblems(issue)) at([...path, ...p.path], p.message);
+  }
+  return parsed.data;
+}
+
+function readDeadLetters(raw: unknown, at: At): DeadLettersPlan | undefined {
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    at(["dead_letters"], "must be a mapping with a type");
+    return undefined;
+  }
+  const { type, ...rest } = raw as Record<string, unknown>;
+  const types = REGISTRY.dead_letters;
+  if (typeof type !== "string" || !Object.hasOwn(types, type)) {
+    at(
+      ["dead_letters", "type"],
+      `must be one of ${Object.keys(types).join(", ")} (got ${JSON.stringify(type)})`,
+    );
+    return undefined;
+  }
+  return { type, config: parseConfig(types[type]!.schema, rest, ["dead_letters"], at) };
+}
+
+/** Inputs exist and are not sinks, no cycles, every non-sink feeds something. */
+function checkGraph(components: Map<string, Component>, at: At): void {
   for (const c of components.values()) {
     c.inputs.forEach((input, i) => {
       if (!components.has(input)) at([c.section, c.name, "inputs", i], `no component named ${input}`);
@@ -156,21 +209,27 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
     state.set(name, "done");
   };
   for (const name of components.keys()) visit(name, []);
-  const consumers = (name: string) => [...components.values()].filter((c) => c.inputs.includes(name));
   for (const c of components.values()) {
-    if (c.section !== "sinks" && consumers(c.name).length === 0)
+    if (c.section !== "sinks" && consumers(components, c.name).length === 0)
       at([c.section, c.name], "nothing reads from it");
   }
-  if (problems.length > 0) throw invalid(problems);
+}
 
-  // The shape: one source, a chain of transforms in the supported order, then the sinks.
+const consumers = (components: Map<string, Component>, name: string) =>
+  [...components.values()].filter((c) => c.inputs.includes(name));
+
+/** One source, a chain of transforms in their places, sinks at its end with exactly one durable sink. */
+function checkShape(
+  components: Map<string, Component>,
+  at: At,
+): { source: Component; chain: Component[]; sinks: Component[] } {
   const all = [...components.values()];
   const sources = all.filter((c) => c.section === "sources");
   if (sources.length !== 1) at(["sources"], `exactly one source is supported, found ${sources.length}`);
   const chain: Component[] = [];
   let tail = sources[0]!;
   for (;;) {
-    const next = consumers(tail.name).filter((c) => c.section === "transforms");
+    const next = consumers(components, tail.name).filter((c) => c.section === "transforms");
     if (next.length === 0) break;
     if (next.length > 1) {
       at(
@@ -184,13 +243,19 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
     chain.push(next[0]!);
     tail = next[0]!;
   }
-  const types = chain.map((c) => c.type);
-  if (types[0] !== "assemble") at(["transforms"], "the source must feed an assemble transform first");
-  types.forEach((t, i) => {
-    if (i > 0 && t === "assemble") at(["transforms", chain[i]!.name], "assemble runs once, first");
-    if (types.indexOf(t) !== i) at(["transforms", chain[i]!.name], `${t} runs at most once`);
-    if (LAST_ONLY.has(t) && i !== types.length - 1)
-      at(["transforms", chain[i]!.name], `${t} must be the last transform (it writes whole groups)`);
+  const place = (c: Component) => REGISTRY.transforms[c.type]!.place;
+  if (chain[0] === undefined || place(chain[0]) !== "ingest") {
+    at(
+      ["transforms"],
+      `the source must feed an ${namesOf(REGISTRY.transforms, (e) => e.place === "ingest")} transform first`,
+    );
+  }
+  chain.forEach((c, i) => {
+    if (i > 0 && place(c) === "ingest") at(["transforms", c.name], `${c.type} runs once, first`);
+    if (chain.findIndex((o) => o.type === c.type) !== i)
+      at(["transforms", c.name], `${c.type} runs at most once`);
+    if (place(c) === "last" && i !== chain.length - 1)
+      at(["transforms", c.name], `${c.type} must be the last transform (it writes whole groups)`);
   });
   const sinks = all.filter((c) => c.section === "sinks");
   for (const s of sinks) {
@@ -198,37 +263,52 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
       at(["sinks", s.name, "inputs"], `sinks read the end of the transform chain (${tail.name})`);
     }
   }
-  const files = sinks.filter((s) => s.type === "parquet" || s.type === "arrow");
-  if (files.length !== 1)
-    at(["sinks"], `exactly one parquet or arrow sink is needed (recovery trusts it), found ${files.length}`);
-  const source = sources[0]!;
-  const sourceConnection =
-    source.type === "kafka"
-      ? ((source.config as { connection?: KafkaConnection })?.connection ?? null)
-      : null;
-  const topics = new Set<string>();
-  for (const s of sinks.filter((c) => c.type === "kafka")) {
-    const config = s.config as { topic?: string; connection?: unknown } | undefined;
-    if (config?.connection === undefined && source.type !== "kafka")
-      at(["sinks", s.name, "connection"], "a kafka sink needs a connection when the source is not kafka");
-    if (config?.topic !== undefined) {
-      if (topics.has(config.topic)) at(["sinks", s.name, "topic"], `topic ${config.topic} is written twice`);
-      topics.add(config.topic);
-    }
+  const durable = sinks.filter((s) => REGISTRY.sinks[s.type]!.role === "durable");
+  if (durable.length !== 1) {
+    const types = namesOf(REGISTRY.sinks, (e) => e.role === "durable");
+    at(["sinks"], `exactly one ${types} sink is needed (recovery trusts it), found ${durable.length}`);
   }
-  if (deadLetters?.type === "kafka" && deadLetters.connection === undefined && source.type !== "kafka")
-    at(["dead_letters", "connection"], "a dead-letter topic needs a connection when the source is not kafka");
-  if (problems.length > 0) throw invalid(problems);
+  return { source: sources[0]!, chain, sinks };
+}
 
-  const planned = (c: Component): PlannedComponent => ({ name: c.name, type: c.type, config: c.config });
-  return {
-    source: planned(source),
-    transforms: chain.map(planned),
-    // The file sink last: it receives units only after every other sink acknowledged them.
-    sinks: [...sinks.filter((s) => s.type === "kafka"), ...files].map(planned),
-    deadLetters,
-    sourceConnection,
-  };
+/** The registered types whose entry passes `test`, as "a or b". */
+function namesOf<E>(entries: Record<string, E>, test: (e: E) => boolean): string {
+  return Object.keys(entries)
+    .filter((k) => test(entries[k]!))
+    .join(" or ");
+}
+
+/** Outputs that reach brokers have a connection; no two outputs write to the same place. */
+function checkOutputs(
+  sinks: Component[],
+  deadLetters: DeadLettersPlan | undefined,
+  deadLettersConfigured: boolean,
+  sourceConnection: KafkaConnection | null,
+  at: At,
+): void {
+  const targets = new Set<string>();
+  for (const s of sinks) {
+    const entry = REGISTRY.sinks[s.type]!;
+    if (
+      entry.connection !== undefined &&
+      entry.connection(s.config as never) === undefined &&
+      sourceConnection === null
+    )
+      at(["sinks", s.name, "connection"], `a ${s.type} sink needs a connection when the source has none`);
+    const target = entry.target?.(s.config as never);
+    if (target === undefined) continue;
+    if (targets.has(target)) at(["sinks", s.name], `${target} is written twice`);
+    targets.add(target);
+  }
+  if (deadLetters === undefined) return;
+  const entry = REGISTRY.dead_letters[deadLetters.type]!;
+  if (
+    deadLettersConfigured &&
+    entry.connection !== undefined &&
+    entry.connection(deadLetters.config as never) === undefined &&
+    sourceConnection === null
+  )
+    at(["dead_letters", "connection"], "dead letters to a topic need a connection when the source has none");
 }
 
 function invalid(problems: string[]): TrajflowError {
@@ -240,14 +320,9 @@ function invalid(problems: string[]): TrajflowError {
 /** One line naming what the pipeline does, for `validate` and the start of `run`. */
 export function describePlan(plan: Plan): string {
   const steps = [`${plan.source.type} ${plan.source.name}`, ...plan.transforms.map((t) => t.name)];
-  const sinks = plan.sinks.map((s) => {
-    const c = s.config as { path?: string; topic?: string; format?: string };
-    return s.type === "kafka" ? `topic ${c.topic}` : `${c.format ?? s.type} files in ${c.path}`;
-  });
-  const dl = plan.deadLetters;
-  const letters =
-    dl === null ? "" : dl.type === "files" ? `; dead letters in ${dl.path}` : `; dead letters to ${dl.topic}`;
-  return `${steps.join(" → ")} → ${sinks.join(" + ")}${letters}`;
+  const sinks = plan.sinks.map((s) => REGISTRY.sinks[s.type]!.target?.(s.config as never) ?? s.name);
+  const letters = REGISTRY.dead_letters[plan.deadLetters.type]!.target?.(plan.deadLetters.config as never);
+  return `${steps.join(" → ")} → ${sinks.join(" + ")}${letters === undefined ? "" : `; ${letters}`}`;
 }
 
 /**

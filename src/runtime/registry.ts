@@ -1,17 +1,34 @@
 /**
- * The registry: every component `type` a pipeline may name, per section, with its config schema and how
- * it is built. Validation reads the schemas; the runtime builds from the same table, so a type that
- * validates always runs.
+ * The registry: every component `type` a pipeline may name, per section, with its config schema, how it
+ * is built and what the plan and the runtime need to know about it (a source's traits, a transform's
+ * place in the chain, a sink's role). Validation reads the schemas; the runtime builds from the same
+ * table, so a type that validates always runs, and a new component is a new entry here and nothing else.
  */
+import { hostname } from "node:os";
+import { join } from "node:path";
 import type { z } from "zod";
 import type {
   BuildContext,
   DeadLetterSink,
+  IngestStage,
   SinkComponent,
+  SinkRole,
   Source,
+  SourceTraits,
   TransformComponent,
 } from "../contract/components.ts";
+import type { PolicyUpdateEvent } from "../schemas/events.ts";
 import type { KafkaConnection } from "../kafka/connection.ts";
+import {
+  DeadLetterFiles,
+  deadLetterFilesConfigSchema,
+  type DeadLetterFilesConfig,
+} from "../sinks/dead-letter/files.ts";
+import {
+  DeadLetterTopic,
+  deadLetterTopicConfigSchema,
+  type DeadLetterTopicConfig,
+} from "../sinks/dead-letter/topic.ts";
 import { fileSinkConfigSchema, type FileSinkConfig } from "../sinks/files/config.ts";
 import { FileSinkComponent } from "../sinks/files/component.ts";
 import { TopicSinkComponent } from "../sinks/kafka/component.ts";
@@ -19,7 +36,8 @@ import { trajectoryTopicConfigSchema, type TrajectoryTopicConfig } from "../sink
 import { JsonlSource, jsonlSourceConfigSchema, type JsonlSourceConfig } from "../sources/jsonl/jsonl.ts";
 import { kafkaSourceConfigSchema, type KafkaSourceConfig } from "../sources/kafka/config.ts";
 import { KafkaSource } from "../sources/kafka/source.ts";
-import { assembleConfigSchema } from "../transforms/assemble/config.ts";
+import { AssembleComponent } from "../transforms/assemble/component.ts";
+import { assembleConfigSchema, type AssembleConfig } from "../transforms/assemble/config.ts";
 import { GroupComponent } from "../transforms/group/component.ts";
 import { groupConfigSchema, type GroupConfig } from "../transforms/group/config.ts";
 import { RewardsComponent } from "../transforms/reward/component.ts";
@@ -30,89 +48,198 @@ import {
   type StalenessConfig,
 } from "../transforms/staleness/staleness.ts";
 
-export type Section = "sources" | "transforms" | "sinks";
+export type Section = "sources" | "transforms" | "sinks" | "dead_letters";
 
 /** What builders get besides their config. */
 export interface RegistryContext extends BuildContext {
-  /** The pipeline's dead-letter sink (reward stages hold offsets with their letters). */
-  deadLetterSink: DeadLetterSink;
-  /** The kafka source's connection, the default of topic sinks; null with other sources. */
+  /** The source's traits (defaults of other components follow them). */
+  sourceTraits: SourceTraits;
+  /** The source's Kafka connection, the default of components that reach brokers; null if it has none. */
   sourceConnection: KafkaConnection | null;
 }
 
-interface Entry<T> {
+/** What transforms and sinks are built with besides the registry context. */
+export interface StageContext extends RegistryContext {
+  /** The pipeline's dead-letter sink (reward stages hold offsets with their letters). */
+  deadLetterSink: DeadLetterSink;
+  /** Threads the ingest stage decodes on (the plan's `decodeWorkers`). */
+  decodeWorkers: number;
+  /** Control events (policy.update) for the transforms. */
+  control(event: PolicyUpdateEvent): void;
+}
+
+interface Entry<C, T, X> {
   schema: z.ZodType;
   /** One line for `trajflow validate` and docs. */
   description: string;
-  build?: (config: never, ctx: RegistryContext) => T | Promise<T>;
+  build: (config: C, ctx: X) => T | Promise<T>;
+  /**
+   * Present on components that reach Kafka brokers: their own connection, or undefined to use the
+   * source's (a pipeline whose source has none must then give one).
+   */
+  connection?: (config: C) => KafkaConnection | undefined;
+  /** What it writes to, for `validate` and the log ("topic t"); two outputs may not share one. */
+  target?: (config: C) => string;
 }
 
-const source = <C>(schema: z.ZodType, description: string, build: (c: C, ctx: RegistryContext) => Source) =>
-  ({ schema, description, build }) as Entry<Source>;
-const transform = <C>(
-  schema: z.ZodType,
-  description: string,
-  build?: (c: C, ctx: RegistryContext) => TransformComponent | Promise<TransformComponent>,
-) => ({ schema, description, build }) as Entry<TransformComponent>;
-const sink = <C>(
-  schema: z.ZodType,
-  description: string,
-  build: (c: C, ctx: RegistryContext) => SinkComponent,
-) => ({ schema, description, build }) as Entry<SinkComponent>;
+export interface SourceEntry<C = never> extends Entry<C, Source, RegistryContext> {
+  traits: SourceTraits;
+  /** Threads to decode on, when the config says. */
+  decodeWorkers: (config: C) => number | undefined;
+  /** Its connection, the default of components that reach brokers; null if it has none. */
+  sourceConnection: (config: C) => KafkaConnection | null;
+  /** Where dead letters go when the pipeline does not say; null: beside the durable sink's output. */
+  deadLetters?: (config: C) => DeadLettersPlan;
+}
 
-const fileSink = (c: FileSinkConfig, ctx: RegistryContext) =>
+/**
+ * `ingest`: the first stage (raw records → sessions), exactly one; `middle`: anywhere after it; `last`:
+ * only at the end of the chain (it writes whole groups).
+ */
+export type TransformPlace = "ingest" | "middle" | "last";
+
+export type TransformEntry<C = never> = Entry<C, TransformComponent | IngestStage, StageContext> & {
+  place: TransformPlace;
+};
+
+export interface SinkEntry<C = never> extends Entry<C, SinkComponent, StageContext> {
+  role: SinkRole;
+  /** Config values the type itself implies (an `arrow` sink writes Arrow files). */
+  implied?: Record<string, unknown>;
+  /** The durable sink: where dead letters go when neither the pipeline nor the source says. */
+  deadLetters?: (config: C) => DeadLettersPlan;
+}
+
+export type DeadLetterEntry<C = never> = Entry<C, DeadLetterSink, RegistryContext>;
+
+/** Dead letters as planned: a `dead_letters` entry's type and its parsed config. */
+export interface DeadLettersPlan {
+  type: string;
+  config: unknown;
+}
+
+const fileSink = (c: FileSinkConfig, ctx: StageContext) =>
   new FileSinkComponent(c, { metrics: ctx.metrics, logger: ctx.logger.child({ component: "files" }) });
+const filesSinkEntry = (
+  description: string,
+  implied?: Record<string, unknown>,
+): SinkEntry<FileSinkConfig> => ({
+  schema: fileSinkConfigSchema,
+  description,
+  build: fileSink,
+  role: "durable",
+  implied,
+  target: (c) => `${c.format} files in ${c.path}`,
+  deadLetters: (c) => ({ type: "files", config: { path: join(c.path, "_dead-letter") } }),
+});
 
 export const REGISTRY: {
-  sources: Record<string, Entry<Source>>;
-  transforms: Record<string, Entry<TransformComponent>>;
-  sinks: Record<string, Entry<SinkComponent>>;
+  sources: Record<string, SourceEntry>;
+  transforms: Record<string, TransformEntry>;
+  sinks: Record<string, SinkEntry>;
+  dead_letters: Record<string, DeadLetterEntry>;
 } = {
   sources: {
-    jsonl: source<JsonlSourceConfig>(
-      jsonlSourceConfigSchema,
-      "recorded gateway events from .jsonl(.gz) files",
-      (c) => new JsonlSource(c),
-    ),
-    kafka: source<KafkaSourceConfig>(
-      kafkaSourceConfigSchema,
-      "gateway events from a Kafka topic (a consumer group member)",
-      (c, ctx) => new KafkaSource(c, ctx),
-    ),
-  },
+    jsonl: {
+      schema: jsonlSourceConfigSchema,
+      description: "recorded gateway events from .jsonl(.gz) files",
+      build: (c: JsonlSourceConfig) => new JsonlSource(c),
+      traits: { live: false, pipelined: false, sharedOutputs: false, recordNoun: "events" },
+      decodeWorkers: (c: JsonlSourceConfig) => c.decode_workers,
+      sourceConnection: () => null,
+    } satisfies SourceEntry<JsonlSourceConfig>,
+    kafka: {
+      schema: kafkaSourceConfigSchema,
+      description: "gateway events from a Kafka topic (a consumer group member)",
+      build: (c: KafkaSourceConfig, ctx: RegistryContext) => new KafkaSource(c, ctx),
+      traits: { live: true, pipelined: true, sharedOutputs: true, recordNoun: "messages" },
+      decodeWorkers: (c: KafkaSourceConfig) => c.decode_workers,
+      sourceConnection: (c: KafkaSourceConfig) => c.connection,
+      deadLetters: (c: KafkaSourceConfig) => ({ type: "kafka", config: { topic: `${c.topic}.dead-letter` } }),
+    } satisfies SourceEntry<KafkaSourceConfig>,
+  } as Record<string, SourceEntry>,
   transforms: {
-    // Assembly is the runtime's first stage (events in, sessions out); it has no unit-level builder.
-    assemble: transform(assembleConfigSchema, "events → sessions → rows (the token prefix trie)"),
-    rewards: transform<RewardsConfig>(rewardsConfigSchema, "reward stages scoring each session", (c, ctx) =>
-      RewardsComponent.build(c, {
-        metrics: ctx.metrics,
-        logger: ctx.logger,
-        deadLetters: ctx.deadLetterSink,
-        baseDir: ctx.baseDir,
-      }),
-    ),
-    staleness: transform<StalenessConfig>(
-      stalenessConfigSchema,
-      "drops rows of stale policies",
-      (c, ctx) => new StalenessComponent(c, ctx.metrics),
-    ),
-    group: transform<GroupConfig>(
-      groupConfigSchema,
-      "GRPO groups: a uid's sessions written together, padded",
-      (c, ctx) => new GroupComponent(c, ctx.metrics, ctx.deadLetters),
-    ),
-  },
+    assemble: {
+      schema: assembleConfigSchema,
+      description: "decode, then events → sessions → rows (the token prefix trie)",
+      place: "ingest",
+      build: (c: AssembleConfig, ctx: StageContext) =>
+        new AssembleComponent(c, {
+          metrics: ctx.metrics,
+          logger: ctx.logger.child({ component: "assemble" }),
+          decodeWorkers: ctx.decodeWorkers,
+          control: ctx.control,
+        }),
+    } satisfies TransformEntry<AssembleConfig>,
+    rewards: {
+      schema: rewardsConfigSchema,
+      description: "reward stages scoring each session",
+      place: "middle",
+      build: (c: RewardsConfig, ctx: StageContext) =>
+        RewardsComponent.build(c, {
+          metrics: ctx.metrics,
+          logger: ctx.logger,
+          deadLetters: ctx.deadLetterSink,
+          baseDir: ctx.baseDir,
+        }),
+    } satisfies TransformEntry<RewardsConfig>,
+    staleness: {
+      schema: stalenessConfigSchema,
+      description: "drops rows of stale policies",
+      place: "middle",
+      build: (c: StalenessConfig, ctx: StageContext) => new StalenessComponent(c, ctx.metrics),
+    } satisfies TransformEntry<StalenessConfig>,
+    group: {
+      schema: groupConfigSchema,
+      description: "GRPO groups: a uid's sessions written together, padded",
+      place: "last",
+      build: (c: GroupConfig, ctx: StageContext) => new GroupComponent(c, ctx.metrics, ctx.deadLetters),
+    } satisfies TransformEntry<GroupConfig>,
+  } as Record<string, TransformEntry>,
   sinks: {
-    parquet: sink<FileSinkConfig>(fileSinkConfigSchema, "Parquet files, committed exactly once", fileSink),
-    arrow: sink<FileSinkConfig>(fileSinkConfigSchema, "Arrow IPC files, committed exactly once", fileSink),
-    kafka: sink<TrajectoryTopicConfig>(
-      trajectoryTopicConfigSchema,
-      "rows produced to a trajectory topic",
-      (c, ctx) =>
+    parquet: filesSinkEntry("Parquet files, committed exactly once"),
+    arrow: filesSinkEntry("Arrow IPC files, committed exactly once", { format: "arrow" }),
+    kafka: {
+      schema: trajectoryTopicConfigSchema,
+      description: "rows produced to a trajectory topic",
+      role: "topic",
+      connection: (c: TrajectoryTopicConfig) => c.connection,
+      target: (c: TrajectoryTopicConfig) => `topic ${c.topic}`,
+      build: (c: TrajectoryTopicConfig, ctx: StageContext) =>
         new TopicSinkComponent(c, c.connection ?? ctx.sourceConnection!, {
           metrics: ctx.metrics,
           logger: ctx.logger.child({ component: "topic" }),
         }),
-    ),
-  },
+    } satisfies SinkEntry<TrajectoryTopicConfig>,
+  } as Record<string, SinkEntry>,
+  dead_letters: {
+    files: {
+      schema: deadLetterFilesConfigSchema,
+      description: "rejected events as JSON lines in a directory",
+      target: (c: DeadLetterFilesConfig) => `dead letters in ${c.path}`,
+      build: (c: DeadLetterFilesConfig, ctx: RegistryContext) =>
+        new DeadLetterFiles(
+          {
+            dir: c.path,
+            // Several writers share the directory: names carry the writer, and letters land by age so
+            // their offsets can commit.
+            ...(ctx.sourceTraits.sharedOutputs
+              ? { writerTag: `${hostname()}-${process.pid}-${Date.now()}`, maxAgeMs: 5_000 }
+              : {}),
+          },
+          ctx.metrics,
+        ),
+    } satisfies DeadLetterEntry<DeadLetterFilesConfig>,
+    kafka: {
+      schema: deadLetterTopicConfigSchema,
+      description: "rejected events as messages of a topic",
+      connection: (c: DeadLetterTopicConfig) => c.connection,
+      target: (c: DeadLetterTopicConfig) => `dead letters to ${c.topic}`,
+      build: (c: DeadLetterTopicConfig, ctx: RegistryContext) =>
+        new DeadLetterTopic(c.topic, c.connection ?? ctx.sourceConnection!, {
+          metrics: ctx.metrics,
+          logger: ctx.logger,
+        }),
+    } satisfies DeadLetterEntry<DeadLetterTopicConfig>,
+  } as Record<string, DeadLetterEntry>,
 };

@@ -1,14 +1,16 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
 import type { Plan } from "./plan.ts";
+import { REGISTRY } from "./registry.ts";
 import { decodeWorkers } from "./runtime.ts";
 
 function plan(type: "kafka" | "jsonl", config: Record<string, unknown> = {}): Plan {
   return {
     source: { name: "in", type, config },
+    sourceTraits: REGISTRY.sources[type]!.traits,
     transforms: [],
     sinks: [],
-    deadLetters: null,
+    deadLetters: { type: "files", config: { path: "dl" } },
     sourceConnection: null,
   };
 }

@@ -1,15 +1,15 @@
 /**
- * The runtime: runs any valid plan, whatever its source. It builds every component (reward stages start
+ * The runtime: runs any valid plan, whatever its components; it knows them by their traits and roles
+ * (registry.ts), never by their types. It builds every component from the registry (reward stages start
  * before any input or output opens, so one that cannot start fails the run with nothing written), opens
- * a lane's part of each component when the source assigns the lane, decodes records in chunks (on
- * worker threads when asked), applies them to the lane's assembler, and moves finished units through
- * the lane's transforms to its sinks. It stops the same way for every source: stop reading, finish or
+ * a lane's part of each component when the source assigns the lane, has the ingest stage decode records
+ * in chunks and apply them, and moves finished units through the lane's transforms to its sinks. It stops the same way for every source: stop reading, finish or
  * drop what is open, wait for every sink, then commit and disconnect.
  */
-import { join, resolve } from "node:path";
-import { availableParallelism, hostname } from "node:os";
+import { availableParallelism } from "node:os";
 import type {
   DeadLetterSink,
+  IngestStage,
   Lane,
   SinkComponent,
   Source,
@@ -21,25 +21,10 @@ import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
 import type { DeadLetterOutput, RawRecord } from "../core/records.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
-import { DeadLetterFiles } from "../sinks/dead-letter/files.ts";
-import { DeadLetterTopic } from "../sinks/dead-letter/topic.ts";
-import { FileSinkComponent } from "../sinks/files/component.ts";
-import type { FileSinkConfig } from "../sinks/files/config.ts";
-import type { KafkaSourceConfig } from "../sources/kafka/config.ts";
-import { AssembleComponent } from "../transforms/assemble/component.ts";
-import type { AssembleConfig } from "../transforms/assemble/config.ts";
-import type { DecodeResult } from "../transforms/decode/decode.ts";
-import { DecodePool } from "../transforms/decode/pool.ts";
+import { originOffset } from "../schemas/origin.ts";
 import { LaneRunner } from "./lane.ts";
 import type { Plan } from "./plan.ts";
-import { REGISTRY, type RegistryContext } from "./registry.ts";
-
-/**
- * Chunks a batch is decoded in: small enough that assembly starts soon, large enough that the hand-over
- * to a worker is a small part of the chunk's cost.
- */
-const DECODE_CHUNK_RECORDS = 256;
-const DECODE_CHUNK_BYTES = 1 << 20;
+import { REGISTRY, type RegistryContext, type StageContext } from "./registry.ts";
 /**
  * Dead-letter bytes not yet durable past which reading waits (a flood of garbage). At 64 MiB a flood of
  * 100,000 rejected events held 70 MB of letters and ran a 192 MB heap out of memory (issue 27 item 10).
@@ -47,15 +32,15 @@ const DECODE_CHUNK_BYTES = 1 << 20;
 const DEAD_LETTER_BACKLOG_BYTES = 16 * 2 ** 20;
 
 /**
- * Decode workers of a plan: as configured, else for a Kafka source one on a host with a core to spare
- * and two on 8 or more cores (Kafka batches are pipelined, so workers decode a batch while the consumer
- * thread assembles the one before; on 16 cores a second worker measured +9-18% events/s for 12-50 MiB,
- * BENCHMARKS.md), none for a replay (its batches are applied one at a time).
+ * Decode workers of a plan: as configured, else for a source that pipelines its batches (Kafka) one on a
+ * host with a core to spare and two on 8 or more cores (workers decode a batch while the consumer thread
+ * assembles the one before; on 16 cores a second worker measured +9-18% events/s for 12-50 MiB,
+ * BENCHMARKS.md), none for a source applied batch by batch (a replay).
  */
 export function decodeWorkers(plan: Plan, cores = availableParallelism()): number {
-  const configured = (plan.source.config as { decode_workers?: number }).decode_workers;
+  const configured = REGISTRY.sources[plan.source.type]!.decodeWorkers(plan.source.config as never);
   if (configured !== undefined) return configured;
-  if (plan.source.type !== "kafka") return 0;
+  if (!plan.sourceTraits.pipelined) return 0;
   return cores >= 8 ? 2 : cores >= 2 ? 1 : 0;
 }
 
@@ -72,16 +57,18 @@ export interface RunOptions {
 }
 
 export interface RunResult {
-  kind: "replay" | "kafka";
+  /** What the source's records are called ("events", "messages"). */
+  recordNoun: string;
   metrics: Metrics;
   seconds: number;
   /** Records read from the source. */
   events: number;
   files: string[];
   deadLetterFiles: string[];
-  /** Where the files are. */
+  /** Where the durable sink writes (a directory). */
   out: string;
-  deadLetterDir: string | null;
+  /** Where dead letters go (a directory, a topic). */
+  deadLetters: string;
 }
 
 export class Runtime implements SourceHandler {
@@ -90,11 +77,10 @@ export class Runtime implements SourceHandler {
   private readonly options: RunOptions;
   private readonly log: Logger;
   source!: Source;
-  private assemble!: AssembleComponent;
+  private ingest!: IngestStage;
   private transforms: TransformComponent[] = [];
   private sinks: SinkComponent[] = [];
   private deadLetters!: DeadLetterSink;
-  private decoders!: DecodePool;
   private readonly lanes = new Map<Lane, LaneRunner>();
   /** Batches being applied (idle detection waits for them). */
   private inFlight = 0;
@@ -106,8 +92,6 @@ export class Runtime implements SourceHandler {
   private advancing = false;
   /** Set once the run stops or fails: no clock advance may forward anything after that. */
   private clockStopped = false;
-  readonly filesDir: string;
-  readonly deadLetterDir: string | null;
   private resolveStarted!: () => void;
   /** Resolves once the source started delivering (benchmarks and tests reach the source then). */
   readonly started = new Promise<void>((r) => (this.resolveStarted = r));
@@ -116,20 +100,10 @@ export class Runtime implements SourceHandler {
     this.plan = plan;
     this.options = options;
     this.log = options.logger;
-    const files = plan.sinks.find((s) => s.type === "parquet" || s.type === "arrow")!;
-    this.filesDir = resolve((files.config as FileSinkConfig).path);
-    this.deadLetterDir =
-      plan.deadLetters === null
-        ? plan.source.type === "kafka"
-          ? null
-          : join(this.filesDir, "_dead-letter")
-        : plan.deadLetters.type === "files"
-          ? resolve(plan.deadLetters.path)
-          : null;
   }
 
   get openSessions(): number {
-    return this.assemble?.openSessions ?? 0;
+    return this.ingest?.openSessions ?? 0;
   }
 
   /** Held offsets per lane, for the offsets_held gauge. */
@@ -140,54 +114,46 @@ export class Runtime implements SourceHandler {
   /** Builds every component; nothing reads or writes yet. */
   private async build(): Promise<void> {
     const { plan, metrics } = this;
-    const logger = this.log;
-    const kafkaSource = plan.source.type === "kafka" ? (plan.source.config as KafkaSourceConfig) : null;
-    const dl = plan.deadLetters;
-    if (dl?.type === "kafka" || (dl === null && kafkaSource !== null)) {
-      const topic = dl?.type === "kafka" ? dl.topic : `${kafkaSource!.topic}.dead-letter`;
-      const connection = (dl?.type === "kafka" ? dl.connection : undefined) ?? plan.sourceConnection!;
-      this.deadLetters = new DeadLetterTopic(topic, connection, { metrics, logger });
-    } else {
-      this.deadLetters = new DeadLetterFiles(
-        {
-          dir: this.deadLetterDir!,
-          // Several members of a consumer group share the directory: names carry the writer, and
-          // letters land by age so their offsets can commit.
-          ...(kafkaSource === null
-            ? {}
-            : { writerTag: `${hostname()}-${process.pid}-${Date.now()}`, maxAgeMs: 5_000 }),
-        },
-        metrics,
-      );
-    }
-    const ctx: RegistryContext = {
+    const base: RegistryContext = {
       metrics,
-      logger,
+      logger: this.log,
       baseDir: this.options.baseDir,
       deadLetters: this.countingOutput(null),
-      deadLetterSink: this.deadLetters,
+      sourceTraits: plan.sourceTraits,
       sourceConnection: plan.sourceConnection,
     };
-    const [assemble, ...rest] = plan.transforms;
-    this.assemble = new AssembleComponent(assemble!.config as AssembleConfig, {
-      metrics,
-      logger: logger.child({ component: "assemble" }),
-    });
+    const dl = plan.deadLetters;
+    this.deadLetters = await REGISTRY.dead_letters[dl.type]!.build(dl.config as never, base);
+    const ctx: StageContext = {
+      ...base,
+      deadLetterSink: this.deadLetters,
+      decodeWorkers: decodeWorkers(plan),
+      control: (event) => {
+        for (const t of this.transforms) t.control?.(event);
+      },
+    };
     // Stages that load models or import modules start before anything opens, all at once.
     const built = await Promise.allSettled(
-      rest.map((t) => REGISTRY.transforms[t.type]!.build!(t.config as never, ctx)),
+      plan.transforms.map((t) => REGISTRY.transforms[t.type]!.build(t.config as never, ctx)),
     );
     const failed = built.find((b) => b.status === "rejected");
     if (failed !== undefined) {
       await Promise.all(built.map((b) => (b.status === "fulfilled" ? b.value.close?.() : undefined)));
       throw (failed as PromiseRejectedResult).reason;
     }
-    this.transforms = built.map((b) => (b as PromiseFulfilledResult<TransformComponent>).value);
+    // The plan put the ingest stage first.
+    const [ingest, ...transforms] = built.map((b) => (b as PromiseFulfilledResult<unknown>).value);
+    this.ingest = ingest as IngestStage;
+    this.transforms = transforms as TransformComponent[];
     this.sinks = await Promise.all(
-      plan.sinks.map((s) => REGISTRY.sinks[s.type]!.build!(s.config as never, ctx)),
+      plan.sinks.map((s) => REGISTRY.sinks[s.type]!.build(s.config as never, ctx)),
     );
-    this.source = await REGISTRY.sources[plan.source.type]!.build!(plan.source.config as never, ctx);
-    this.decoders = new DecodePool(decodeWorkers(plan));
+    this.source = await REGISTRY.sources[plan.source.type]!.build(plan.source.config as never, base);
+  }
+
+  /** The sink recovery trusts (the plan checked there is exactly one). */
+  private get durable(): SinkComponent {
+    return this.sinks.find((s) => s.role === "durable")!;
   }
 
   /** Dead letters of one lane (each holds its own offset) or of no lane; every one is counted. */
@@ -196,7 +162,7 @@ export class Runtime implements SourceHandler {
       write: (letter: DeadLetter) => {
         this.metrics.inc("dead_letters", letter.code);
         if (lane === null) return this.deadLetters.write(letter, null);
-        const offset = letter.origin.kind === "kafka" ? Number(letter.origin.offset) : lane.ledger.next;
+        const offset = originOffset(letter.origin) ?? lane.ledger.next;
         this.deadLetters.write(letter, lane.ledger.hold(offset));
       },
     };
@@ -206,18 +172,16 @@ export class Runtime implements SourceHandler {
 
   async assigned(lane: Lane): Promise<void> {
     const parts = await Promise.all(this.sinks.map((s) => s.openLane(lane)));
-    const recovery = parts[parts.length - 1]!;
-    const written = (await recovery.recover?.()) ?? new Map<string, number>();
-    const deadLetters = this.countingOutput(lane);
+    const durable = parts[this.sinks.indexOf(this.durable)]!;
+    const written = (await durable.recover?.()) ?? new Map<string, number>();
     this.lanes.set(
       lane,
       new LaneRunner({
         lane,
-        assembler: this.assemble.openLane(lane, deadLetters, written),
-        deadLetters,
+        ingest: this.ingest.openLane(lane, this.countingOutput(lane), written),
         transforms: this.transforms.map((t) => t.openLane(lane)),
-        before: parts.slice(0, -1),
-        recovery,
+        before: parts.filter((p) => p !== durable),
+        durable,
       }),
     );
     if (written.size > 0)
@@ -229,7 +193,7 @@ export class Runtime implements SourceHandler {
       const runner = this.lanes.get(lane);
       if (runner === undefined) continue;
       runner.abandon();
-      this.assemble.closeLane(runner.assembler);
+      this.ingest.closeLane(runner.ingest);
       this.lanes.delete(lane);
     }
   }
@@ -239,7 +203,7 @@ export class Runtime implements SourceHandler {
     // Decoding starts now, applying once the batches handed over before are applied: a source that
     // hands over the next batch early gets it decoded (on the decode workers) while this one assembles.
     const runner = this.lanes.get(lane);
-    const chunks = runner !== undefined ? this.decodeChunks(records) : [];
+    const chunks = runner !== undefined ? this.ingest.decode(records) : [];
     if (runner !== undefined) runner.batchesInFlight++;
     const run = this.applying.then(() => this.apply(lane, records, offsets, live, chunks));
     this.inFlight++;
@@ -300,7 +264,7 @@ export class Runtime implements SourceHandler {
     records: RawRecord[],
     offsets: number[],
     live: () => boolean,
-    chunks: Array<Promise<DecodeResult[]>>,
+    chunks: Array<Promise<unknown[]>>,
   ): Promise<void> {
     const runner = this.lanes.get(lane);
     if (runner === undefined) return;
@@ -312,17 +276,10 @@ export class Runtime implements SourceHandler {
         if (!live()) break batch;
         const offset = offsets[at]!;
         if (offset < ledger.next) continue; // delivered again within this generation
-        const d = decoded[i]!;
-        if (d.kind === "control") {
-          this.metrics.inc("control_events", d.control.type);
-          for (const t of this.transforms) t.control?.(d.control);
-        } else {
-          if (d.kind === "rejected") runner.deadLetters.write(d.deadLetter);
-          const units = runner.assembler.push(records[at]!, offset, d);
-          if (units.length > 0) await runner.forward(units);
-        }
+        const units = runner.ingest.push(records[at]!, offset, decoded[i]);
+        if (units.length > 0) await runner.forward(units);
         ledger.next = offset + 1;
-        if (this.assemble.overLimits) await this.enforceLimits();
+        if (this.ingest.overLimits) await this.enforceLimits();
       }
     }
     this.metrics.inc("events_read", "", at);
@@ -334,33 +291,13 @@ export class Runtime implements SourceHandler {
     this.options.onBatch?.(this);
   }
 
-  /** The records in chunks, all handed to the decoders at once (they decode ahead of assembly). */
-  private decodeChunks(records: RawRecord[]): Array<Promise<DecodeResult[]>> {
-    const chunks: Array<Promise<DecodeResult[]>> = [];
-    let start = 0;
-    let bytes = 0;
-    for (let i = 0; i < records.length; i++) {
-      const raw = records[i]!.raw;
-      bytes += typeof raw === "string" ? raw.length : raw.byteLength;
-      if (i + 1 - start >= DECODE_CHUNK_RECORDS || bytes >= DECODE_CHUNK_BYTES || i === records.length - 1) {
-        const results = this.decoders.decode(records.slice(start, i + 1));
-        // A chunk left behind by a rebalance may fail after nobody awaits it any more.
-        results.catch(() => {});
-        chunks.push(results);
-        start = i + 1;
-        bytes = 0;
-      }
-    }
-    return chunks;
-  }
-
   /**
    * Open sessions past the limits: the oldest, of any lane, is cut (finalized early, flagged
    * `session_cut`). Pausing instead would stall, since only new events let sessions end.
    */
   private async enforceLimits(): Promise<void> {
-    while (this.assemble.overLimits) {
-      const cut = this.assemble.cutOldest();
+    while (this.ingest.overLimits) {
+      const cut = this.ingest.cutOldest();
       if (cut === null) return;
       const runner = this.lanes.get(cut.lane.lane);
       if (runner !== undefined && cut.units.length > 0) await runner.forward(cut.units);
@@ -407,16 +344,15 @@ export class Runtime implements SourceHandler {
       await this.abort(opened);
       throw this.failure;
     }
-    const kind = this.plan.source.type === "kafka" ? "kafka" : "replay";
     return {
-      kind,
+      recordNoun: this.plan.sourceTraits.recordNoun,
       metrics: this.metrics,
       seconds: (performance.now() - started) / 1000,
       events: this.source.delivered,
       files: this.sinks.flatMap((s) => [...(s.files ?? [])]),
       deadLetterFiles: [...(this.deadLetters.files ?? [])],
-      out: this.filesDir,
-      deadLetterDir: this.deadLetterDir,
+      out: this.durable.location,
+      deadLetters: this.deadLetters.location,
     };
   }
 
@@ -470,7 +406,7 @@ export class Runtime implements SourceHandler {
     const failed = drained.find((d) => d.status === "rejected");
     if (failed !== undefined) throw (failed as PromiseRejectedResult).reason;
     await this.deadLetters.close();
-    const say = this.plan.source.type === "kafka" ? "info" : "debug";
+    const say = this.plan.sourceTraits.live ? "info" : "debug";
     this.log[say]("Files written; committing offsets.");
     // A commit during a rebalance can wait for the group indefinitely; the files are in place either way
     // and recovery skips their sessions, so an uncommitted offset costs re-reading, never a duplicate.
@@ -493,15 +429,14 @@ export class Runtime implements SourceHandler {
       await this.deadLetters.close().catch(() => {});
     }
     await this.closeAll().catch(() => {});
-    // A replay into a directory holding a different run: take this run's files back out of it.
+    // A finite input re-run into a place holding a different run's output: take this run's back out.
     if (
       isTrajflowError(this.failure) &&
       this.failure.code === "FILE_CONFLICT" &&
-      this.plan.source.type === "jsonl"
+      !this.plan.sourceTraits.live
     ) {
       for (const sink of this.sinks) {
-        if (!(sink instanceof FileSinkComponent)) continue;
-        const removed = await sink.removeCreated();
+        const removed = (await sink.rollback?.()) ?? [];
         if (removed.length > 0)
           this.log.warn({ files: removed.length }, "Removed the files this run wrote before the conflict.");
       }
@@ -518,6 +453,6 @@ export class Runtime implements SourceHandler {
     await this.source?.close();
     for (const s of this.sinks) await s.close();
     for (const t of this.transforms) await t.close?.();
-    await this.decoders?.close();
+    await this.ingest?.close();
   }
 }

@@ -11,3 +11,8 @@ export function formatOrigin(origin: Origin): string {
   if (origin.kind === "kafka") return `${origin.topic}/${origin.partition}@${origin.offset}`;
   return `trajectory ${origin.key}`;
 }
+
+/** The input offset an origin names, where it names one (a Kafka record's); null for other inputs. */
+export function originOffset(origin: Origin): number | null {
+  return origin.kind === "kafka" ? Number(origin.offset) : null;
+}

@@ -66,7 +66,7 @@ export async function runPipelineCommand(command: "validate" | "run", argv: stri
     // Model and module paths of reward stages are relative to the pipeline file.
     baseDir: dirname(resolve(file)),
     untilIdleMs,
-    stopSignal: plan.source.type === "kafka" ? stopOnSignals(logger) : undefined,
+    stopSignal: plan.sourceTraits.live ? stopOnSignals(logger) : undefined,
     operations,
   });
   process.stdout.write(runReport("run", result, values.json === true));

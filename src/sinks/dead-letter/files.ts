@@ -7,13 +7,20 @@
  * Names: `dead-letters-NNNNN.jsonl` in order for a replay (the same input gives the same files), or with a
  * writer tag (`dead-letters-<tag>-NNNNN.jsonl`) where several processes share the directory.
  */
-import { join } from "node:path";
+import { join, resolve } from "node:path";
+import { z } from "zod";
 import type { DeadLetterSink } from "../../contract/components.ts";
 import type { Ack } from "../../contract/ledger.ts";
 import { isTrajflowError, TrajflowError } from "../../core/errors.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
 import { assertWritableDir, commitFile, removeStaleTemps } from "../shared/atomic-file.ts";
+
+/** `dead_letters: { type: files, ... }` in a pipeline. */
+export const deadLetterFilesConfigSchema = z.strictObject({
+  path: z.string().min(1).describe("Directory of dead-letter files."),
+});
+export type DeadLetterFilesConfig = z.output<typeof deadLetterFilesConfigSchema>;
 
 export interface DeadLetterFilesOptions {
   dir: string;
@@ -45,9 +52,11 @@ export class DeadLetterFiles implements DeadLetterSink {
   private timer: NodeJS.Timeout | null = null;
   private oldest = 0;
   readonly files: string[] = [];
+  readonly location: string;
 
   constructor(options: DeadLetterFilesOptions, metrics: Metrics) {
     this.options = options;
+    this.location = resolve(options.dir);
     this.maxPerFile = options.maxPerFile ?? 100_000;
     this.maxBytesPerFile = options.maxBytesPerFile ?? 8 * 2 ** 20;
     this.metrics = metrics;

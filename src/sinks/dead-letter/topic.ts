@@ -5,6 +5,7 @@
  * delays commits but loses nothing. The backlog (bytes not yet acknowledged) is bounded by the runtime,
  * which stops reading while it is over its limit: a flood of garbage cannot exhaust memory.
  */
+import { z } from "zod";
 import type { DeadLetterSink } from "../../contract/components.ts";
 import type { Ack } from "../../contract/ledger.ts";
 import { TrajflowError } from "../../core/errors.ts";
@@ -18,7 +19,16 @@ import {
   Partitioners,
   type Producer,
 } from "../../kafka/client.ts";
-import type { KafkaConnection } from "../../kafka/connection.ts";
+import { kafkaConnectionSchema, type KafkaConnection } from "../../kafka/connection.ts";
+
+/** `dead_letters: { type: kafka, ... }` in a pipeline. */
+export const deadLetterTopicConfigSchema = z.strictObject({
+  topic: z.string().min(1).describe("Dead-letter topic."),
+  connection: kafkaConnectionSchema
+    .optional()
+    .describe("Brokers of the topic; default: the kafka source's connection."),
+});
+export type DeadLetterTopicConfig = z.output<typeof deadLetterTopicConfigSchema>;
 
 /** Messages per produce request; a batch is also cut at this many bytes (under message.max.bytes). */
 const BATCH_MESSAGES = 500;
@@ -43,8 +53,11 @@ export class DeadLetterTopic implements DeadLetterSink {
 
   private readonly connection: KafkaConnection;
 
+  readonly location: string;
+
   constructor(topic: string, connection: KafkaConnection, ctx: { metrics: Metrics; logger: Logger }) {
     this.topic = topic;
+    this.location = `topic ${topic}`;
     this.connection = connection;
     this.metrics = ctx.metrics;
     this.log = ctx.logger.child({ component: "dead-letters" });

@@ -18,7 +18,8 @@ import { EncoderPool } from "./pool.ts";
 import { FileSink } from "./sink.ts";
 
 export class FileSinkComponent implements SinkComponent {
-  readonly recovery = true;
+  readonly role = "durable";
+  readonly location: string;
   private readonly config: FileSinkConfig;
   private readonly metrics: Metrics;
   private readonly logger: Logger;
@@ -28,6 +29,7 @@ export class FileSinkComponent implements SinkComponent {
 
   constructor(config: FileSinkConfig, ctx: { metrics: Metrics; logger: Logger }) {
     this.config = config;
+    this.location = resolve(config.path);
     this.metrics = ctx.metrics;
     this.logger = ctx.logger;
     this.pool = new EncoderPool(config.encode_workers, config);
@@ -93,12 +95,12 @@ export class FileSinkComponent implements SinkComponent {
    * after a FILE_CONFLICT the other run's dataset keeps none of this run's rows. Files found already
    * committed (identical bytes) are left: they belong to both.
    */
-  async removeCreated(): Promise<string[]> {
+  async rollback(): Promise<string[]> {
     const created = [...this.retired, ...this.sinks].flatMap((s) => s.created);
     for (const path of created) {
       await fs.unlink(path).catch(() => {});
       // A partition directory this run made and left empty goes too (rmdir fails on a non-empty one).
-      if (dirname(path) !== resolve(this.config.path)) await fs.rmdir(dirname(path)).catch(() => {});
+      if (dirname(path) !== this.location) await fs.rmdir(dirname(path)).catch(() => {});
     }
     return created;
   }

@@ -20,7 +20,8 @@ import type { TrajectoryTopicConfig } from "./config.ts";
 import { TrajectoryTopicSink } from "./topic.ts";
 
 export class TopicSinkComponent implements SinkComponent {
-  readonly recovery = false;
+  readonly role = "topic";
+  readonly location: string;
   private readonly producer: Producer;
   private readonly sink: TrajectoryTopicSink;
   private readonly metrics: Metrics;
@@ -32,6 +33,7 @@ export class TopicSinkComponent implements SinkComponent {
     ctx: { metrics: Metrics; logger: Logger },
   ) {
     this.metrics = ctx.metrics;
+    this.location = `topic ${config.topic}`;
     this.connection = connection;
     this.producer = createKafka(connection, ctx.logger).producer({
       idempotent: true,

@@ -1,17 +1,19 @@
 /**
- * The `assemble` transform as a pipeline component: one Assembler per lane, and what ties sessions to
- * the input. Each open session holds its first offset in the lane's ledger (the ack travels with its
+ * The ingest stage (`assemble` in a pipeline): records decoded in chunks (on worker threads when asked),
+ * one Assembler per lane, and what ties sessions to the input. Each open session holds its first offset in the lane's ledger (the ack travels with its
  * unit); sessions the lane's files already hold (recovery) are skipped; and the open-session limits apply
  * to all lanes together, cutting the oldest session of any lane first.
  */
 import type { Ack } from "../../contract/ledger.ts";
-import type { Lane, SessionSpan, Unit } from "../../contract/components.ts";
+import type { IngestStage, Lane, LaneIngest, SessionSpan, Unit } from "../../contract/components.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { makeDeadLetter, type DeadLetterOutput, type RawRecord } from "../../core/records.ts";
+import type { PolicyUpdateEvent } from "../../schemas/events.ts";
 import type { Origin } from "../../schemas/origin.ts";
 import { sessionKey, type SessionOutput } from "../../schemas/session.ts";
 import type { DecodeResult } from "../decode/decode.ts";
+import { DecodePool } from "../decode/pool.ts";
 import { Assembler } from "./assembler.ts";
 import { SESSION_OVERHEAD_BYTES, type AssembleConfig } from "./config.ts";
 
@@ -34,10 +36,21 @@ interface OpenSpan {
 export interface AssembleComponentContext {
   metrics: Metrics;
   logger: Logger;
+  /** Threads records are decoded on; 0: the ingest thread. */
+  decodeWorkers: number;
+  /** Where control events (policy.update) go: the transforms. */
+  control(event: PolicyUpdateEvent): void;
 }
 
+/**
+ * Chunks a batch is decoded in: small enough that assembly starts soon, large enough that the hand-over
+ * to a worker is a small part of the chunk's cost.
+ */
+const DECODE_CHUNK_RECORDS = 256;
+const DECODE_CHUNK_BYTES = 1 << 20;
+
 /** One lane's assembly. */
-export class LaneAssembler {
+export class LaneAssembler implements LaneIngest<DecodeResult> {
   readonly lane: Lane;
   private readonly owner: AssembleComponent;
   private readonly assembler: Assembler;
@@ -75,7 +88,12 @@ export class LaneAssembler {
 
   /** Applies one decoded record at `offset`; returns the units of the sessions it finished. */
   push(record: RawRecord, offset: number, decoded: DecodeResult): Unit[] {
-    if (decoded.kind === "control") return [];
+    if (decoded.kind === "control") {
+      this.owner.ctx.metrics.inc("control_events", decoded.control.type);
+      this.owner.ctx.control(decoded.control);
+      return [];
+    }
+    if (decoded.kind === "rejected") this.deadLetters.write(decoded.deadLetter);
     const envelope = decoded.kind === "event" ? decoded.value.event : decoded.envelope;
     if (envelope === undefined) return [];
     const key = sessionKey(envelope.uid, envelope.session_id);
@@ -222,10 +240,11 @@ export class LaneAssembler {
   }
 }
 
-/** The component: builds lane assemblers and keeps the limits of all lanes together. */
-export class AssembleComponent {
+/** The stage: decodes, builds lane assemblers and keeps the limits of all lanes together. */
+export class AssembleComponent implements IngestStage<DecodeResult> {
   readonly config: AssembleConfig;
   readonly ctx: AssembleComponentContext;
+  private readonly decoders: DecodePool;
   private readonly lanes = new Set<LaneAssembler>();
   private opened = 0;
   /** Bytes of events held by open sessions, all lanes. */
@@ -234,6 +253,31 @@ export class AssembleComponent {
   constructor(config: AssembleConfig, ctx: AssembleComponentContext) {
     this.config = config;
     this.ctx = ctx;
+    this.decoders = new DecodePool(ctx.decodeWorkers);
+  }
+
+  /** The records in chunks, all handed to the decoders at once (they decode ahead of assembly). */
+  decode(records: RawRecord[]): Array<Promise<DecodeResult[]>> {
+    const chunks: Array<Promise<DecodeResult[]>> = [];
+    let start = 0;
+    let bytes = 0;
+    for (let i = 0; i < records.length; i++) {
+      const raw = records[i]!.raw;
+      bytes += typeof raw === "string" ? raw.length : raw.byteLength;
+      if (i + 1 - start >= DECODE_CHUNK_RECORDS || bytes >= DECODE_CHUNK_BYTES || i === records.length - 1) {
+        const results = this.decoders.decode(records.slice(start, i + 1));
+        // A chunk left behind by a rebalance may fail after nobody awaits it any more.
+        results.catch(() => {});
+        chunks.push(results);
+        start = i + 1;
+        bytes = 0;
+      }
+    }
+    return chunks;
+  }
+
+  close(): Promise<void> {
+    return this.decoders.close();
   }
 
   nextOrder(): number {
@@ -246,7 +290,8 @@ export class AssembleComponent {
     return l;
   }
 
-  closeLane(l: LaneAssembler): void {
+  closeLane(lane: LaneIngest<DecodeResult>): void {
+    const l = lane as LaneAssembler;
     l.drop();
     this.lanes.delete(l);
   }

@@ -13,6 +13,7 @@ import { rewardsConfigSchema } from "./config.ts";
 /** A dead-letter sink whose letters become durable only when the test says so. */
 class HeldDeadLetters implements DeadLetterSink {
   readonly held: Array<{ letter: DeadLetter; ack: Ack | null }> = [];
+  readonly location = "memory";
   backlogBytes = 0;
   write(letter: DeadLetter, ack: Ack | null): void {
     this.held.push({ letter, ack });
