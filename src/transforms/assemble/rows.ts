@@ -184,16 +184,11 @@ function placeTurnRewards(
   });
 }
 
-function buildRow(
-  session: SessionState,
+/** Lengths along a root-to-leaf path: the whole sequence, the prompt, and the prefix shared with `owner`. */
+function pathLengths(
   path: TrieNode[],
   firstUnowned: number,
-  index: number,
-  owner: number[],
-  config: AssembleConfig,
-  metrics: Metrics,
-  turnsOut: RowTurn[][],
-): TrajectoryRow {
+): { total: number; promptLen: number; sharedLen: number } {
   let total = 0;
   let promptLen = -1;
   let sharedLen = 0;
@@ -203,52 +198,72 @@ function buildRow(
     if (d < firstUnowned) sharedLen += node.len;
     total += node.len;
   }
-  if (promptLen < 0) promptLen = total;
+  return { total, promptLen: promptLen < 0 ? total : promptLen, sharedLen };
+}
 
-  const flags = new Set<RowFlag>(session.flags);
-  let length = total;
-  if (config.max_tokens !== undefined && total > config.max_tokens) {
-    length = config.max_tokens;
-    flags.add(RowFlags.TRUNCATED);
-    metrics.inc("rows_truncated");
-  }
-  const promptKept = Math.min(promptLen, length);
+/** A row's token columns and what they say about its turns. */
+interface RowTokens {
+  prompt: Int32Array;
+  response: Int32Array;
+  mask: Int8Array;
+  logprobs: Float32Array;
+  missingLogprobs: boolean;
+  trained: number;
+  lastTrained: number;
+  /** The calls along the row in order, each with the response index of its last token (-1: none). */
+  turns: Turn[];
+  trainedCalls: Set<CallState>;
+}
+
+/**
+ * Copies the path's first `length` tokens into the prompt (the first `promptKept`) and the response,
+ * with the mask and logprobs of the spans this row trains (those past `firstUnowned`, not demoted).
+ */
+function copyTokens(path: TrieNode[], firstUnowned: number, promptKept: number, length: number): RowTokens {
   const responseLen = length - promptKept;
-  const prompt = new Int32Array(promptKept);
-  const response = new Int32Array(responseLen);
-  const mask = new Int8Array(responseLen);
-  const logprobs = new Float32Array(responseLen);
-  let missingLogprobs = false;
-  let trained = 0;
-
-  const turns: Turn[] = [];
-  const trainedCalls = new Set<CallState>();
-  let lastTrained = -1;
+  const t: RowTokens = {
+    prompt: new Int32Array(promptKept),
+    response: new Int32Array(responseLen),
+    mask: new Int8Array(responseLen),
+    logprobs: new Float32Array(responseLen),
+    missingLogprobs: false,
+    trained: 0,
+    lastTrained: -1,
+    turns: [],
+    trainedCalls: new Set<CallState>(),
+  };
   let pos = 0; // position in the whole sequence
   for (let d = 0; d < path.length && pos < length; d++) {
     const node = path[d]!;
     const take = Math.min(node.len, length - pos);
     const src = node.tokens.subarray(node.start, node.start + take);
     // Copy the span, which may straddle the prompt/response boundary only at a node boundary.
-    if (pos < promptKept) prompt.set(src, pos);
-    else response.set(src, pos - promptKept);
+    if (pos < promptKept) t.prompt.set(src, pos);
+    else t.response.set(src, pos - promptKept);
     const call = node.call as CallState | null;
     if (call !== null) {
-      if (turns.length === 0 || turns[turns.length - 1]!.call !== call) turns.push({ call, end: -1 });
-      if (pos + take > promptKept) turns[turns.length - 1]!.end = pos + take - 1 - promptKept;
+      if (t.turns.length === 0 || t.turns[t.turns.length - 1]!.call !== call) t.turns.push({ call, end: -1 });
+      if (pos + take > promptKept) t.turns[t.turns.length - 1]!.end = pos + take - 1 - promptKept;
       if (d >= firstUnowned && !call.demoted) {
         const at = pos - promptKept;
-        mask.fill(1, at, at + take);
-        trained += take;
-        trainedCalls.add(call);
-        if (take > 0) lastTrained = at + take - 1;
-        if (call.hasLogprobs) logprobs.set(node.logprobs.subarray(node.start, node.start + take), at);
-        else missingLogprobs = true;
+        t.mask.fill(1, at, at + take);
+        t.trained += take;
+        t.trainedCalls.add(call);
+        if (take > 0) t.lastTrained = at + take - 1;
+        if (call.hasLogprobs) t.logprobs.set(node.logprobs.subarray(node.start, node.start + take), at);
+        else t.missingLogprobs = true;
       }
     }
     pos += take;
   }
+  return t;
+}
 
+/** Per-turn columns (finish reasons, policy versions), adding the turns' flags to `flags`. */
+function turnColumns(
+  turns: Turn[],
+  flags: Set<RowFlag>,
+): { finishReasons: FinishReason[]; finishRaw: string[]; wvMin: number | null; wvMax: number | null } {
   const finishReasons: FinishReason[] = [];
   const finishRaw: string[] = [];
   let wvMin: number | null = null;
@@ -264,21 +279,44 @@ function buildRow(
       wvMax = wvMax === null ? call.weightVersion : Math.max(wvMax, call.weightVersion);
     }
   }
-  const rowTurns: RowTurn[] = turns.map(({ call, end }) => ({
+  return { finishReasons, finishRaw, wvMin, wvMax };
+}
+
+function buildRow(
+  session: SessionState,
+  path: TrieNode[],
+  firstUnowned: number,
+  index: number,
+  owner: number[],
+  config: AssembleConfig,
+  metrics: Metrics,
+  turnsOut: RowTurn[][],
+): TrajectoryRow {
+  const { total, promptLen, sharedLen } = pathLengths(path, firstUnowned);
+  const flags = new Set<RowFlag>(session.flags);
+  let length = total;
+  if (config.max_tokens !== undefined && total > config.max_tokens) {
+    length = config.max_tokens;
+    flags.add(RowFlags.TRUNCATED);
+    metrics.inc("rows_truncated");
+  }
+  const tokens = copyTokens(path, firstUnowned, Math.min(promptLen, length), length);
+  const { finishReasons, finishRaw, wvMin, wvMax } = turnColumns(tokens.turns, flags);
+  const rowTurns: RowTurn[] = tokens.turns.map(({ call, end }) => ({
     callId: call.id,
     end,
-    trained: trainedCalls.has(call),
+    trained: tokens.trainedCalls.has(call),
     text: call.text,
     toolCalls: call.toolCalls,
   }));
   turnsOut.push(rowTurns);
-  if (missingLogprobs) {
+  if (tokens.missingLogprobs) {
     flags.add(RowFlags.MISSING_LOGPROBS);
     metrics.inc("rows_missing_logprobs");
   }
   metrics.inc("rows_emitted");
   metrics.inc("tokens_emitted", "", length);
-  metrics.inc("tokens_trained", "", trained);
+  metrics.inc("tokens_trained", "", tokens.trained);
 
   return {
     key: rowKey(session.uid, session.sessionId, index),
@@ -287,26 +325,26 @@ function buildRow(
     index,
     sample_index: null,
     group_size: null,
-    prompt_ids: prompt,
-    response_ids: response,
-    response_mask: mask,
+    prompt_ids: tokens.prompt,
+    response_ids: tokens.response,
+    response_mask: tokens.mask,
     // Never 0.0 at a trained position: a row with any trained span lacking logprobs has none at all.
-    rollout_log_probs: missingLogprobs ? null : logprobs,
+    rollout_log_probs: tokens.missingLogprobs ? null : tokens.logprobs,
     reward: null,
     episode_finished: null,
     finish_reasons: finishReasons,
     finish_reasons_raw: finishRaw,
     weight_version_min: wvMin,
     weight_version_max: wvMax,
-    num_turns: turns.length,
-    num_trained_tokens: trained,
+    num_turns: tokens.turns.length,
+    num_trained_tokens: tokens.trained,
     status: "timeout",
     flags: [...flags],
     parent_index: firstUnowned > 0 ? owner[firstUnowned - 1]! : null,
     shared_prefix_len: Math.min(sharedLen, length),
     sample_mask: 1,
     ended_at_ms: 0,
-    last_trained_index: lastTrained < 0 ? null : lastTrained,
+    last_trained_index: tokens.lastTrained < 0 ? null : tokens.lastTrained,
     reward_names: [],
     reward_values: [],
     reward_info: null,
