@@ -145,6 +145,70 @@ describe("assemble: linear sessions", () => {
   });
 });
 
+// Issue 26 item 6, translated from slime's branching tests: a call that sampled nothing vanished from its
+// row, and the tool result before it with it, so an over-long sample could not be seen as cut.
+describe("assemble: turns that sampled nothing", () => {
+  it("keeps a 0-token length turn and the tool result it was sent", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { finish_reason: "tool_calls" })
+      .call("c2", [...P, ...O1, ...T1], [], { finish_reason: "length" })
+      .end();
+    const { rows, deadLetters } = assemble(s.lines());
+    assert.deepEqual(deadLetters, []);
+    assert.deepEqual(rows.map(plain), [
+      row({
+        prompt_ids: P,
+        response_ids: [...O1, ...T1],
+        response_mask: [1, 1, 0, 0],
+        finish_reasons: ["tool_calls", "length"],
+        finish_reasons_raw: ["tool_calls", "length"],
+        num_turns: 2,
+        flags: ["length_turn"],
+      }),
+    ]);
+  });
+
+  it("keeps an empty abort between the turn before it and its resume", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { finish_reason: "tool_calls", weight_version: 1 })
+      .call("c2", [...P, ...O1, ...T1], [], { finish_reason: "abort", weight_version: 1 })
+      .call("c3", [...P, ...O1, ...T1], O2, { weight_version: 2 })
+      .end();
+    const { rows, deadLetters } = assemble(s.lines());
+    assert.deepEqual(deadLetters, []);
+    assert.deepEqual(rows.map(plain), [
+      row({
+        prompt_ids: P,
+        response_ids: [...O1, ...T1, ...O2],
+        response_mask: [1, 1, 0, 0, 1, 1],
+        finish_reasons: ["tool_calls", "abort", "stop"],
+        finish_reasons_raw: ["tool_calls", "abort", "stop"],
+        weight_version_min: 1,
+        weight_version_max: 2,
+        num_turns: 3,
+        flags: ["aborted_turn"],
+      }),
+    ]);
+  });
+
+  it("makes a row of a session whose only call sampled nothing", () => {
+    const s = new SessionScript().call("c1", P, [], { finish_reason: "length" }).end();
+    const { rows, deadLetters } = assemble(s.lines());
+    assert.deepEqual(deadLetters, []);
+    assert.deepEqual(rows.map(plain), [
+      row({
+        prompt_ids: P,
+        response_ids: [],
+        response_mask: [],
+        rollout_log_probs: [],
+        finish_reasons: ["length"],
+        finish_reasons_raw: ["length"],
+        flags: ["length_turn"],
+      }),
+    ]);
+  });
+});
+
 describe("assemble: branches", () => {
   it("trains a shared turn once and records the shared prefix", () => {
     const s = new SessionScript()

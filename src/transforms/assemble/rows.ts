@@ -20,7 +20,9 @@ import type { TrieNode } from "./trie.ts";
 
 /**
  * Marks live nodes: a sampled node with no live child is a row's leaf (unless suppressed); a node with a
- * live child is live. Context-only tails produce no row: they hold nothing to train.
+ * live child is live. A context-only tail produces no row (it holds nothing to train) unless a call with
+ * an empty output ends there: that call is a turn (a `length` cut at the context limit, an `abort`), and
+ * its prompt proves the tail was sent.
  */
 function markLive(root: TrieNode, suppressed: Set<TrieNode> | null): void {
   const order: TrieNode[] = [];
@@ -34,8 +36,22 @@ function markLive(root: TrieNode, suppressed: Set<TrieNode> | null): void {
     const node = order[i]!;
     let liveChild = false;
     for (const child of node.children) if (child.live) liveChild = true;
-    node.live = liveChild || (node.call !== null && suppressed?.has(node) !== true);
+    node.live =
+      liveChild ||
+      (node.call !== null && suppressed?.has(node) !== true) ||
+      (node.parent !== null && emptyTurnsAt(node) !== null);
   }
+}
+
+/** Calls with an empty output whose prompt ends at `node`, in creation order; null when there are none. */
+function emptyTurnsAt(node: TrieNode): CallState[] | null {
+  if (node.endOf === null) return null;
+  let found: CallState[] | null = null;
+  for (const handle of node.endOf) {
+    const call = handle as CallState;
+    if (call.outStart === null) (found ??= []).push(call);
+  }
+  return found;
 }
 
 interface Turn {
@@ -255,6 +271,9 @@ function copyTokens(path: TrieNode[], firstUnowned: number, promptKept: number, 
       }
     }
     pos += take;
+    // Calls that sampled nothing after this node's tokens are turns too, unless the row was cut before.
+    const empty = take === node.len ? emptyTurnsAt(node) : null;
+    if (empty !== null) for (const c of empty) t.turns.push({ call: c, end: -1 });
   }
   return t;
 }
