@@ -1,8 +1,11 @@
 /**
  * Replays keep pure event time: the output of these recorded inputs is byte for byte the output trajflow
  * wrote before the live clock (issue 21) existed. test/golden/ holds the inputs and those files, written
- * by the commit before that change (0751b8c) from inputs in /tmp/trajflow-golden-inputs; a difference here is a change of replay output, which must be
- * deliberate (docs/sinks.md: a rerun into an existing directory then needs a fresh one).
+ * by the commit before that change (0751b8c) from inputs in /tmp/trajflow-golden-inputs, and rewritten once
+ * since, when schema version 3 added the per-token policy columns (issue 26): pyarrow read every earlier
+ * column of the new files equal to the old ones, and the metadata differed only in
+ * `trajflow.schema_version`. A difference here is a change of replay output, which must be deliberate
+ * (docs/sinks.md: a rerun into an existing directory then needs a fresh one).
  */
 import { strict as assert } from "node:assert";
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";

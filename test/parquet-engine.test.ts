@@ -78,6 +78,12 @@ function rows(): TrajectoryRow[] {
       reward_info: i % 4 === 0 ? null : JSON.stringify({ note: "réponse ✓ 🙂", i }),
       turn_end_indices: Int32Array.from({ length: i % 4 }, (_, j) => j * 5),
       turn_rewards: i % 4 === 1 ? null : Array.from({ length: i % 4 }, (_, j) => (j === 1 ? null : j / 2)),
+      token_policy_versions:
+        i % 5 === 2
+          ? null
+          : Int32Array.from({ length: responseLength }, (_, j) => (j % 4 === 0 ? -1 : i + (j % 2))),
+      policy_version_min: maybe(i),
+      policy_version_max: maybe(i + 1),
     });
   }
   return out;

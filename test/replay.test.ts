@@ -80,6 +80,9 @@ describe("replay", () => {
       reward_info: "string",
       turn_end_indices: "list<element: int32 not null>",
       turn_rewards: "list<element: double>",
+      token_policy_versions: "list<element: int32 not null>",
+      policy_version_min: "int32",
+      policy_version_max: "int32",
     });
     assert.equal(view.nullable.rollout_log_probs, true);
     assert.equal(view.nullable.prompt_ids, false);
@@ -105,7 +108,7 @@ describe("replay", () => {
       expected.map((r) => [r.uid, r.session_id, String(r.index)]),
     );
     const meta = await readFileMetadata(join(out, "part-00001.parquet"));
-    assert.equal(meta["trajflow.schema_version"], "2");
+    assert.equal(meta["trajflow.schema_version"], "3");
     assert.equal(meta["trajflow.first_row"], "4");
   });
 

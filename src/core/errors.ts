@@ -27,6 +27,10 @@ export const ErrorCodes = {
     retryable: false,
     summary: "a response has a different number of logprobs than output ids",
   },
+  OUTPUT_VERSIONS_LENGTH_MISMATCH: {
+    retryable: false,
+    summary: "a response has a different number of output_versions than output ids",
+  },
   LOGPROBS_NOT_FINITE: { retryable: false, summary: "a response's logprobs contain NaN or an infinity" },
   GROUP_TOO_LARGE: {
     retryable: false,

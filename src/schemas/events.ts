@@ -123,6 +123,10 @@ export const responseEvent = z.object({
   logprobs: logprobValues("one logprob per output id, of the sampled token").optional(),
   finish_reason: z.string().describe("the backend's raw finish reason: stop, length, tool_calls, abort, ..."),
   weight_version: int32Count().optional().describe("the policy version that sampled"),
+  output_versions: tokenIds(
+    "per output token, the policy version that sampled it (a rollout interrupted by a weight update and " +
+      "resumed holds several); absent: every token has weight_version",
+  ).optional(),
   text: z.string().optional().describe("the decoded output text"),
   tool_calls: z.array(z.unknown()).optional().describe("tool calls parsed from the output (OpenAI format)"),
   ...promptFields,

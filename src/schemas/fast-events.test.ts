@@ -31,6 +31,7 @@ const good: Record<string, unknown[]> = {
   weight_version: [0, 12],
   output_ids: [[5, 6], packTokenIds([5, 6])],
   logprobs: [[-0.5, -1], packLogprobs([-0.5, -1])],
+  output_versions: [[3, 4], packTokenIds([4, 4])],
   finish_reason: ["stop", "abort", ""],
   text: ["hello", ""],
   tool_calls: [[{ id: "t" }], []],

@@ -39,6 +39,7 @@ export const FAST_FIELDS: Record<EventType, readonly string[]> = {
     "logprobs",
     "finish_reason",
     "weight_version",
+    "output_versions",
     "text",
     "tool_calls",
     ...PROMPT,
@@ -114,6 +115,7 @@ const PATHS: Record<EventType, (o: Obj) => Obj> = {
     });
     out.finish_reason = o.finish_reason;
     optional(out, o, "weight_version", isCount32);
+    optional(out, o, "output_versions", isTokens, tokens);
     optional(out, o, "text", isString);
     optional(out, o, "tool_calls", Array.isArray);
     promptFields(out, o);

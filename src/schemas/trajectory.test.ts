@@ -37,6 +37,9 @@ function fullRow(): TrajectoryRow {
     reward_info: '{"a":{"status":"ok"}}',
     turn_end_indices: Int32Array.of(0),
     turn_rewards: [null],
+    token_policy_versions: Int32Array.of(-1, 7),
+    policy_version_min: 7,
+    policy_version_max: 7,
   };
 }
 

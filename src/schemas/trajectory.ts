@@ -4,7 +4,7 @@
  * the ingest thread does not load apache-arrow).
  */
 
-export const OUTPUT_SCHEMA_VERSION = "2";
+export const OUTPUT_SCHEMA_VERSION = "3";
 
 /** Per-row flags. Each marks something a trainer may want to filter on; all are counted in metrics. */
 export const RowFlags = {
@@ -177,6 +177,12 @@ export const ROW_COLUMNS = [
   column("reward_info", nullable(T.utf8), "JSON: per stage, its status, raw value, components, info"),
   column("turn_end_indices", T.int32List, "index in response_ids of the last token of each trained turn"),
   column("turn_rewards", nullable(T.float64NullableList), "per-turn rewards aligned with turn_end_indices"),
+  // Empty, not missing, on a placeholder: its response is empty too.
+  column("token_policy_versions", nullable(T.int32List), "per response token, the policy that sampled it", {
+    empty: () => new Int32Array(0),
+  }),
+  column("policy_version_min", nullable(T.int32), "the oldest policy of the trained tokens", STATS),
+  column("policy_version_max", nullable(T.int32), "the newest policy of the trained tokens", STATS),
 ] as const;
 
 type ValueOf<C> = C extends Column<string, infer V> ? V : never;

@@ -150,14 +150,11 @@ export function plain(row: TrajectoryRow): Record<string, unknown> {
 
 /** Like `plain`, keeping `ended_at_ms`. */
 export function plainWithTimes(row: TrajectoryRow): Record<string, unknown> {
-  return {
-    ...row,
-    prompt_ids: [...row.prompt_ids],
-    response_ids: [...row.response_ids],
-    response_mask: [...row.response_mask],
-    rollout_log_probs: row.rollout_log_probs === null ? null : [...row.rollout_log_probs],
-    turn_end_indices: [...row.turn_end_indices],
-  };
+  const out: Record<string, unknown> = { ...row };
+  for (const [name, value] of Object.entries(out)) {
+    if (ArrayBuffer.isView(value)) out[name] = [...(value as Int32Array)];
+  }
+  return out;
 }
 
 /** Logprobs for a response: lp(t) at trained positions, 0 elsewhere. */
@@ -204,6 +201,10 @@ export function row(fields: Partial<Record<keyof TrajectoryRow, unknown>>): Reco
     // One trained turn per run of mask 1 (scenarios here always put context between turns).
     turn_end_indices: mask.flatMap((m, i) => (m === 1 && mask[i + 1] !== 1 ? [i] : [])),
     turn_rewards: null,
+    // Versions known only where the scenario gives weight_version: then token_policy_versions is given too.
+    token_policy_versions: null,
+    policy_version_min: null,
+    policy_version_max: null,
     ...fields,
   };
 }

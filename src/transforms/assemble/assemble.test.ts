@@ -35,6 +35,9 @@ describe("assemble: linear sessions", () => {
         weight_version_min: 7,
         weight_version_max: 8,
         num_turns: 2,
+        token_policy_versions: [7, 7, -1, -1, 8, 8],
+        policy_version_min: 7,
+        policy_version_max: 8,
       }),
     ]);
   });
@@ -187,6 +190,9 @@ describe("assemble: turns that sampled nothing", () => {
         weight_version_max: 2,
         num_turns: 3,
         flags: ["aborted_turn"],
+        token_policy_versions: [1, 1, -1, -1, 2, 2],
+        policy_version_min: 1,
+        policy_version_max: 2,
       }),
     ]);
   });
@@ -201,6 +207,7 @@ describe("assemble: turns that sampled nothing", () => {
         response_ids: [],
         response_mask: [],
         rollout_log_probs: [],
+        token_policy_versions: [],
         finish_reasons: ["length"],
         finish_reasons_raw: ["length"],
         flags: ["length_turn"],
@@ -732,6 +739,66 @@ describe("assemble: logprobs and truncation", () => {
         flags: ["truncated"],
       }),
     ]);
+  });
+});
+
+// Issue 26: with partial rollouts one response holds tokens of several policies (AReaL's per-token
+// versions); each token keeps the version that sampled it, through branches and across arena chunks.
+describe("assemble: per-token policy versions", () => {
+  it("keeps the versions of a response resumed across a weight update", () => {
+    const s = new SessionScript()
+      .call("c1", P, [10, 11, 12], { weight_version: 4, output_versions: [3, 3, 4] })
+      .call("c2", [...P, 10, 11, 12, ...T1], O2, { weight_version: 4 })
+      .end();
+    const { rows, deadLetters } = assemble(s.lines());
+    assert.deepEqual(deadLetters, []);
+    assert.deepEqual(
+      rows.map((r) => [plain(r).token_policy_versions, r.policy_version_min, r.policy_version_max]),
+      [[[3, 3, 4, -1, -1, 4, 4], 3, 4]],
+    );
+    assert.deepEqual([rows[0]!.weight_version_min, rows[0]!.weight_version_max], [4, 4]);
+  });
+
+  it("shows who sampled a shared turn on every branch, the trained range only where it is trained", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { weight_version: 1, output_versions: [1, 2] })
+      .call("c2", [...P, ...O1, 4], [20], { weight_version: 3 })
+      .call("c3", [...P, ...O1, 5], [21], { weight_version: 5 })
+      .end();
+    const { rows } = assemble(s.lines());
+    assert.deepEqual(
+      rows.map((r) => [
+        plain(r).response_mask,
+        plain(r).token_policy_versions,
+        r.policy_version_min,
+        r.policy_version_max,
+      ]),
+      [
+        [[1, 1, 0, 1], [1, 2, -1, 3], 1, 3],
+        [[0, 0, 0, 1], [1, 2, -1, 5], 5, 5],
+      ],
+    );
+  });
+
+  it("never invents a version: unknown ones leave the columns null", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { weight_version: 2 })
+      .call("c2", [...P, ...O1, ...T1], O2)
+      .end();
+    const [r] = assemble(s.lines()).rows;
+    assert.deepEqual(
+      [r!.token_policy_versions, r!.policy_version_min, r!.policy_version_max],
+      [null, null, null],
+    );
+  });
+
+  it("dead-letters output_versions that do not match the output ids", () => {
+    const s = new SessionScript().call("c1", P, O1, { output_versions: [1] }).end();
+    const { deadLetters } = assemble(s.lines());
+    assert.deepEqual(
+      deadLetters.filter((d) => d.component === "decode").map((d) => [d.code, d.details]),
+      [["OUTPUT_VERSIONS_LENGTH_MISMATCH", { output_versions: 1, output_ids: 2 }]],
+    );
   });
 });
 

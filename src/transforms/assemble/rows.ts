@@ -224,6 +224,13 @@ interface RowTokens {
   mask: Int8Array;
   logprobs: Float32Array;
   missingLogprobs: boolean;
+  /** Per response token, the policy version that sampled it; -1 where the model did not sample it. */
+  versions: Int32Array;
+  /** A sampled token's version is not known (no weight_version, no output_versions). */
+  versionsUnknown: boolean;
+  /** Oldest and newest version of the trained tokens; null when none is trained or one is unknown. */
+  policyMin: number | null;
+  policyMax: number | null;
   trained: number;
   lastTrained: number;
   /** The calls along the row in order, each with the response index of its last token (-1: none). */
@@ -243,12 +250,20 @@ function copyTokens(path: TrieNode[], firstUnowned: number, promptKept: number, 
     mask: new Int8Array(responseLen),
     logprobs: new Float32Array(responseLen),
     missingLogprobs: false,
+    versions: new Int32Array(responseLen).fill(-1),
+    versionsUnknown: false,
+    policyMin: null,
+    policyMax: null,
     trained: 0,
     lastTrained: -1,
     turns: [],
     trainedCalls: new Set<CallState>(),
   };
   let pos = 0; // position in the whole sequence
+  // A call's output is one chain of nodes from its start, so along a path its tokens come in order.
+  let runCall: CallState | null = null;
+  let runOffset = 0;
+  let trainedUnknown = false;
   for (let d = 0; d < path.length && pos < length; d++) {
     const node = path[d]!;
     const take = Math.min(node.len, length - pos);
@@ -260,8 +275,14 @@ function copyTokens(path: TrieNode[], firstUnowned: number, promptKept: number, 
     if (call !== null) {
       if (t.turns.length === 0 || t.turns[t.turns.length - 1]!.call !== call) t.turns.push({ call, end: -1 });
       if (pos + take > promptKept) t.turns[t.turns.length - 1]!.end = pos + take - 1 - promptKept;
+      if (call !== runCall) [runCall, runOffset] = [call, 0];
+      const at = pos - promptKept;
+      const known = call.demoted || placeVersions(t.versions, at, take, call, runOffset);
+      runOffset += take;
+      if (!known) t.versionsUnknown = true;
       if (d >= firstUnowned && !call.demoted) {
-        const at = pos - promptKept;
+        if (!known) trainedUnknown = true;
+        else if (take > 0) trainedRange(t, call, at, take);
         t.mask.fill(1, at, at + take);
         t.trained += take;
         t.trainedCalls.add(call);
@@ -269,13 +290,46 @@ function copyTokens(path: TrieNode[], firstUnowned: number, promptKept: number, 
         if (call.hasLogprobs) t.logprobs.set(node.logprobs.subarray(node.start, node.start + take), at);
         else t.missingLogprobs = true;
       }
+    } else {
+      runCall = null;
     }
     pos += take;
     // Calls that sampled nothing after this node's tokens are turns too, unless the row was cut before.
     const empty = take === node.len ? emptyTurnsAt(node) : null;
     if (empty !== null) for (const c of empty) t.turns.push({ call: c, end: -1 });
   }
+  if (trainedUnknown) t.policyMin = t.policyMax = null;
   return t;
+}
+
+/**
+ * Writes the versions of `take` tokens of `call`'s output, from `offset` in it, at `at` in `versions`;
+ * false when they are not known (the response said neither weight_version nor output_versions).
+ */
+function placeVersions(
+  versions: Int32Array,
+  at: number,
+  take: number,
+  call: CallState,
+  offset: number,
+): boolean {
+  if (call.outputVersions !== null) {
+    versions.set(call.outputVersions.subarray(offset, offset + take), at);
+    return true;
+  }
+  if (call.weightVersion === null) return false;
+  versions.fill(call.weightVersion, at, at + take);
+  return true;
+}
+
+/** Widens the row's trained-version range by `call`'s versions at [at, at + take) (placed already). */
+function trainedRange(t: RowTokens, call: CallState, at: number, take: number): void {
+  const widen = (v: number) => {
+    if (t.policyMin === null || v < t.policyMin) t.policyMin = v;
+    if (t.policyMax === null || v > t.policyMax) t.policyMax = v;
+  };
+  if (call.outputVersions === null) widen(call.weightVersion!);
+  else for (let i = at; i < at + take; i++) widen(t.versions[i]!);
 }
 
 /** Per-turn columns (finish reasons, policy versions), adding the turns' flags to `flags`. */
@@ -372,5 +426,8 @@ function buildRow(
       (t) => t.end,
     ),
     turn_rewards: null,
+    token_policy_versions: tokens.versionsUnknown ? null : tokens.versions,
+    policy_version_min: tokens.policyMin,
+    policy_version_max: tokens.policyMax,
   };
 }

@@ -39,6 +39,11 @@ export interface CallState extends CallHandle {
   finishRaw: string;
   finish: FinishReason;
   weightVersion: number | null;
+  /**
+   * Per output token, the policy version that sampled it, when the response said and not every token has
+   * `weightVersion` (a rollout resumed after a weight update); null: every token has `weightVersion`.
+   */
+  outputVersions: Int32Array | null;
   hasLogprobs: boolean;
   choiceIndex: number | undefined;
   /** First node of the output; null for an empty output. */
@@ -52,6 +57,15 @@ export interface CallState extends CallHandle {
   /** The decoded output and parsed tool calls, when the gateway sent them (rule and judge stages read them). */
   text: string | null;
   toolCalls: unknown[] | null;
+}
+
+/**
+ * A response's per-token versions as the call keeps them: null when they all equal the call's version
+ * (nothing to keep), else a copy (the decoded array may share its buffer with other events).
+ */
+function ownVersions(versions: Int32Array, weightVersion: number | null): Int32Array | null {
+  if (weightVersion !== null && versions.every((v) => v === weightVersion)) return null;
+  return versions.slice();
 }
 
 import type { RewardRecord } from "../../schemas/session.ts";
@@ -281,6 +295,7 @@ export class SessionState {
       finishRaw: ev.finish_reason,
       finish: normaliseFinishReason(ev.finish_reason),
       weightVersion: ev.weight_version ?? prompt.weight_version ?? null,
+      outputVersions: null,
       hasLogprobs: ev.logprobs !== undefined,
       choiceIndex: prompt.choice_index,
       outStart: null,
@@ -294,6 +309,8 @@ export class SessionState {
       end: null,
     };
     if (parent !== undefined) parent.continued = true;
+    if (ev.output_versions !== undefined)
+      call.outputVersions = ownVersions(ev.output_versions, call.weightVersion);
 
     const history =
       prompt.messages === undefined ? null : messagePrefixDigests(prompt.messages.map(canonicalMessage));

@@ -273,6 +273,20 @@ function validateEvent(obj: Record<string, unknown>, record: RawRecord): DecodeO
     const problem = checkLogprobs(event, event.logprobs, obj);
     if (problem !== null) return reject(problem.code, problem.reason, record, obj, problem.details);
   }
+  if (event.type === "response" && event.output_versions !== undefined) {
+    const versions = event.output_versions.length;
+    const outputs = event.output_ids.length;
+    if (versions !== outputs) {
+      return reject(
+        "OUTPUT_VERSIONS_LENGTH_MISMATCH",
+        `response of call ${event.call_id} has ${versions} output_versions for ${outputs} output ids; ` +
+          `send one policy version per output id, or none`,
+        record,
+        obj,
+        { output_versions: versions, output_ids: outputs },
+      );
+    }
+  }
   return { kind: "event", value: { event, record, digest: digestOf(record) } };
 }
 

@@ -52,6 +52,7 @@ const placeholder = (
     response_ids: [],
     response_mask: [],
     rollout_log_probs: [],
+    token_policy_versions: [],
     finish_reasons: [],
     finish_reasons_raw: [],
     num_turns: 0,
@@ -107,6 +108,8 @@ describe("group", () => {
         flags: ["unfinished"],
         weight_version_min: 5,
         weight_version_max: 5,
+        // Still who sampled each token; nothing is trained, so no trained range.
+        token_policy_versions: [5],
       }),
       placeholder("missing-1", 1, "missing"),
     ]);

@@ -72,6 +72,8 @@ function zeroTraining(row: TrajectoryRow): TrajectoryRow {
     last_trained_index: null,
     turn_end_indices: new Int32Array(0),
     turn_rewards: row.turn_rewards === null ? null : [],
+    policy_version_min: null,
+    policy_version_max: null,
   };
 }
 

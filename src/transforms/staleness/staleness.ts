@@ -1,7 +1,9 @@
 /**
  * Staleness: rows sampled by a policy older than the current one minus a lag are not trained (off-policy
  * beyond what the trainer corrects for). The current version is the latest `policy.update` control event;
- * before any, it comes from configuration, or is the newest `weight_version_max` observed in the stream.
+ * before any, it comes from configuration, or is the newest version observed in the stream. A row's age is
+ * the oldest policy of the tokens it trains (`policy_version_min`: a resumed rollout's first tokens may be
+ * older than its turn's `weight_version`), else of its turns (`weight_version_min`).
  */
 import { z } from "zod";
 import type { LaneTransform, TransformComponent, Unit } from "../../contract/components.ts";
@@ -14,11 +16,17 @@ export const stalenessConfigSchema = z.strictObject({
   max_lag: z
     .int()
     .nonnegative()
-    .describe("Rows whose weight_version_min is older than current - max_lag are stale."),
+    .describe(
+      "Rows whose oldest trained token (policy_version_min, else weight_version_min) is older than " +
+        "current - max_lag are stale.",
+    ),
   current_version: z
     .union([z.int().nonnegative(), z.literal("observed")])
     .default("observed")
-    .describe('The current policy version, or "observed": the newest weight_version_max seen so far.'),
+    .describe(
+      'The current policy version, or "observed": the newest weight_version_max or policy_version_max ' +
+        "seen so far.",
+    ),
 });
 export type StalenessConfig = z.output<typeof stalenessConfigSchema>;
 export type StalenessConfigInput = z.input<typeof stalenessConfigSchema>;
@@ -47,18 +55,16 @@ export class StalenessFilter {
 
   /** Takes note of the rows' versions (for "observed"); call before `isStale` on a session's rows. */
   observe(rows: TrajectoryRow[]): void {
-    for (const r of rows)
-      if (r.weight_version_max !== null && r.weight_version_max > this.observed)
-        this.observed = r.weight_version_max;
+    for (const r of rows) {
+      for (const v of [r.weight_version_max, r.policy_version_max])
+        if (v !== null && v > this.observed) this.observed = v;
+    }
   }
 
   isStale(row: TrajectoryRow): boolean {
     const current = this.current;
-    return (
-      current !== null &&
-      row.weight_version_min !== null &&
-      row.weight_version_min < current - this.config.max_lag
-    );
+    const oldest = row.policy_version_min ?? row.weight_version_min;
+    return current !== null && oldest !== null && oldest < current - this.config.max_lag;
   }
 }
 
