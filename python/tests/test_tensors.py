@@ -48,6 +48,21 @@ def test_verl_and_packed_tensors_of_one_session(tmp_path):
     assert grpo_advantages(batch.table).tolist() == [0.0]
 
 
+def test_policy_versions_per_token_for_a_resumed_rollout(tmp_path):
+    out = tmp_path / "out"
+    path = events(tmp_path)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    lines[2]["output_versions"] = [6, 7]  # c1 was interrupted by a weight update and resumed
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    trajflow("replay", str(path), "--out", str(out), "--reward-grace-ms", "0")
+    batch = TrajectoryReader(str(out), batch_rows=10).next_batch()
+    t = to_verl(batch.table)
+    assert t["token_policy_versions"].tolist() == [[6, 7, -1, 7]]
+    assert t["has_policy_versions"].tolist() == [True]
+    assert to_packed(batch.table)["policy_versions"].tolist() == [-1, -1, 6, 7, -1, 7]
+    assert batch.table.column("policy_version_min").to_pylist() == [6]
+
+
 def test_missing_logprobs_are_nan_never_zero(tmp_path):
     out = tmp_path / "out"
     path = events(tmp_path)

@@ -4,7 +4,10 @@
 the prompt: sampled tokens and the tool/user tokens between turns), ``response_mask`` (1 = sampled and
 trained), ``rollout_log_probs`` aligned with ``responses``, ``rm_scores`` (zeros, the row's reward at its
 ``last_trained_index``), ``input_ids``/``attention_mask``/``position_ids`` over prompt + response,
-``sample_mask`` (0 for GRPO placeholders) and ``uid``.
+``sample_mask`` (0 for GRPO placeholders) and ``uid``; ``token_policy_versions`` aligned with
+``responses`` (the policy that sampled each token, -1 where the model did not sample it and on padding) for
+decoupled PPO and staleness masks, with ``has_policy_versions`` False for a row whose versions are unknown
+(all -1 then, never guessed) or read from files older than schema version 3.
 
 Nothing is invented: a row without logprobs has NaN logprobs and ``has_log_probs`` False (0.0 would mean
 probability 1); a row without a reward (a failed reward stage) has no score in ``rm_scores`` and
@@ -28,12 +31,20 @@ def _lists(table: pa.Table, name: str):
     return table.column(name).to_pylist()
 
 
+def _versions(table: pa.Table):
+    """Per row, the token policy versions or None (unknown, or a file from before schema version 3)."""
+    if "token_policy_versions" not in table.column_names:
+        return [None] * table.num_rows
+    return _lists(table, "token_policy_versions")
+
+
 def to_verl(table: pa.Table, pad_token_id: int = 0) -> Dict[str, np.ndarray]:
     n = table.num_rows
     prompts_l = _lists(table, "prompt_ids")
     responses_l = _lists(table, "response_ids")
     masks_l = _lists(table, "response_mask")
     logprobs_l = _lists(table, "rollout_log_probs")
+    versions_l = _versions(table)
     rewards = _lists(table, "reward")
     last = _lists(table, "last_trained_index")
     p_len = max((len(p) for p in prompts_l), default=0)
@@ -46,6 +57,8 @@ def to_verl(table: pa.Table, pad_token_id: int = 0) -> Dict[str, np.ndarray]:
     attention = np.zeros((n, p_len + r_len), dtype=np.int64)
     has_log_probs = np.zeros(n, dtype=bool)
     has_reward = np.zeros(n, dtype=bool)
+    versions = np.full((n, r_len), -1, dtype=np.int64)
+    has_versions = np.zeros(n, dtype=bool)
     for i in range(n):
         p, r = prompts_l[i], responses_l[i]
         if p:
@@ -58,6 +71,9 @@ def to_verl(table: pa.Table, pad_token_id: int = 0) -> Dict[str, np.ndarray]:
         else:
             log_probs[i, : len(r)] = logprobs_l[i]
             has_log_probs[i] = True
+        if versions_l[i] is not None:
+            versions[i, : len(r)] = versions_l[i]
+            has_versions[i] = True
         if rewards[i] is not None and last[i] is not None:
             rm_scores[i, last[i]] = rewards[i]
             has_reward[i] = True
@@ -70,6 +86,8 @@ def to_verl(table: pa.Table, pad_token_id: int = 0) -> Dict[str, np.ndarray]:
         "has_log_probs": has_log_probs,
         "rm_scores": rm_scores,
         "has_reward": has_reward,
+        "token_policy_versions": versions,
+        "has_policy_versions": has_versions,
         "input_ids": np.concatenate([prompts, responses], axis=1),
         "attention_mask": attention,
         "position_ids": position_ids,
@@ -85,6 +103,7 @@ def to_packed(table: pa.Table) -> Dict[str, np.ndarray]:
     responses_l = _lists(table, "response_ids")
     masks_l = _lists(table, "response_mask")
     logprobs_l = _lists(table, "rollout_log_probs")
+    versions_l = _versions(table)
     lengths = np.array([len(p) + len(r) for p, r in zip(prompts_l, responses_l)], dtype=np.int64)
     cu = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(lengths, out=cu[1:])
@@ -93,6 +112,7 @@ def to_packed(table: pa.Table) -> Dict[str, np.ndarray]:
     loss_mask = np.zeros(total, dtype=np.int8)
     log_probs = np.zeros(total, dtype=np.float32)
     position_ids = np.empty(total, dtype=np.int64)
+    policy_versions = np.full(total, -1, dtype=np.int64)
     for i in range(n):
         p, r = prompts_l[i], responses_l[i]
         at = int(cu[i])
@@ -101,6 +121,8 @@ def to_packed(table: pa.Table) -> Dict[str, np.ndarray]:
         loss_mask[at + len(p) : at + len(p) + len(r)] = masks_l[i]
         log_probs[at + len(p) : at + len(p) + len(r)] = np.nan if logprobs_l[i] is None else logprobs_l[i]
         position_ids[at : at + len(p) + len(r)] = np.arange(len(p) + len(r))
+        if versions_l[i] is not None:
+            policy_versions[at + len(p) : at + len(p) + len(r)] = versions_l[i]
     parent = [-1 if v is None else v for v in _lists(table, "parent_index")]
     return {
         "input_ids": input_ids,
@@ -108,6 +130,8 @@ def to_packed(table: pa.Table) -> Dict[str, np.ndarray]:
         "position_ids": position_ids,
         "loss_mask": loss_mask,
         "log_probs": log_probs,
+        # -1 on prompt tokens, on tokens the model did not sample, and on rows whose versions are unknown.
+        "policy_versions": policy_versions,
         "prompt_lens": np.array([len(p) for p in prompts_l], dtype=np.int64),
         "parent_index": np.asarray(parent, dtype=np.int64),
         "shared_prefix_len": np.asarray(_lists(table, "shared_prefix_len"), dtype=np.int64),
