@@ -102,6 +102,7 @@ describe("pipeline validation", () => {
         "sinks:",
         "  files: { type: arrow, inputs: [assemble], path: out }",
         "  topic: { type: kafka, inputs: [assemble], topic: t }",
+        "dead_letters: { type: kafka, topic: t.dl }",
         "",
       ].join("\n"),
     );
@@ -112,6 +113,10 @@ describe("pipeline validation", () => {
     assert.match(
       r.stderr,
       /sinks.topic.connection: a kafka sink needs a connection when the source has none/,
+    );
+    assert.match(
+      r.stderr,
+      /dead_letters.connection: dead letters to a topic need a connection when the source has none/,
     );
     const order = file(
       "order.yaml",

@@ -10,7 +10,7 @@ import {
   connectClient,
   compressionCodec,
   createKafka,
-  Partitioners,
+  createOrderedProducer,
   type CompressionName,
 } from "../kafka/client.ts";
 import type { KafkaConnection } from "../kafka/connection.ts";
@@ -52,13 +52,7 @@ export async function produce(options: ProduceOptions): Promise<{ messages: numb
   const started = performance.now();
   const kafka = createKafka(options.connection, options.logger);
   const admin = kafka.admin();
-  // The default (Java-compatible murmur2) partitioner: the same uid always lands in the same partition.
-  const producer = kafka.producer({
-    allowAutoTopicCreation: true,
-    idempotent: true,
-    maxInFlightRequests: 1,
-    createPartitioner: Partitioners.DefaultPartitioner,
-  });
+  const producer = createOrderedProducer(kafka, { allowAutoTopicCreation: true });
   await connectClient(producer, options.connection);
   await connectClient(admin, options.connection);
   let messages = 0;

@@ -28,7 +28,6 @@ import type { KafkaConnection } from "./connection.ts";
 const { Kafka, logLevel } = kafkajs;
 
 export type { Consumer, EachBatchPayload, Producer };
-export const Partitioners = kafkajs.Partitioners;
 
 export type CompressionName = "none" | "gzip" | "snappy" | "lz4" | "zstd";
 
@@ -112,6 +111,23 @@ export function createKafka(connection: KafkaConnection, logger: Logger): Instan
   if (connection.ssl !== undefined) config.ssl = tlsOptions(connection.ssl);
   if (connection.sasl !== undefined) config.sasl = connection.sasl as KafkaConfig["sasl"];
   return new Kafka(config);
+}
+
+/**
+ * The producer every trajflow writer uses: idempotent with one request in flight, so a retried batch
+ * neither duplicates nor reorders messages, and the Java-compatible murmur2 partitioner, so the same key
+ * (a uid) always lands in the same partition as other Kafka clients put it.
+ */
+export function createOrderedProducer(
+  kafka: InstanceType<typeof Kafka>,
+  options: { allowAutoTopicCreation?: boolean } = {},
+): Producer {
+  return kafka.producer({
+    ...options,
+    idempotent: true,
+    maxInFlightRequests: 1,
+    createPartitioner: kafkajs.Partitioners.DefaultPartitioner,
+  });
 }
 
 const FILE_KEYS = { ca_file: "ca", cert_file: "cert", key_file: "key" } as const;

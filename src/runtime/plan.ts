@@ -85,7 +85,7 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
       : REGISTRY.sinks[durable.type]!.deadLetters?.(durable.config as never));
   if (durable !== undefined && deadLetters === undefined)
     at(["dead_letters"], "missing: neither the source nor the durable sink has a default place for them");
-  checkOutputs(sinks, deadLetters, configured !== undefined, sourceConnection, at);
+  checkOutputs(sinks, deadLetters, sourceConnection, at);
   if (problems.length > 0 || durable === undefined || deadLetters === undefined) throw invalid(problems);
 
   const planned = (c: Component): PlannedComponent => ({ name: c.name, type: c.type, config: c.config });
@@ -282,32 +282,25 @@ function namesOf<E>(entries: Record<string, E>, test: (e: E) => boolean): string
 function checkOutputs(
   sinks: Component[],
   deadLetters: DeadLettersPlan | undefined,
-  deadLettersConfigured: boolean,
   sourceConnection: KafkaConnection | null,
   at: At,
 ): void {
+  // An output that reaches brokers with no connection of its own uses the source's, if it has one.
+  const stranded = (entry: { connection?: (config: never) => unknown }, config: unknown) =>
+    entry.connection !== undefined &&
+    entry.connection(config as never) === undefined &&
+    sourceConnection === null;
   const targets = new Set<string>();
   for (const s of sinks) {
     const entry = REGISTRY.sinks[s.type]!;
-    if (
-      entry.connection !== undefined &&
-      entry.connection(s.config as never) === undefined &&
-      sourceConnection === null
-    )
+    if (stranded(entry, s.config))
       at(["sinks", s.name, "connection"], `a ${s.type} sink needs a connection when the source has none`);
     const target = entry.target?.(s.config as never);
     if (target === undefined) continue;
     if (targets.has(target)) at(["sinks", s.name], `${target} is written twice`);
     targets.add(target);
   }
-  if (deadLetters === undefined) return;
-  const entry = REGISTRY.dead_letters[deadLetters.type]!;
-  if (
-    deadLettersConfigured &&
-    entry.connection !== undefined &&
-    entry.connection(deadLetters.config as never) === undefined &&
-    sourceConnection === null
-  )
+  if (deadLetters !== undefined && stranded(REGISTRY.dead_letters[deadLetters.type]!, deadLetters.config))
     at(["dead_letters", "connection"], "dead letters to a topic need a connection when the source has none");
 }
 

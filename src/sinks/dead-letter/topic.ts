@@ -15,8 +15,8 @@ import type { DeadLetter } from "../../schemas/dead-letter.ts";
 import {
   connectClient,
   createKafka,
+  createOrderedProducer,
   disconnectWithin,
-  Partitioners,
   type Producer,
 } from "../../kafka/client.ts";
 import { kafkaConnectionSchema, type KafkaConnection } from "../../kafka/connection.ts";
@@ -61,11 +61,7 @@ export class DeadLetterTopic implements DeadLetterSink {
     this.connection = connection;
     this.metrics = ctx.metrics;
     this.log = ctx.logger.child({ component: "dead-letters" });
-    this.producer = createKafka(connection, ctx.logger).producer({
-      idempotent: true,
-      maxInFlightRequests: 1,
-      createPartitioner: Partitioners.DefaultPartitioner,
-    });
+    this.producer = createOrderedProducer(createKafka(connection, ctx.logger));
   }
 
   get backlogBytes(): number {

@@ -11,8 +11,8 @@ import type { Metrics } from "../../core/metrics.ts";
 import {
   connectClient,
   createKafka,
+  createOrderedProducer,
   disconnectWithin,
-  Partitioners,
   type Producer,
 } from "../../kafka/client.ts";
 import type { KafkaConnection } from "../../kafka/connection.ts";
@@ -35,11 +35,7 @@ export class TopicSinkComponent implements SinkComponent {
     this.metrics = ctx.metrics;
     this.location = `topic ${config.topic}`;
     this.connection = connection;
-    this.producer = createKafka(connection, ctx.logger).producer({
-      idempotent: true,
-      maxInFlightRequests: 1,
-      createPartitioner: Partitioners.DefaultPartitioner,
-    });
+    this.producer = createOrderedProducer(createKafka(connection, ctx.logger));
     this.sink = new TrajectoryTopicSink(config, this.producer);
   }
 

@@ -197,6 +197,19 @@ describe("assemble: turns that sampled nothing", () => {
     ]);
   });
 
+  it("lists a turn that sampled nothing once, after the turn whose output its prompt ended inside", () => {
+    const s = new SessionScript()
+      .call("c1", P, [10, 11, 12])
+      .call("c2", [...P, 10], [], { finish_reason: "length" })
+      .end();
+    const { rows, deadLetters } = assemble(s.lines());
+    assert.deepEqual(deadLetters, []);
+    assert.deepEqual(
+      rows.map((r) => [plain(r).response_ids, r.finish_reasons, r.num_turns, r.flags]),
+      [[[10, 11, 12], ["stop", "length"], 2, ["length_turn"]]],
+    );
+  });
+
   it("makes a row of a session whose only call sampled nothing", () => {
     const s = new SessionScript().call("c1", P, [], { finish_reason: "length" }).end();
     const { rows, deadLetters } = assemble(s.lines());

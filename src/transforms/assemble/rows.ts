@@ -260,9 +260,10 @@ function copyTokens(path: TrieNode[], firstUnowned: number, promptKept: number, 
     trainedCalls: new Set<CallState>(),
   };
   let pos = 0; // position in the whole sequence
-  // A call's output is one chain of nodes from its start, so along a path its tokens come in order.
-  let runCall: CallState | null = null;
-  let runOffset = 0;
+  // A call's output is one chain of nodes from its start, so along a path its nodes come in a run: the
+  // run's turn, and how far into the call's output the run has come. A turn that sampled nothing and was
+  // sent mid-run (a prompt ending inside an output) follows the run's turn without splitting it.
+  let run: { turn: Turn; offset: number } | null = null;
   let trainedUnknown = false;
   for (let d = 0; d < path.length && pos < length; d++) {
     const node = path[d]!;
@@ -273,12 +274,14 @@ function copyTokens(path: TrieNode[], firstUnowned: number, promptKept: number, 
     else t.response.set(src, pos - promptKept);
     const call = node.call as CallState | null;
     if (call !== null) {
-      if (t.turns.length === 0 || t.turns[t.turns.length - 1]!.call !== call) t.turns.push({ call, end: -1 });
-      if (pos + take > promptKept) t.turns[t.turns.length - 1]!.end = pos + take - 1 - promptKept;
-      if (call !== runCall) [runCall, runOffset] = [call, 0];
+      if (run === null || run.turn.call !== call) {
+        run = { turn: { call, end: -1 }, offset: 0 };
+        t.turns.push(run.turn);
+      }
+      if (pos + take > promptKept) run.turn.end = pos + take - 1 - promptKept;
       const at = pos - promptKept;
-      const known = call.demoted || placeVersions(t.versions, at, take, call, runOffset);
-      runOffset += take;
+      const known = call.demoted || placeVersions(t.versions, at, take, call, run.offset);
+      run.offset += take;
       if (!known) t.versionsUnknown = true;
       if (d >= firstUnowned && !call.demoted) {
         if (!known) trainedUnknown = true;
@@ -291,7 +294,7 @@ function copyTokens(path: TrieNode[], firstUnowned: number, promptKept: number, 
         else t.missingLogprobs = true;
       }
     } else {
-      runCall = null;
+      run = null;
     }
     pos += take;
     // Calls that sampled nothing after this node's tokens are turns too, unless the row was cut before.
