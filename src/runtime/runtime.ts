@@ -3,8 +3,9 @@
  * (registry.ts), never by their types. It builds every component from the registry (reward stages start
  * before any input or output opens, so one that cannot start fails the run with nothing written), opens
  * a lane's part of each component when the source assigns the lane, has the ingest stage decode records
- * in chunks and apply them, and moves finished units through the lane's transforms to its sinks. It stops the same way for every source: stop reading, finish or
- * drop what is open, wait for every sink, then commit and disconnect.
+ * in chunks and apply them, and moves finished units through the lane's transforms to its sinks. It
+ * stops the same way for every source: stop reading, finish or drop what is open, wait for every sink,
+ * then commit and disconnect.
  */
 import { availableParallelism } from "node:os";
 import type {
