@@ -57,7 +57,7 @@ describe("engines and formats", () => {
     assert.equal(wasm.files.length, 3);
     const meta = await readFileMetadata(pjs.files[0]!);
     assert.equal(meta["trajflow.engine"], "parquetjs-lite");
-    assert.equal(meta["trajflow.schema_version"], "3");
+    assert.equal(meta["trajflow.schema_version"], "4");
     const arrowMeta = await readFileMetadata(arrow.files[0]!);
     assert.equal(arrowMeta["trajflow.rows"], "9");
   });

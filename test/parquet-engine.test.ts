@@ -84,6 +84,27 @@ function rows(): TrajectoryRow[] {
           : Int32Array.from({ length: responseLength }, (_, j) => (j % 4 === 0 ? -1 : i + (j % 2))),
       policy_version_min: maybe(i),
       policy_version_max: maybe(i + 1),
+      // Bytes, with every value 0..255 appearing and an empty blob on some rows.
+      routed_experts:
+        i % 3 === 0 ? null : Uint8Array.from({ length: (i % 5) * 2 * 6 }, (_, j) => (j * 37 + i) & 0xff),
+      routed_experts_dtype: i % 3 === 0 ? "" : "int16",
+      routed_experts_layers: i % 3 === 0 ? 0 : 3,
+      routed_experts_top_k: i % 3 === 0 ? 0 : 2,
+      routed_experts_missing: i % 7,
+      // Empty lists, null turns, null fields and full settings.
+      sampling: Array.from({ length: i % 4 }, (_, j) =>
+        (i + j) % 3 === 0
+          ? null
+          : {
+              temperature: j === 1 ? null : 0.7 + i / 100,
+              top_p: maybe(0.95),
+              top_k: maybe(j * 10 - 1),
+              min_p: null,
+              repetition_penalty: maybe(1.05),
+              logprobs_mode: maybe(j % 2 === 0 ? "raw" : "processed"),
+              engine: maybe("vllm-0.11 ✓"),
+            },
+      ),
     });
   }
   return out;

@@ -83,6 +83,14 @@ describe("replay", () => {
       token_policy_versions: "list<element: int32 not null>",
       policy_version_min: "int32",
       policy_version_max: "int32",
+      routed_experts: "binary",
+      routed_experts_dtype: "string",
+      routed_experts_layers: "int32",
+      routed_experts_top_k: "int32",
+      routed_experts_missing: "int32",
+      sampling:
+        "list<element: struct<temperature: double, top_p: double, top_k: int32, min_p: double, " +
+        "repetition_penalty: double, logprobs_mode: string, engine: string>>",
     });
     assert.equal(view.nullable.rollout_log_probs, true);
     assert.equal(view.nullable.prompt_ids, false);
@@ -108,7 +116,7 @@ describe("replay", () => {
       expected.map((r) => [r.uid, r.session_id, String(r.index)]),
     );
     const meta = await readFileMetadata(join(out, "part-00001.parquet"));
-    assert.equal(meta["trajflow.schema_version"], "3");
+    assert.equal(meta["trajflow.schema_version"], "4");
     assert.equal(meta["trajflow.first_row"], "4");
   });
 

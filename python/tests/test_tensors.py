@@ -1,4 +1,5 @@
 """Tensors from a hand-built session: every value written out."""
+import base64
 import json
 
 import numpy as np
@@ -74,3 +75,59 @@ def test_missing_logprobs_are_nan_never_zero(tmp_path):
     t = TrajectoryReader(str(out), batch_rows=10).next_batch().to_verl()
     assert t["has_log_probs"].tolist() == [False]
     assert np.isnan(t["rollout_log_probs"][0]).all()
+
+
+def _routes(a):
+    a = np.asarray(a, dtype="<i2")
+    return {"b64": base64.b64encode(a.tobytes()).decode(), "dtype": "int16", "shape": list(a.shape)}
+
+
+def test_routed_experts_and_temperatures_per_token(tmp_path):
+    """R3 tensors: routing of every position aligned with the padded and packed input ids, bytes as sent."""
+    out = tmp_path / "out"
+    path = events(tmp_path)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    layers, top_k = 2, 3
+    # Expert ids that say where they came from: position * 10 + layer, one slot per source phase.
+    def block(positions, source):
+        return [[[p * 10 + layer, source, layer] for layer in range(layers)] for p in positions]
+
+    lines[1]["prompt_routed_experts"] = _routes(block([0, 1], 1))
+    lines[1]["sampling"] = {"temperature": 0.7, "top_p": 0.9, "logprobs_mode": "raw"}
+    lines[2]["routed_experts"] = _routes(block([2], 2))  # output [3, 4]: the last never went in
+    lines[3]["prompt_routed_experts"] = _routes(block([0, 1, 2, 3, 4], 3))
+    lines[3]["sampling"] = {"temperature": 1.0}
+    lines[4]["routed_experts"] = _routes(block([5], 4))
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    trajflow("replay", str(path), "--out", str(out), "--reward-grace-ms", "0")
+    batch = TrajectoryReader(str(out), batch_rows=10).next_batch()
+
+    row = batch.table.to_pylist()[0]
+    assert (row["routed_experts_dtype"], row["routed_experts_layers"], row["routed_experts_top_k"]) == ("int16", 2, 3)
+    assert row["routed_experts_missing"] == 0
+    expected = np.array(block([0, 1], 1) + block([2], 2) + block([3, 4], 3) + block([5], 4), dtype="<i2")
+    assert row["routed_experts"] == expected.tobytes(), "the bytes as the engine sent them"
+    assert row["flags"] == ["mixed_sampling"]
+
+    t = to_verl(batch.table)
+    assert t["routed_experts"].shape == (1, 6, layers, top_k)
+    assert t["routed_experts"][0].tolist() == expected.tolist()
+    assert t["has_routed_experts"].tolist() == [True]
+    assert np.allclose(t["temperatures"][0], [0.7, 0.7, np.nan, 1.0], equal_nan=True)
+    p = to_packed(batch.table)
+    assert p["routed_experts"].tolist() == expected.tolist()
+
+
+def test_routed_experts_missing_positions_read_as_minus_one(tmp_path):
+    out = tmp_path / "out"
+    path = events(tmp_path)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    lines[2]["routed_experts"] = _routes([[[5]], [[6]]])  # only c1's output is covered
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    trajflow("replay", str(path), "--out", str(out), "--reward-grace-ms", "0")
+    batch = TrajectoryReader(str(out), batch_rows=10).next_batch()
+    assert batch.table.column("routed_experts_missing").to_pylist() == [4]
+    t = to_verl(batch.table)
+    assert t["routed_experts"][0, :, 0, 0].tolist() == [-1, -1, 5, 6, -1, -1]
+    assert t["has_routed_experts"].tolist() == [False]
+    assert np.isnan(t["temperatures"]).all(), "never a made-up temperature"

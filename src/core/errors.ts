@@ -31,6 +31,22 @@ export const ErrorCodes = {
     retryable: false,
     summary: "a response has a different number of output_versions than output ids",
   },
+  INVALID_ROUTED_EXPERTS: {
+    retryable: false,
+    summary: "routed experts are malformed (dtype, shape, byte length or packing)",
+  },
+  ROUTED_EXPERTS_OUT_OF_RANGE: {
+    retryable: false,
+    summary: "routed experts hold an expert id outside the dtype's range or num_experts",
+  },
+  ROUTED_EXPERTS_LENGTH_MISMATCH: {
+    retryable: false,
+    summary: "routed experts cover more positions than the call's prompt or output has",
+  },
+  ROUTED_EXPERTS_LAYOUT_MISMATCH: {
+    retryable: false,
+    summary: "a call's routed experts have another dtype, layer count or top_k than the session's",
+  },
   LOGPROBS_NOT_FINITE: { retryable: false, summary: "a response's logprobs contain NaN or an infinity" },
   GROUP_TOO_LARGE: {
     retryable: false,

@@ -49,6 +49,10 @@ export const METRICS = {
   rows_emitted: { kind: "counter", help: "Rows assembled." },
   rows_truncated: { kind: "counter", help: "Rows truncated to max_tokens (flag truncated)." },
   rows_missing_logprobs: { kind: "counter", help: "Rows with a sampled token lacking its logprob (null)." },
+  routed_experts_missing: {
+    kind: "counter",
+    help: "Positions of rows' routed_experts that no event covered (left at -1, never invented).",
+  },
   tokens_emitted: { kind: "counter", help: "Token values in assembled rows." },
   tokens_trained: { kind: "counter", help: "Tokens with response_mask 1." },
   empty_outputs: { kind: "counter", help: "Responses with no output token." },

@@ -5,19 +5,22 @@
  * Unknown extra fields are stripped, not rejected: gateways add fields of their own.
  */
 import { z } from "zod";
+import { decodeRoutedExperts } from "./routed-experts.ts";
 import { decodeLogprobs, decodeTokenIds } from "./tokens.ts";
 
 export const PROTOCOL_VERSION = 1;
 
 /** Issue params marking which stable error code a custom issue maps to. */
 export interface CodedIssueParams {
-  trajflowCode: "INVALID_TOKENS" | "INVALID_LOGPROBS";
+  trajflowCode:
+    "INVALID_TOKENS" | "INVALID_LOGPROBS" | "INVALID_ROUTED_EXPERTS" | "ROUTED_EXPERTS_OUT_OF_RANGE";
 }
 
 // Token and logprob fields are built per field (each with its description) and remembered here, so the
 // JSON Schema generator can describe their wire forms precisely.
 const tokenFields = new WeakSet<object>();
 const logprobFields = new WeakSet<object>();
+const routedExpertFields = new WeakSet<object>();
 
 /** Token ids: a JSON array of int32 ids or `{ "b64": ... }`, decoded into an Int32Array. */
 export function tokenIds(description: string) {
@@ -54,6 +57,46 @@ export function logprobValues(description: string) {
   logprobFields.add(schema);
   return schema;
 }
+
+/** MoE routed experts: packed bytes with dtype and shape, decoded and range-checked (routed-experts.ts). */
+export function routedExperts(description: string) {
+  const schema = z
+    .unknown()
+    .transform((value, ctx) => {
+      const decoded = decodeRoutedExperts(value);
+      if ("code" in decoded) {
+        const params: CodedIssueParams = { trajflowCode: decoded.code };
+        ctx.issues.push({ code: "custom", message: decoded.message, input: value, params });
+        return z.NEVER;
+      }
+      return decoded;
+    })
+    .describe(description);
+  routedExpertFields.add(schema);
+  return schema;
+}
+
+/**
+ * The sampling settings of a call, for importance-sampling corrections and rescoring. Every field is
+ * optional: a gateway sends what it knows, and nothing is assumed for what it does not.
+ */
+export const samplingSettings = z
+  .object({
+    temperature: z.number().nonnegative().optional().describe("0 means greedy"),
+    top_p: z.number().gt(0).max(1).optional(),
+    top_k: z.int().min(-1).optional().describe("-1 or 0: disabled, as engines write it"),
+    min_p: z.number().min(0).max(1).optional(),
+    repetition_penalty: z.number().positive().optional(),
+    logprobs_mode: z
+      .enum(["raw", "processed"])
+      .optional()
+      .describe(
+        "raw: logprobs of the model's distribution; processed: after temperature, penalties, top-p/k",
+      ),
+    engine: z.string().optional().describe("free-form: the engine and its version, e.g. vllm-0.11.0"),
+  })
+  .describe("the call's sampling settings, as sent to the engine");
+export type SamplingSettings = z.output<typeof samplingSettings>;
 
 const identifier = z.string().min(1);
 
@@ -113,6 +156,10 @@ export const requestEvent = z.object({
   call_id: identifier.describe("unique within the session"),
   ...promptFields,
   weight_version: int32Count().optional().describe("the policy version that will sample"),
+  sampling: samplingSettings.optional(),
+  prompt_routed_experts: routedExperts(
+    "the routed experts of the prompt's last `shape[0]` positions (usually all of them), as the prefill chose them",
+  ).optional(),
 });
 
 export const responseEvent = z.object({
@@ -127,6 +174,13 @@ export const responseEvent = z.object({
     "per output token, the policy version that sampled it (a rollout interrupted by a weight update and " +
       "resumed holds several); absent: every token has weight_version",
   ).optional(),
+  routed_experts: routedExperts(
+    "the routed experts of the output tokens, one per output id; the last may be absent (it was never an input)",
+  ).optional(),
+  prompt_routed_experts: routedExperts(
+    "as on request; used when the request did not carry them (engines return them with the response)",
+  ).optional(),
+  sampling: samplingSettings.optional().describe("as on request; the request's win"),
   text: z.string().optional().describe("the decoded output text"),
   tool_calls: z.array(z.unknown()).optional().describe("tool calls parsed from the output (OpenAI format)"),
   ...promptFields,
@@ -215,12 +269,32 @@ export function eventJsonSchema(): Record<string, unknown> {
       },
     ],
   };
+  const routedExpertsForm = {
+    type: "object",
+    properties: {
+      b64: {
+        type: "string",
+        description: "base64 of the little-endian ids, row-major [tokens, layers, top_k]",
+      },
+      dtype: { enum: ["uint8", "uint16", "int16", "int32"] },
+      shape: {
+        type: "array",
+        items: { type: "integer", minimum: 0 },
+        minItems: 3,
+        maxItems: 3,
+        description: "[tokens, layers, top_k]",
+      },
+      num_experts: { type: "integer", minimum: 1, description: "optional: every id is below it" },
+    },
+    required: ["b64", "dtype", "shape"],
+  };
   return z.toJSONSchema(z.union([gatewayEvent, policyUpdateEvent]), {
     io: "input",
     unrepresentable: "any",
     override: (ctx) => {
       if (tokenFields.has(ctx.zodSchema)) Object.assign(ctx.jsonSchema, tokenForm);
       if (logprobFields.has(ctx.zodSchema)) Object.assign(ctx.jsonSchema, logprobForm);
+      if (routedExpertFields.has(ctx.zodSchema)) Object.assign(ctx.jsonSchema, routedExpertsForm);
     },
   }) as Record<string, unknown>;
 }

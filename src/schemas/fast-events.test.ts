@@ -3,6 +3,7 @@ import { it } from "node:test";
 import { mulberry32 } from "../core/prng.ts";
 import { EVENT_TYPES, eventSchemas, type EventType } from "./events.ts";
 import { FAST_FIELDS, fastEvent } from "./fast-events.ts";
+import { packRoutedExperts } from "./routed-experts.ts";
 import { packLogprobs, packTokenIds } from "./tokens.ts";
 
 it("knows every field of every event schema, and no other", () => {
@@ -32,6 +33,16 @@ const good: Record<string, unknown[]> = {
   output_ids: [[5, 6], packTokenIds([5, 6])],
   logprobs: [[-0.5, -1], packLogprobs([-0.5, -1])],
   output_versions: [[3, 4], packTokenIds([4, 4])],
+  // Two output ids: two tokens, or one (the last was never an input); prompts have at least one token.
+  routed_experts: [
+    packRoutedExperts([1, 2, 3, -1], "int16", [2, 1, 2], 8),
+    packRoutedExperts([0, 7], "uint8", [1, 2, 1]),
+  ],
+  prompt_routed_experts: [
+    packRoutedExperts([5, 6], "int32", [1, 1, 2]),
+    packRoutedExperts([], "uint16", [0, 3, 2]),
+  ],
+  sampling: [{ temperature: 0.7, top_p: 0.95, logprobs_mode: "raw", engine: "vllm" }, {}],
   finish_reason: ["stop", "abort", ""],
   text: ["hello", ""],
   tool_calls: [[{ id: "t" }], []],
@@ -67,6 +78,14 @@ const odd: unknown[] = [
   [{ role: "user", tool_calls: {} }],
   [null],
   { a: 1 },
+  { temperature: -1 },
+  { top_k: 1.5 },
+  { logprobs_mode: "logits" },
+  packRoutedExperts([9], "int16", [1, 1, 1], 8),
+  packRoutedExperts([-2], "int16", [1, 1, 1]),
+  packRoutedExperts([255], "uint8", [1, 1, 1]),
+  { ...packRoutedExperts([1, 2], "int16", [1, 1, 2]), shape: [1, 1, 3] },
+  { ...packRoutedExperts([1], "int16", [1, 1, 1]), dtype: "int8" },
 ];
 
 function pick<T>(random: () => number, list: readonly T[]): T {

@@ -12,7 +12,8 @@
  * Arrays and objects of free-form fields (messages, tools, tool_calls, metadata, info) are passed on as
  * JSON.parse made them, where zod copies them: equal values, one allocation less.
  */
-import { INT32_MAX, MAX_TIME_MS, type EventType, type GatewayEvent } from "./events.ts";
+import { INT32_MAX, MAX_TIME_MS, samplingSettings, type EventType, type GatewayEvent } from "./events.ts";
+import { decodeRoutedExperts } from "./routed-experts.ts";
 import { decodeLogprobs, decodeTokenIds } from "./tokens.ts";
 
 type Obj = Record<string, unknown>;
@@ -31,7 +32,7 @@ const PROMPT = ["prompt_ids", "parent_call_id", "prompt_delta_ids", "messages", 
 /** The fields each fast path knows: the test compares them with the zod shapes. */
 export const FAST_FIELDS: Record<EventType, readonly string[]> = {
   "session.start": [...ENVELOPE, "sample_index", "group_size", "metadata"],
-  request: [...ENVELOPE, "call_id", ...PROMPT, "weight_version"],
+  request: [...ENVELOPE, "call_id", ...PROMPT, "weight_version", "sampling", "prompt_routed_experts"],
   response: [
     ...ENVELOPE,
     "call_id",
@@ -40,6 +41,9 @@ export const FAST_FIELDS: Record<EventType, readonly string[]> = {
     "finish_reason",
     "weight_version",
     "output_versions",
+    "routed_experts",
+    "prompt_routed_experts",
+    "sampling",
     "text",
     "tool_calls",
     ...PROMPT,
@@ -69,6 +73,19 @@ function optional(out: Obj, o: Obj, key: string, ok: (v: unknown) => boolean, ma
   if (v === undefined) return;
   if (!ok(v)) throw SLOW;
   out[key] = map === undefined ? v : map(v);
+}
+
+function routed(v: unknown): unknown {
+  const decoded = decodeRoutedExperts(v);
+  if ("code" in decoded) throw SLOW;
+  return decoded;
+}
+
+/** The sampling settings as zod returns them (a small object: its schema is the fast path too). */
+function sampling(v: unknown): unknown {
+  const parsed = samplingSettings.safeParse(v);
+  if (!parsed.success) throw SLOW;
+  return parsed.data;
 }
 
 const isString = (v: unknown) => typeof v === "string";
@@ -101,6 +118,8 @@ const PATHS: Record<EventType, (o: Obj) => Obj> = {
     out.call_id = o.call_id;
     promptFields(out, o);
     optional(out, o, "weight_version", isCount32);
+    optional(out, o, "sampling", isObject, sampling);
+    optional(out, o, "prompt_routed_experts", isObject, routed);
     return out;
   },
   response: (o) => {
@@ -116,6 +135,9 @@ const PATHS: Record<EventType, (o: Obj) => Obj> = {
     out.finish_reason = o.finish_reason;
     optional(out, o, "weight_version", isCount32);
     optional(out, o, "output_versions", isTokens, tokens);
+    optional(out, o, "routed_experts", isObject, routed);
+    optional(out, o, "prompt_routed_experts", isObject, routed);
+    optional(out, o, "sampling", isObject, sampling);
     optional(out, o, "text", isString);
     optional(out, o, "tool_calls", Array.isArray);
     promptFields(out, o);

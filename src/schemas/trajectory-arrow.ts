@@ -3,6 +3,7 @@
  * (`makeData`), never value by value: token columns are copied once into one buffer each.
  */
 import {
+  Binary,
   Bool,
   Field,
   Float32,
@@ -19,12 +20,20 @@ import {
   type Data,
   type DataType,
 } from "apache-arrow";
-import { ROW_COLUMNS, type ColumnType, type TrajectoryRow, type ValueKind } from "./trajectory.ts";
+import {
+  ROW_COLUMNS,
+  type ColumnType,
+  type StructField,
+  type TrajectoryRow,
+  type ValueKind,
+} from "./trajectory.ts";
 
 function leafType(kind: ValueKind): DataType {
   switch (kind) {
     case "utf8":
       return new Utf8();
+    case "binary":
+      return new Binary();
     case "int8":
       return new Int8();
     case "int32":
@@ -40,7 +49,10 @@ function leafType(kind: ValueKind): DataType {
 
 /** A column's Arrow type. Lists use `element` children so Parquet gets the standard LIST. */
 function arrowType(type: ColumnType<unknown>): DataType {
-  const leaf = leafType(type.kind);
+  const leaf =
+    type.fields === null
+      ? leafType(type.kind as ValueKind)
+      : new Struct(type.fields.map((f) => new Field(f.name, leafType(f.kind), true)));
   return type.list ? new List(new Field("element", leaf, type.elementNullable)) : leaf;
 }
 
@@ -68,7 +80,7 @@ function validity(
 type NumericArray = Int8Array | Int32Array | Float32Array | Float64Array;
 type NumericArrayConstructor = new (n: number) => NumericArray;
 
-const ARRAYS: Record<Exclude<ValueKind, "utf8" | "bool">, NumericArrayConstructor> = {
+const ARRAYS: Record<Exclude<ValueKind, "utf8" | "binary" | "bool">, NumericArrayConstructor> = {
   int8: Int8Array,
   int32: Int32Array,
   float32: Float32Array,
@@ -76,13 +88,16 @@ const ARRAYS: Record<Exclude<ValueKind, "utf8" | "bool">, NumericArrayConstructo
 };
 
 function arrayOf(kind: ValueKind): NumericArrayConstructor {
-  if (kind === "utf8" || kind === "bool") throw new Error(`no typed array holds ${kind} values`);
+  if (kind === "utf8" || kind === "binary" || kind === "bool") {
+    throw new Error(`no typed array holds ${kind} values`);
+  }
   return ARRAYS[kind];
 }
 
-/** A string column; `null` entries allowed when the column is nullable. */
-function utf8Data(type: DataType, values: ReadonlyArray<string | null>): Data {
-  const parts = values.map((v) => encoder.encode(v ?? ""));
+/** A string or binary column; `null` entries allowed when the column is nullable. */
+function bytesData(type: DataType, values: ReadonlyArray<string | Uint8Array | null>): Data {
+  const empty = new Uint8Array(0);
+  const parts = values.map((v) => (v === null ? empty : typeof v === "string" ? encoder.encode(v) : v));
   const offsets = new Int32Array(values.length + 1);
   let total = 0;
   parts.forEach((p, i) => {
@@ -169,7 +184,44 @@ function stringListData(type: List, rows: ReadonlyArray<readonly string[] | null
   const offsets = listOffsets(rows);
   const flat: string[] = [];
   for (const r of rows) if (r != null) flat.push(...r);
-  const child = utf8Data(type.children[0]!.type, flat);
+  const child = bytesData(type.children[0]!.type, flat);
+  const { bitmap, nulls } = validity(n, (i) => rows[i] !== null);
+  return makeData({ type, length: n, valueOffsets: offsets, child, nullBitmap: bitmap, nullCount: nulls });
+}
+
+/** A scalar column (or struct field) of `kind`, nulls allowed. */
+function scalarData(type: DataType, kind: ValueKind, values: unknown[]): Data {
+  if (kind === "utf8" || kind === "binary") return bytesData(type, values as string[]);
+  if (kind === "bool") return boolData(type, values as boolean[]);
+  return numericData(type, values as number[], arrayOf(kind));
+}
+
+/** A list of structs (sampling): each field a child column over all rows' elements. */
+function structListData(
+  type: List,
+  rows: ReadonlyArray<ReadonlyArray<Record<string, unknown> | null> | null>,
+  fields: readonly StructField[],
+): Data {
+  const n = rows.length;
+  const offsets = listOffsets(rows);
+  const flat: Array<Record<string, unknown> | null> = [];
+  for (const r of rows) if (r != null) flat.push(...r);
+  const structType = type.children[0]!.type as Struct;
+  const children = fields.map((f, i) =>
+    scalarData(
+      structType.children[i]!.type,
+      f.kind,
+      flat.map((e) => e?.[f.name] ?? null),
+    ),
+  );
+  const elements = validity(flat.length, (i) => flat[i] !== null);
+  const child = makeData({
+    type: structType,
+    length: flat.length,
+    children,
+    nullBitmap: elements.bitmap,
+    nullCount: elements.nulls,
+  });
   const { bitmap, nulls } = validity(n, (i) => rows[i] !== null);
   return makeData({ type, length: n, valueOffsets: offsets, child, nullBitmap: bitmap, nullCount: nulls });
 }
@@ -178,15 +230,15 @@ function stringListData(type: List, rows: ReadonlyArray<readonly string[] | null
 function columnData(field: Field, type: ColumnType<unknown>, values: unknown[]): Data {
   if (type.list) {
     const listType = field.type as List;
+    if (type.fields !== null) return structListData(listType, values as [], type.fields);
     if (type.kind === "utf8") return stringListData(listType, values as string[][]);
+    const kind = type.kind as ValueKind;
     if (type.elementNullable) {
-      return nullableElementListData(listType, values as Array<Array<number | null>>, arrayOf(type.kind));
+      return nullableElementListData(listType, values as Array<Array<number | null>>, arrayOf(kind));
     }
-    return typedListData(listType, values as NumericArray[], arrayOf(type.kind));
+    return typedListData(listType, values as NumericArray[], arrayOf(kind));
   }
-  if (type.kind === "utf8") return utf8Data(field.type, values as string[]);
-  if (type.kind === "bool") return boolData(field.type, values as boolean[]);
-  return numericData(field.type, values as number[], arrayOf(type.kind));
+  return scalarData(field.type, type.kind as ValueKind, values);
 }
 
 /** Builds one record batch of trajectory rows, with optional schema metadata. */
@@ -221,13 +273,24 @@ export function tableToRows(table: Table): TrajectoryRow[] {
     for (const c of ROW_COLUMNS) {
       const v = o[c.name];
       if (v == null) row[c.name] = null;
+      else if (c.type.kind === "binary") row[c.name] = Uint8Array.from(v as Uint8Array);
       else if (!c.type.list) row[c.name] = v;
       else {
         const items = [...(v as Iterable<unknown>)];
+        const fields = c.type.fields;
         const typed = c.type.kind !== "utf8" && !c.type.elementNullable;
-        row[c.name] = typed
-          ? (arrayOf(c.type.kind) as unknown as typeof Int32Array).from(items as number[])
-          : items;
+        row[c.name] =
+          fields !== null
+            ? items.map((e) =>
+                e === null
+                  ? null
+                  : Object.fromEntries(
+                      fields.map((f) => [f.name, (e as Record<string, unknown>)[f.name] ?? null]),
+                    ),
+              )
+            : typed
+              ? (arrayOf(c.type.kind as ValueKind) as unknown as typeof Int32Array).from(items as number[])
+              : items;
       }
     }
     out.push(row as TrajectoryRow);

@@ -40,6 +40,23 @@ function fullRow(): TrajectoryRow {
     token_policy_versions: Int32Array.of(-1, 7),
     policy_version_min: 7,
     policy_version_max: 7,
+    routed_experts: Uint8Array.of(0, 1, 255, 254, 7, 0),
+    routed_experts_dtype: "int16",
+    routed_experts_layers: 1,
+    routed_experts_top_k: 1,
+    routed_experts_missing: 1,
+    sampling: [
+      null,
+      {
+        temperature: 1,
+        top_p: null,
+        top_k: 20,
+        min_p: 0.05,
+        repetition_penalty: null,
+        logprobs_mode: "raw",
+        engine: "sglang",
+      },
+    ],
   };
 }
 
@@ -77,6 +94,11 @@ it("a row as JSON has its typed arrays as plain arrays, in column order", () => 
   assert.deepEqual(json.prompt_ids, [1, 2, 3]);
   assert.deepEqual(json.rollout_log_probs, [-0.5, 0]);
   assert.deepEqual(json.reward_values, [1.5, null]);
+  assert.equal(
+    json.routed_experts,
+    Buffer.from([0, 1, 255, 254, 7, 0]).toString("base64"),
+    "bytes as base64",
+  );
 });
 
 it("describes column types as docs/output.md writes them", () => {
@@ -85,4 +107,9 @@ it("describes column types as docs/output.md writes them", () => {
   assert.equal(type("sample_index"), "int32, nullable");
   assert.equal(type("rollout_log_probs"), "list<float32 not null>, nullable");
   assert.equal(type("turn_rewards"), "list<float64>, elements nullable, nullable");
+  assert.equal(
+    type("sampling"),
+    "list<struct<temperature: float64, top_p: float64, top_k: int32, min_p: float64, " +
+      "repetition_penalty: float64, logprobs_mode: string, engine: string>>, elements nullable",
+  );
 });

@@ -4,7 +4,7 @@
  * the ingest thread does not load apache-arrow).
  */
 
-export const OUTPUT_SCHEMA_VERSION = "3";
+export const OUTPUT_SCHEMA_VERSION = "4";
 
 /** Per-row flags. Each marks something a trainer may want to filter on; all are counted in metrics. */
 export const RowFlags = {
@@ -22,6 +22,8 @@ export const RowFlags = {
   MISSING_LOGPROBS: "missing_logprobs",
   /** A turn on this row finished with `abort` (e.g. preempted by a weight update). */
   ABORTED_TURN: "aborted_turn",
+  /** The trained turns of this row were sampled with different settings (`sampling` differs). */
+  MIXED_SAMPLING: "mixed_sampling",
   /** A turn on this row finished with `length` (cut off by the token limit). */
   LENGTH_TURN: "length_turn",
   /** Events of this session were stranded behind a seq gap and dead-lettered. */
@@ -60,11 +62,19 @@ export type FinishReason = "stop" | "length" | "tool_calls" | "abort" | "unknown
 export type SessionStatus = "ok" | "aborted" | "failed" | "timeout" | "missing";
 
 /** What a leaf value is, in Arrow and Parquet alike. */
-export type ValueKind = "utf8" | "int8" | "int32" | "float32" | "float64" | "bool";
+export type ValueKind = "utf8" | "binary" | "int8" | "int32" | "float32" | "float64" | "bool";
+
+/** A field of a struct element: a nullable scalar (a row holds null or omits nothing: every key is there). */
+export interface StructField {
+  readonly name: string;
+  readonly kind: Exclude<ValueKind, "binary">;
+}
 
 /** How a column is stored and, as a type parameter, what a row holds in it. */
 export interface ColumnType<V> {
-  readonly kind: ValueKind;
+  /** The leaf kind; "struct" for a list of structs, whose fields are `fields`. */
+  readonly kind: ValueKind | "struct";
+  readonly fields: readonly StructField[] | null;
   /** A list of `kind` values per row (typed arrays for numbers with no null elements). */
   readonly list: boolean;
   /** The whole value may be null. */
@@ -77,6 +87,7 @@ export interface ColumnType<V> {
 
 const scalar = <V>(kind: ValueKind, empty: V): ColumnType<V> => ({
   kind,
+  fields: null,
   list: false,
   nullable: false,
   elementNullable: false,
@@ -84,6 +95,7 @@ const scalar = <V>(kind: ValueKind, empty: V): ColumnType<V> => ({
 });
 const list = <V>(kind: ValueKind, empty: () => V, elementNullable = false): ColumnType<V> => ({
   kind,
+  fields: null,
   list: true,
   nullable: false,
   elementNullable,
@@ -93,6 +105,8 @@ const list = <V>(kind: ValueKind, empty: () => V, elementNullable = false): Colu
 /** The column types rows use. A new kind needs a builder in trajectory-arrow.ts and the Parquet engines. */
 export const ColumnTypes = {
   utf8: scalar<string>("utf8", ""),
+  /** Opaque bytes (routed experts): the row holds a Uint8Array. */
+  binary: scalar<Uint8Array>("binary", new Uint8Array(0)),
   int8: scalar<number>("int8", 0),
   int32: scalar<number>("int32", 0),
   float64: scalar<number>("float64", 0),
@@ -104,6 +118,37 @@ export const ColumnTypes = {
   /** float64 values any of which may be null (a stage that did not score, a turn with no reward). */
   float64NullableList: list<Array<number | null>>("float64", () => [], true),
 };
+
+/** A list of structs whose elements may be null; a row holds an array of objects with every field's key. */
+export const structList = <V>(fields: readonly StructField[]): ColumnType<Array<V | null>> => ({
+  kind: "struct",
+  fields,
+  list: true,
+  nullable: false,
+  elementNullable: true,
+  empty: () => [],
+});
+
+/** The sampling settings of one turn, as rows hold them (events.ts `sampling`; null where not sent). */
+export interface TurnSampling {
+  temperature: number | null;
+  top_p: number | null;
+  top_k: number | null;
+  min_p: number | null;
+  repetition_penalty: number | null;
+  logprobs_mode: string | null;
+  engine: string | null;
+}
+
+export const TURN_SAMPLING_FIELDS = [
+  { name: "temperature", kind: "float64" },
+  { name: "top_p", kind: "float64" },
+  { name: "top_k", kind: "int32" },
+  { name: "min_p", kind: "float64" },
+  { name: "repetition_penalty", kind: "float64" },
+  { name: "logprobs_mode", kind: "utf8" },
+  { name: "engine", kind: "utf8" },
+] as const satisfies ReadonlyArray<StructField & { name: keyof TurnSampling }>;
 
 /** The same storage, nullable (its empty value is null). */
 export const nullable = <V>(type: ColumnType<V>): ColumnType<V | null> => ({
@@ -183,6 +228,16 @@ export const ROW_COLUMNS = [
   }),
   column("policy_version_min", nullable(T.int32), "the oldest policy of the trained tokens", STATS),
   column("policy_version_max", nullable(T.int32), "the newest policy of the trained tokens", STATS),
+  column("routed_experts", nullable(T.binary), "MoE routing of every position: [seq, layers, top_k] ids"),
+  column("routed_experts_dtype", T.utf8, "uint8, uint16, int16 or int32; empty when routed_experts is null"),
+  column("routed_experts_layers", T.int32, "layers of routed_experts; 0 when it is null"),
+  column("routed_experts_top_k", T.int32, "experts per layer and token; 0 when routed_experts is null"),
+  column("routed_experts_missing", T.int32, "positions of routed_experts no event covered", STATS),
+  column(
+    "sampling",
+    structList<TurnSampling>(TURN_SAMPLING_FIELDS),
+    "per trained turn, its sampling settings",
+  ),
 ] as const;
 
 type ValueOf<C> = C extends Column<string, infer V> ? V : never;
@@ -199,7 +254,11 @@ export function emptyRow(): TrajectoryRow {
 
 /** The column's type as docs/output.md writes it, e.g. `list<int32 not null>, nullable`. */
 export function describeColumnType(type: ColumnType<unknown>): string {
-  const kind = type.kind === "utf8" ? "string" : type.kind;
+  const name = (k: string) => (k === "utf8" ? "string" : k);
+  const kind =
+    type.fields === null
+      ? name(type.kind)
+      : `struct<${type.fields.map((f) => `${f.name}: ${name(f.kind)}`).join(", ")}>`;
   const text = type.list
     ? type.elementNullable
       ? `list<${kind}>, elements nullable`
@@ -224,8 +283,14 @@ export function escapeKeyPart(s: string): string {
 /** A row as plain JSON (typed-array columns as arrays of numbers): the `json` value of the trajectory topic. */
 export function rowToJson(row: TrajectoryRow): string {
   const plain: Record<string, unknown> = { ...row };
-  for (const [name, value] of Object.entries(plain)) {
-    if (ArrayBuffer.isView(value)) plain[name] = Array.from(value as Int32Array);
+  for (const c of ROW_COLUMNS) {
+    const value = plain[c.name];
+    if (!ArrayBuffer.isView(value)) continue;
+    // Bytes as base64 (768 bytes a token for routed experts: a JSON array of numbers would be 4x that).
+    plain[c.name] =
+      c.type.kind === "binary"
+        ? Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString("base64")
+        : Array.from(value as Int32Array);
   }
   return JSON.stringify(plain);
 }

@@ -205,6 +205,13 @@ export function row(fields: Partial<Record<keyof TrajectoryRow, unknown>>): Reco
     token_policy_versions: null,
     policy_version_min: null,
     policy_version_max: null,
+    routed_experts: null,
+    routed_experts_dtype: "",
+    routed_experts_layers: 0,
+    routed_experts_top_k: 0,
+    routed_experts_missing: 0,
+    // One per trained turn (turn_end_indices); null where the scenario sends no settings.
+    sampling: mask.flatMap((m, i) => (m === 1 && mask[i + 1] !== 1 ? [null] : [])),
     ...fields,
   };
 }

@@ -40,7 +40,8 @@ def main() -> None:
                 ).fetchall()
             ],
         }
-    print(json.dumps(view))
+    # Bytes (routed_experts) as a list of byte values, as the Node side's plain rows hold them.
+    print(json.dumps(view, default=lambda v: list(v) if isinstance(v, bytes) else str(v)))
 
 
 if __name__ == "__main__":

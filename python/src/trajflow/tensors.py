@@ -7,7 +7,11 @@ trained), ``rollout_log_probs`` aligned with ``responses``, ``rm_scores`` (zeros
 ``sample_mask`` (0 for GRPO placeholders) and ``uid``; ``token_policy_versions`` aligned with
 ``responses`` (the policy that sampled each token, -1 where the model did not sample it and on padding) for
 decoupled PPO and staleness masks, with ``has_policy_versions`` False for a row whose versions are unknown
-(all -1 then, never guessed) or read from files older than schema version 3.
+(all -1 then, never guessed) or read from files older than schema version 3; ``temperatures`` aligned
+with ``responses`` (the temperature each trained token was sampled at, from its turn's ``sampling``; NaN
+where unknown or not trained); ``routed_experts`` [batch, prompt + response, layers, top_k] int32 aligned
+with ``input_ids`` (verl's and NeMo-RL's router-replay layout; -1 on padding and on positions no event
+covered) with ``has_routed_experts`` True for a row whose every position is covered.
 
 Nothing is invented: a row without logprobs has NaN logprobs and ``has_log_probs`` False (0.0 would mean
 probability 1); a row without a reward (a failed reward stage) has no score in ``rm_scores`` and
@@ -38,6 +42,53 @@ def _versions(table: pa.Table):
     return _lists(table, "token_policy_versions")
 
 
+_DTYPES = {"uint8": "<u1", "uint16": "<u2", "int16": "<i2", "int32": "<i4"}
+
+
+def _routing(table: pa.Table):
+    """Per row, its routed experts as an int32 [seq, layers, top_k] array (-1 where not covered) or None,
+    and the batch's (layers, top_k); a batch mixing layouts is refused (one model per training step)."""
+    n = table.num_rows
+    if "routed_experts" not in table.column_names:
+        return [None] * n, (0, 0)
+    blobs = table.column("routed_experts").to_pylist()
+    dtypes = _lists(table, "routed_experts_dtype")
+    layers = _lists(table, "routed_experts_layers")
+    top_k = _lists(table, "routed_experts_top_k")
+    layouts = {(layers[i], top_k[i]) for i in range(n) if blobs[i] is not None}
+    if len(layouts) > 1:
+        raise ValueError(f"routed experts of different layouts in one batch: {sorted(layouts)}")
+    out = []
+    for i in range(n):
+        if blobs[i] is None:
+            out.append(None)
+            continue
+        raw = np.frombuffer(blobs[i], dtype=_DTYPES[dtypes[i]])
+        ids = raw.astype(np.int32).reshape(-1, layers[i], top_k[i])
+        if dtypes[i].startswith("uint"):
+            ids[raw.reshape(ids.shape) == np.iinfo(raw.dtype).max] = -1  # the "not covered" mark
+        out.append(ids)
+    return out, (layouts.pop() if layouts else (0, 0))
+
+
+def _temperatures(i: int, ends, masks_l, sampling_l, length: int) -> np.ndarray:
+    """Row i's temperature per response token: its trained turn's, NaN elsewhere or where unknown."""
+    out = np.full(length, np.nan, dtype=np.float32)
+    if sampling_l is None:
+        return out
+    turn_ends = ends[i]
+    mask = np.asarray(masks_l[i], dtype=bool)
+    start = 0
+    for k, end in enumerate(turn_ends):
+        settings = sampling_l[i][k]
+        t = None if settings is None else settings.get("temperature")
+        if t is not None:
+            span = slice(start, end + 1)
+            out[span] = np.where(mask[span], t, np.nan)
+        start = end + 1
+    return out
+
+
 def to_verl(table: pa.Table, pad_token_id: int = 0) -> Dict[str, np.ndarray]:
     n = table.num_rows
     prompts_l = _lists(table, "prompt_ids")
@@ -59,6 +110,13 @@ def to_verl(table: pa.Table, pad_token_id: int = 0) -> Dict[str, np.ndarray]:
     has_reward = np.zeros(n, dtype=bool)
     versions = np.full((n, r_len), -1, dtype=np.int64)
     has_versions = np.zeros(n, dtype=bool)
+    routing_l, (n_layers, n_top_k) = _routing(table)
+    routed = np.full((n, p_len + r_len, n_layers, n_top_k), -1, dtype=np.int32)
+    has_routed = np.zeros(n, dtype=bool)
+    missing = _lists(table, "routed_experts_missing") if "routed_experts_missing" in table.column_names else None
+    ends = _lists(table, "turn_end_indices")
+    sampling_l = _lists(table, "sampling") if "sampling" in table.column_names else None
+    temperatures = np.full((n, r_len), np.nan, dtype=np.float32)
     for i in range(n):
         p, r = prompts_l[i], responses_l[i]
         if p:
@@ -77,6 +135,10 @@ def to_verl(table: pa.Table, pad_token_id: int = 0) -> Dict[str, np.ndarray]:
         if rewards[i] is not None and last[i] is not None:
             rm_scores[i, last[i]] = rewards[i]
             has_reward[i] = True
+        if routing_l[i] is not None:
+            routed[i, p_len - len(p) : p_len + len(r)] = routing_l[i]
+            has_routed[i] = missing[i] == 0
+        temperatures[i, : len(r)] = _temperatures(i, ends, masks_l, sampling_l, len(r))
     position_ids = np.clip(np.cumsum(attention, axis=1) - 1, 0, None)
     return {
         "prompts": prompts,
@@ -88,6 +150,9 @@ def to_verl(table: pa.Table, pad_token_id: int = 0) -> Dict[str, np.ndarray]:
         "has_reward": has_reward,
         "token_policy_versions": versions,
         "has_policy_versions": has_versions,
+        "temperatures": temperatures,
+        "routed_experts": routed,
+        "has_routed_experts": has_routed,
         "input_ids": np.concatenate([prompts, responses], axis=1),
         "attention_mask": attention,
         "position_ids": position_ids,
@@ -113,6 +178,8 @@ def to_packed(table: pa.Table) -> Dict[str, np.ndarray]:
     log_probs = np.zeros(total, dtype=np.float32)
     position_ids = np.empty(total, dtype=np.int64)
     policy_versions = np.full(total, -1, dtype=np.int64)
+    routing_l, (n_layers, n_top_k) = _routing(table)
+    routed = np.full((total, n_layers, n_top_k), -1, dtype=np.int32)
     for i in range(n):
         p, r = prompts_l[i], responses_l[i]
         at = int(cu[i])
@@ -123,6 +190,8 @@ def to_packed(table: pa.Table) -> Dict[str, np.ndarray]:
         position_ids[at : at + len(p) + len(r)] = np.arange(len(p) + len(r))
         if versions_l[i] is not None:
             policy_versions[at + len(p) : at + len(p) + len(r)] = versions_l[i]
+        if routing_l[i] is not None:
+            routed[at : at + len(p) + len(r)] = routing_l[i]
     parent = [-1 if v is None else v for v in _lists(table, "parent_index")]
     return {
         "input_ids": input_ids,
@@ -132,6 +201,8 @@ def to_packed(table: pa.Table) -> Dict[str, np.ndarray]:
         "log_probs": log_probs,
         # -1 on prompt tokens, on tokens the model did not sample, and on rows whose versions are unknown.
         "policy_versions": policy_versions,
+        # [total, layers, top_k], aligned with input_ids; -1 where no event covered a position.
+        "routed_experts": routed,
         "prompt_lens": np.array([len(p) for p in prompts_l], dtype=np.int64),
         "parent_index": np.asarray(parent, dtype=np.int64),
         "shared_prefix_len": np.asarray(_lists(table, "shared_prefix_len"), dtype=np.int64),

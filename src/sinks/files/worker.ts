@@ -66,6 +66,7 @@ async function warmUp(engine: EncoderWorkerData["warmUp"]): Promise<void> {
     sample_mask: 1,
     last_trained_index: 4_095,
     turn_end_indices: Int32Array.of(4_095),
+    sampling: [null],
   };
   const options: EncodeOptions = { ...engine, metadata: {}, rowGroupSize: 1 << 20 };
   for (let i = 0; i < 3; i++) await encodeRows([row, row, row, row], options);

@@ -6,6 +6,8 @@ import { assemble, plain, row, SessionScript, lp } from "../../../test/helpers/s
 import { Assembler, REJECTED_AHEAD_CAP } from "./assembler.ts";
 import { assembleConfigSchema } from "./config.ts";
 import { TokenTrie } from "./trie.ts";
+import { packRoutedExperts } from "../../schemas/routed-experts.ts";
+import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 
 const P = [1, 2, 3];
 const O1 = [10, 11];
@@ -812,6 +814,247 @@ describe("assemble: per-token policy versions", () => {
       deadLetters.filter((d) => d.component === "decode").map((d) => [d.code, d.details]),
       [["OUTPUT_VERSIONS_LENGTH_MISMATCH", { output_versions: 1, output_ids: 2 }]],
     );
+  });
+});
+
+/**
+ * Routed experts in these tests: one layer, top-2, int16, and each token's pair is [token, source], the
+ * source naming the call phase that computed it, so the expected rows show where every position came from.
+ */
+const routes = (tokens: number[], source: number) =>
+  packRoutedExperts(
+    tokens.flatMap((t) => [t, source]),
+    "int16",
+    [tokens.length, 1, 2],
+  );
+/** A row's routed experts as [token, source] pairs; null (-1, -1) where no event covered the position. */
+function routingPairs(r: TrajectoryRow): Array<[number, number] | null> {
+  assert.equal(r.routed_experts_dtype, "int16");
+  assert.deepEqual([r.routed_experts_layers, r.routed_experts_top_k], [1, 2]);
+  const bytes = r.routed_experts!;
+  const ids = new Int16Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 2);
+  const out: Array<[number, number] | null> = [];
+  for (let i = 0; i < ids.length; i += 2) out.push(ids[i] === -1 ? null : [ids[i]!, ids[i + 1]!]);
+  assert.equal(out.length, r.prompt_ids.length + r.response_ids.length, "one entry per position");
+  assert.equal(r.routed_experts_missing, out.filter((p) => p === null).length);
+  return out;
+}
+
+describe("assemble: routed experts", () => {
+  it("takes each position from the call that processed it first: prefill, decode, then the next prefill", () => {
+    const s = new SessionScript()
+      // c1's decode reports O1's first token only: its last was never an input to c1.
+      .call("c1", P, O1, { routed_experts: routes([10], 2) }, { prompt_routed_experts: routes(P, 1) })
+      .call("c2", [...P, ...O1, ...T1], O2, {
+        routed_experts: routes(O2, 4),
+        prompt_routed_experts: routes([...P, ...O1, ...T1], 3),
+      })
+      .end();
+    const { rows, deadLetters, metrics } = assemble(s.lines());
+    assert.deepEqual(deadLetters, []);
+    assert.deepEqual(routingPairs(rows[0]!), [
+      [1, 1],
+      [2, 1],
+      [3, 1],
+      [10, 2],
+      [11, 3], // c1's last token went through the model in c2's prefill
+      [4, 3],
+      [5, 3],
+      [12, 4],
+      [13, 4],
+    ]);
+    assert.equal(metrics.get("routed_experts_missing"), 0);
+  });
+
+  it("takes a delta-form prompt's routing for its last positions, and counts what nobody covered", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { routed_experts: routes([10], 2) })
+      // The engine reused its cache for the earlier tokens and reports the tool output only.
+      .requestDelta("c2", "c1", T1, { prompt_routed_experts: routes(T1, 3) })
+      .response("c2", O2, { routed_experts: routes([12], 4) })
+      .end();
+    const { rows, deadLetters, metrics } = assemble(s.lines());
+    assert.deepEqual(deadLetters, []);
+    assert.deepEqual(routingPairs(rows[0]!), [
+      null,
+      null,
+      null,
+      [10, 2],
+      null,
+      [4, 3],
+      [5, 3],
+      [12, 4],
+      null,
+    ]);
+    assert.equal(rows[0]!.routed_experts_missing, 5);
+    assert.equal(metrics.get("routed_experts_missing"), 5);
+  });
+
+  it("keeps each branch's own routing, the shared prefix from the call both share", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { routed_experts: routes(O1, 2) }, { prompt_routed_experts: routes(P, 1) })
+      .call(
+        "c2",
+        [...P, ...O1, 4],
+        [20],
+        { routed_experts: routes([20], 4) },
+        {
+          prompt_routed_experts: routes([...P, ...O1, 4], 3),
+        },
+      )
+      .call(
+        "c3",
+        [...P, ...O1, 5],
+        [21],
+        { routed_experts: routes([21], 6) },
+        {
+          prompt_routed_experts: routes([...P, ...O1, 5], 5),
+        },
+      )
+      .end();
+    const { rows } = assemble(s.lines());
+    const shared: Array<[number, number]> = [
+      [1, 1],
+      [2, 1],
+      [3, 1],
+      [10, 2],
+      [11, 2],
+    ];
+    assert.deepEqual(rows.map(routingPairs), [
+      [...shared, [4, 3], [20, 4]],
+      [...shared, [5, 5], [21, 6]],
+    ]);
+  });
+
+  it("uses the retry that stands, not the orphan it replaced", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { routed_experts: routes(O1, 2) }, { prompt_routed_experts: routes(P, 1) })
+      .call("c1b", P, [30], { routed_experts: routes([30], 4) }, { prompt_routed_experts: routes(P, 3) })
+      .end();
+    const { rows } = assemble(s.lines());
+    assert.equal(rows.length, 1);
+    assert.deepEqual(routingPairs(rows[0]!), [
+      [1, 3],
+      [2, 3],
+      [3, 3],
+      [30, 4],
+    ]);
+  });
+
+  it("keeps drift aligned: a re-rendered turn takes only the positions it shares with the output", () => {
+    const s = new SessionScript()
+      .call("c1", P, [10, 11, 12], { routed_experts: routes([10, 11, 12], 2) })
+      .call("c2", [...P, 10, 99, 4], [13], { routed_experts: routes([13], 4) })
+      .end();
+    const { rows } = assemble(s.lines());
+    assert.deepEqual(plain(rows[1]!).response_ids, [10, 99, 4, 13]);
+    // 99 and 4 are c2's context: c1's routing for 11 and 12 must not land on them.
+    assert.deepEqual(routingPairs(rows[1]!), [null, null, null, [10, 2], null, null, [13, 4]]);
+  });
+
+  it("cuts routing with the row at max_tokens, and leaves rows without routing null", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { routed_experts: routes(O1, 2) }, { prompt_routed_experts: routes(P, 1) })
+      .end();
+    const plainSession = new SessionScript("u1", "s2").call("c1", P, O1).end();
+    const { rows } = assemble([...s.lines(), ...plainSession.lines()], { max_tokens: 4 });
+    assert.deepEqual(routingPairs(rows[0]!), [
+      [1, 1],
+      [2, 1],
+      [3, 1],
+      [10, 2],
+    ]);
+    assert.deepEqual(
+      [rows[1]!.routed_experts, rows[1]!.routed_experts_dtype, rows[1]!.routed_experts_missing],
+      [null, "", 0],
+    );
+  });
+
+  it("dead-letters routing that disagrees with its call or session, leaving the session unchanged", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { routed_experts: routes(O1, 2) })
+      // Three tokens of routing for two output ids.
+      .call("c2", [...P, ...O1, 4], [20], { routed_experts: routes([1, 2, 3], 4) })
+      // Another model's layout in the same session.
+      .call("c3", [...P, ...O1, 4], [21], {
+        routed_experts: packRoutedExperts([1, 2, 3], "int16", [1, 1, 3]),
+      })
+      // A delta-form prompt of 6 tokens with routing for 7.
+      .requestDelta("c4", "c1", [4], { prompt_routed_experts: routes([1, 2, 3, 4, 5, 6, 7], 5) })
+      .response("c4", [22])
+      // An expert id above the declared expert count.
+      .call("c5", P, [23], { routed_experts: packRoutedExperts([9, 0], "int16", [1, 1, 2], 8) })
+      .end();
+    const { rows, deadLetters } = assemble(s.lines());
+    assert.deepEqual(
+      deadLetters.map((d) => [d.code, d.seq]),
+      [
+        ["ROUTED_EXPERTS_LENGTH_MISMATCH", 3],
+        ["ROUTED_EXPERTS_LAYOUT_MISMATCH", 5],
+        ["ROUTED_EXPERTS_LENGTH_MISMATCH", 7],
+        ["ROUTED_EXPERTS_OUT_OF_RANGE", 9],
+      ],
+    );
+    assert.equal(rows.length, 1, "only c1 stands");
+    assert.match(deadLetters[3]!.message, /expert id 9 at token 0, layer 0, slot 0 is outside -1\.\.7/);
+  });
+});
+
+describe("assemble: sampling settings", () => {
+  const greedy = { temperature: 0, engine: "vllm-0.11.0" };
+  const hot = { temperature: 1.2, top_p: 0.9, top_k: -1, logprobs_mode: "processed" };
+  const full = (s: Record<string, unknown>) => ({
+    temperature: null,
+    top_p: null,
+    top_k: null,
+    min_p: null,
+    repetition_penalty: null,
+    logprobs_mode: null,
+    engine: null,
+    ...s,
+  });
+
+  it("keeps each trained turn's settings, the request's over the response's, null where none was sent", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { sampling: hot }, { sampling: greedy })
+      .call("c2", [...P, ...O1, ...T1], O2, { sampling: hot })
+      .call("c3", [...P, ...O1, ...T1, ...O2, 6], [14])
+      .end();
+    const { rows, deadLetters } = assemble(s.lines());
+    assert.deepEqual(deadLetters, []);
+    assert.deepEqual(rows[0]!.sampling, [full(greedy), full(hot), null]);
+    assert.deepEqual(rows[0]!.flags, ["mixed_sampling"]);
+  });
+
+  it("flags mixed settings among trained turns only", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { sampling: greedy })
+      .call("c2", [...P, ...O1, 4], [20], { sampling: greedy })
+      // The second branch trains only c3: c1's other settings are context there.
+      .call("c3", [...P, ...O1, 5], [21], { sampling: hot })
+      .end();
+    const { rows } = assemble(s.lines());
+    assert.deepEqual(
+      rows.map((r) => [r.sampling.map((x) => x?.temperature), r.flags]),
+      [
+        [[0, 0], []],
+        [[1.2], []],
+      ],
+    );
+  });
+
+  it("dead-letters settings out of range", () => {
+    const s = new SessionScript().call("c1", P, O1, {}, { sampling: { temperature: -0.5 } }).end();
+    const { deadLetters } = assemble(s.lines());
+    assert.deepEqual(
+      deadLetters.map((d) => [d.code, d.seq]),
+      // The request is invalid as a whole, so its response has no request: both are kept as dead letters.
+      [
+        ["INVALID_EVENT", 0],
+        ["UNKNOWN_CALL", 1],
+      ],
+    );
+    assert.match(deadLetters[0]!.message, /sampling\.temperature/);
   });
 });
 

@@ -13,9 +13,11 @@ import {
   type RowFlag,
   type SessionStatus,
   type TrajectoryRow,
+  type TurnSampling,
 } from "../../schemas/trajectory.ts";
 import type { AssembleConfig } from "./config.ts";
 import type { CallState, SessionState } from "./session.ts";
+import { rowRouting, type RoutedTurn } from "./routing.ts";
 import type { TrieNode } from "./trie.ts";
 
 /**
@@ -54,8 +56,7 @@ function emptyTurnsAt(node: TrieNode): CallState[] | null {
   return found;
 }
 
-interface Turn {
-  call: CallState;
+interface Turn extends RoutedTurn {
   /** Index in the row's response of this turn's last token; -1 when the turn lies in the prompt. */
   end: number;
 }
@@ -275,13 +276,14 @@ function copyTokens(path: TrieNode[], firstUnowned: number, promptKept: number, 
     const call = node.call as CallState | null;
     if (call !== null) {
       if (run === null || run.turn.call !== call) {
-        run = { turn: { call, end: -1 }, offset: 0 };
+        run = { turn: { call, end: -1, start: pos, span: 0 }, offset: 0 };
         t.turns.push(run.turn);
       }
       if (pos + take > promptKept) run.turn.end = pos + take - 1 - promptKept;
       const at = pos - promptKept;
       const known = call.demoted || placeVersions(t.versions, at, take, call, run.offset);
       run.offset += take;
+      run.turn.span = run.offset;
       if (!known) t.versionsUnknown = true;
       if (d >= firstUnowned && !call.demoted) {
         if (!known) trainedUnknown = true;
@@ -299,7 +301,7 @@ function copyTokens(path: TrieNode[], firstUnowned: number, promptKept: number, 
     pos += take;
     // Calls that sampled nothing after this node's tokens are turns too, unless the row was cut before.
     const empty = take === node.len ? emptyTurnsAt(node) : null;
-    if (empty !== null) for (const c of empty) t.turns.push({ call: c, end: -1 });
+    if (empty !== null) for (const c of empty) t.turns.push({ call: c, end: -1, start: pos, span: 0 });
   }
   if (trainedUnknown) t.policyMin = t.policyMax = null;
   return t;
@@ -333,6 +335,36 @@ function trainedRange(t: RowTokens, call: CallState, at: number, take: number): 
   };
   if (call.outputVersions === null) widen(call.weightVersion!);
   else for (let i = at; i < at + take; i++) widen(t.versions[i]!);
+}
+
+/** A call's sampling settings as a row holds them: every field, null where the gateway did not say. */
+function turnSampling(call: CallState): TurnSampling | null {
+  const s = call.sampling;
+  if (s === null) return null;
+  return {
+    temperature: s.temperature ?? null,
+    top_p: s.top_p ?? null,
+    top_k: s.top_k ?? null,
+    min_p: s.min_p ?? null,
+    repetition_penalty: s.repetition_penalty ?? null,
+    logprobs_mode: s.logprobs_mode ?? null,
+    engine: s.engine ?? null,
+  };
+}
+
+/**
+ * Per trained turn (aligned with turn_end_indices), its sampling settings; flags the row when they differ.
+ * Settings sent and settings not sent differ too: a correction cannot assume either.
+ */
+function trainedSampling(
+  turns: readonly RowTurn[],
+  calls: ReadonlyMap<string, CallState>,
+  flags: Set<RowFlag>,
+) {
+  const sampling = turns.map((t) => turnSampling(calls.get(t.callId)!));
+  const keys = new Set(sampling.map((s) => JSON.stringify(s)));
+  if (keys.size > 1) flags.add(RowFlags.MIXED_SAMPLING);
+  return sampling;
 }
 
 /** Per-turn columns (finish reasons, policy versions), adding the turns' flags to `flags`. */
@@ -386,10 +418,14 @@ function buildRow(
     toolCalls: call.toolCalls,
   }));
   turnsOut.push(rowTurns);
+  const trainedTurns = rowTurns.filter((t) => t.trained && t.end >= 0);
+  const sampling = trainedSampling(trainedTurns, session.calls, flags);
   if (tokens.missingLogprobs) {
     flags.add(RowFlags.MISSING_LOGPROBS);
     metrics.inc("rows_missing_logprobs");
   }
+  const routing = rowRouting(tokens.turns, length);
+  if (routing !== null && routing.missing > 0) metrics.inc("routed_experts_missing", "", routing.missing);
   metrics.inc("rows_emitted");
   metrics.inc("tokens_emitted", "", length);
   metrics.inc("tokens_trained", "", tokens.trained);
@@ -424,13 +460,16 @@ function buildRow(
     reward_names: [],
     reward_values: [],
     reward_info: null,
-    turn_end_indices: Int32Array.from(
-      rowTurns.filter((t) => t.trained && t.end >= 0),
-      (t) => t.end,
-    ),
+    turn_end_indices: Int32Array.from(trainedTurns, (t) => t.end),
     turn_rewards: null,
     token_policy_versions: tokens.versionsUnknown ? null : tokens.versions,
     policy_version_min: tokens.policyMin,
     policy_version_max: tokens.policyMax,
+    routed_experts: routing?.bytes ?? null,
+    routed_experts_dtype: routing?.layout.dtype ?? "",
+    routed_experts_layers: routing?.layout.layers ?? 0,
+    routed_experts_top_k: routing?.layout.top_k ?? 0,
+    routed_experts_missing: routing?.missing ?? 0,
+    sampling,
   };
 }

@@ -11,8 +11,15 @@ import type {
   RequestEvent,
   ResponseEvent,
   RewardEvent,
+  SamplingSettings,
   SessionStartEvent,
 } from "../../schemas/events.ts";
+import {
+  describeLayout,
+  sameLayout,
+  type RoutedExperts,
+  type RoutingLayout,
+} from "../../schemas/routed-experts.ts";
 import type { FinishReason, RowFlag, SessionStatus } from "../../schemas/trajectory.ts";
 import { RowFlags } from "../../schemas/trajectory.ts";
 import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
@@ -44,6 +51,14 @@ export interface CallState extends CallHandle {
    * `weightVersion` (a rollout resumed after a weight update); null: every token has `weightVersion`.
    */
   outputVersions: Int32Array | null;
+  /**
+   * Routed experts of the prompt's last `tokens` positions and of the output's first `tokens` (the
+   * event's own buffers, kept without a copy); null: the call carried none.
+   */
+  promptRouting: RoutedExperts | null;
+  outputRouting: RoutedExperts | null;
+  /** The sampling settings the call was sent with; null when the gateway did not say. */
+  sampling: SamplingSettings | null;
   hasLogprobs: boolean;
   choiceIndex: number | undefined;
   /** First node of the output; null for an empty output. */
@@ -102,6 +117,8 @@ export class SessionState {
   readonly rewards: RewardRecord[] = [];
   readonly flags: RowFlag[] = [];
   readonly drifts: DriftRecord[] = [];
+  /** The routed-experts layout of the session's calls, set by the first call that carries routing. */
+  routingLayout: RoutingLayout | null = null;
   start: SessionStartEvent | null = null;
   end: { status: SessionStatus; ts: number } | null = null;
   /** Greatest event time applied or buffered. */
@@ -285,6 +302,10 @@ export class SessionState {
       walked = prompt.prompt_delta_ids!;
     }
 
+    const promptRouting = request?.prompt_routed_experts ?? ev.prompt_routed_experts ?? null;
+    const outputRouting = ev.routed_experts ?? null;
+    if (!this.checkRouting(d, ev.call_id, promptRouting, outputRouting, from, walked.length)) return;
+
     const walk = this.trie.walk(walked, from);
     this.tokensIn += walked.length + ev.output_ids.length;
 
@@ -296,6 +317,9 @@ export class SessionState {
       finish: normaliseFinishReason(ev.finish_reason),
       weightVersion: ev.weight_version ?? prompt.weight_version ?? null,
       outputVersions: null,
+      promptRouting,
+      outputRouting,
+      sampling: request?.sampling ?? ev.sampling ?? null,
       hasLogprobs: ev.logprobs !== undefined,
       choiceIndex: prompt.choice_index,
       outStart: null,
@@ -332,7 +356,45 @@ export class SessionState {
     }
     this.requests.delete(ev.call_id);
     this.calls.set(ev.call_id, call);
+    this.routingLayout ??= promptRouting ?? outputRouting;
     if (history !== null) this.rememberHistory(call, history, ev);
+  }
+
+  /**
+   * A call's routed experts share the session's layout (one model), and its prompt's cover at most the
+   * prompt: a delta-form prompt's length is only known here. False: dead-lettered.
+   */
+  private checkRouting(
+    d: DecodedEvent,
+    callId: string,
+    prompt: RoutedExperts | null,
+    output: RoutedExperts | null,
+    from: Position,
+    walkedLength: number,
+  ): boolean {
+    const layout = this.routingLayout ?? prompt ?? output;
+    for (const routing of [prompt, output]) {
+      if (routing === null || layout === null || sameLayout(routing, layout)) continue;
+      this.reject(
+        "ROUTED_EXPERTS_LAYOUT_MISMATCH",
+        `call ${callId} has routed experts ${describeLayout(routing)}, session ${this.sessionId} ` +
+          `${describeLayout(layout)}; every call of a session is routed by one model`,
+        d,
+        { layout: describeLayout(routing), session_layout: describeLayout(layout) },
+      );
+      return false;
+    }
+    if (prompt === null) return true;
+    const promptLength = TokenTrie.depth(from) + walkedLength;
+    if (prompt.tokens <= promptLength) return true;
+    this.reject(
+      "ROUTED_EXPERTS_LENGTH_MISMATCH",
+      `call ${callId} has prompt_routed_experts for ${prompt.tokens} tokens and a prompt of ${promptLength}; ` +
+        `they cover the prompt's last positions, at most all of them`,
+      d,
+      { prompt_routed_experts: prompt.tokens, prompt_length: promptLength },
+    );
+    return false;
   }
 
   /**

@@ -271,6 +271,13 @@ export class TokenTrie {
     node.parent = null;
   }
 
+  /** Tokens from the root to `at` (a walk up the path: O(nodes on it)). */
+  static depth(at: Position): number {
+    let n = at.off;
+    for (let node = at.node.parent; node !== null; node = node.parent) n += node.len;
+    return n;
+  }
+
   /** True when `ancestor` is `node` or lies on the path from the root to `node`. */
   static isOnPath(ancestor: TrieNode, node: TrieNode): boolean {
     for (let n: TrieNode | null = node; n !== null; n = n.parent) if (n === ancestor) return true;

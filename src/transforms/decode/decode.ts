@@ -22,6 +22,7 @@ import {
 } from "../../schemas/events.ts";
 import { fastEvent } from "../../schemas/fast-events.ts";
 import { formatOrigin } from "../../schemas/origin.ts";
+import { describeLayout, sameLayout } from "../../schemas/routed-experts.ts";
 import { firstNonFinite } from "../../schemas/tokens.ts";
 
 export const COMPONENT = "decode";
@@ -287,7 +288,54 @@ function validateEvent(obj: Record<string, unknown>, record: RawRecord): DecodeO
       );
     }
   }
+  if (event.type === "request" || event.type === "response") {
+    const problem = checkRoutingLengths(event);
+    if (problem !== null) return reject(problem.code, problem.reason, record, obj, problem.details);
+  }
   return { kind: "event", value: { event, record, digest: digestOf(record) } };
+}
+
+/**
+ * Routed experts cover at most the positions their call has: one per output id (the last may be absent:
+ * it was never an input), and at most the prompt's length. All of an event's routing shares one layout.
+ * A delta-form prompt's length is known only in its session: assembly checks it.
+ */
+function checkRoutingLengths(
+  event: Extract<GatewayEvent, { type: "request" | "response" }>,
+): Pick<Rejection, "code" | "reason" | "details"> | null {
+  const call = `${event.type} of call ${event.call_id}`;
+  const prompt = event.prompt_routed_experts;
+  const output = event.type === "response" ? event.routed_experts : undefined;
+  if (prompt !== undefined && output !== undefined && !sameLayout(prompt, output)) {
+    return {
+      code: "INVALID_ROUTED_EXPERTS",
+      reason:
+        `${call} has prompt_routed_experts ${describeLayout(prompt)} and routed_experts ` +
+        `${describeLayout(output)}; one call's routing has one dtype, layer count and top_k`,
+    };
+  }
+  if (output !== undefined && event.type === "response") {
+    const n = event.output_ids.length;
+    if (output.tokens !== n && output.tokens !== n - 1) {
+      return {
+        code: "ROUTED_EXPERTS_LENGTH_MISMATCH",
+        reason:
+          `${call} has routed_experts for ${output.tokens} tokens and ${n} output ids; ` +
+          `send one per output id (or one less: the last token was never an input)`,
+        details: { routed_experts: output.tokens, output_ids: n },
+      };
+    }
+  }
+  if (prompt !== undefined && event.prompt_ids !== undefined && prompt.tokens > event.prompt_ids.length) {
+    return {
+      code: "ROUTED_EXPERTS_LENGTH_MISMATCH",
+      reason:
+        `${call} has prompt_routed_experts for ${prompt.tokens} tokens and a prompt of ` +
+        `${event.prompt_ids.length}; they cover the prompt's last positions, at most all of them`,
+      details: { prompt_routed_experts: prompt.tokens, prompt_ids: event.prompt_ids.length },
+    };
+  }
+  return null;
 }
 
 /** One logprob per output id, each finite and at most MAX_LOGPROB. */

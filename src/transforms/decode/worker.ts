@@ -5,6 +5,7 @@
  */
 import { parentPort } from "node:worker_threads";
 import type { GatewayEvent, PolicyUpdateEvent } from "../../schemas/events.ts";
+import type { RoutedExperts } from "../../schemas/routed-experts.ts";
 import { ArrayArena, useArrayArena } from "../../schemas/tokens.ts";
 import { decodeOutcome, type Rejection } from "./decode.ts";
 
@@ -37,11 +38,16 @@ const ORIGIN = { kind: "kafka", topic: "", partition: 0, offset: "0" } as const;
  */
 function addBuffers(event: GatewayEvent, out: ArrayBuffer[]): void {
   for (const value of Object.values(event)) {
-    if (ArrayBuffer.isView(value) && value.byteLength === value.buffer.byteLength) {
-      out.push(value.buffer as ArrayBuffer);
+    // Routed experts are an object around their bytes (routed-experts.ts), always a buffer of their own.
+    const view = isRoutedExperts(value) ? value.data : value;
+    if (ArrayBuffer.isView(view) && view.byteLength === view.buffer.byteLength) {
+      out.push(view.buffer as ArrayBuffer);
     }
   }
 }
+
+const isRoutedExperts = (v: unknown): v is RoutedExperts =>
+  typeof v === "object" && v !== null && (v as Partial<RoutedExperts>).data instanceof Uint8Array;
 
 const arena = new ArrayArena();
 useArrayArena(arena);

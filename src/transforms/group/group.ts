@@ -72,6 +72,9 @@ function zeroTraining(row: TrajectoryRow): TrajectoryRow {
     last_trained_index: null,
     turn_end_indices: new Int32Array(0),
     turn_rewards: row.turn_rewards === null ? null : [],
+    // Aligned with the trained turns, of which there are none now.
+    sampling: [],
+    flags: row.flags.filter((f) => f !== RowFlags.MIXED_SAMPLING),
     policy_version_min: null,
     policy_version_max: null,
   };

@@ -22,6 +22,7 @@ import {
   type Int,
   type List,
   type Schema,
+  type Struct,
 } from "apache-arrow";
 import * as snappy from "snappyjs";
 import { lz4Block, lz4LiteralBlock } from "../../../core/lz4-block.ts";
@@ -62,12 +63,17 @@ export interface ParquetTrajflowOptions {
   rowGroupSize: number;
 }
 
-type Kind = "bool" | "int32" | "int8" | "float32" | "float64" | "utf8";
+type Kind = "bool" | "int32" | "int8" | "float32" | "float64" | "utf8" | "binary";
 
-/** One leaf column: a top-level field, or the element of a top-level list. */
+/** One leaf column: a top-level field, the element of a top-level list, or a field of a list's struct element. */
 interface Leaf {
   name: string;
   kind: Kind;
+  /** For a field of a list's struct element: its name, and the struct's field count (first field only: > 0). */
+  structField: string | null;
+  structWidth: number;
+  /** path_in_schema. */
+  path: string[];
   /** The top-level field is a list. */
   list: boolean;
   /** The top-level field may be null. */
@@ -82,6 +88,7 @@ interface Leaf {
 function kindOf(type: DataType, where: string): Kind {
   if (DataType.isBool(type)) return "bool";
   if (DataType.isUtf8(type)) return "utf8";
+  if (DataType.isBinary(type)) return "binary";
   if (DataType.isInt(type) && (type as Int).isSigned && (type as Int).bitWidth === 32) return "int32";
   if (DataType.isInt(type) && (type as Int).isSigned && (type as Int).bitWidth === 8) return "int8";
   if (DataType.isFloat(type) && type.precision === Precision.SINGLE) return "float32";
@@ -96,34 +103,64 @@ const PHYSICAL: Record<Kind, number> = {
   float32: Physical.FLOAT,
   float64: Physical.DOUBLE,
   utf8: Physical.BYTE_ARRAY,
+  binary: Physical.BYTE_ARRAY,
 };
 
 function leavesOf(schema: Schema, statsColumns: ReadonlySet<string>): Leaf[] {
-  return schema.fields.map((f: Field) => {
-    if (DataType.isList(f.type)) {
+  return schema.fields.flatMap((f: Field): Leaf[] => {
+    if (DataType.isList(f.type) && DataType.isStruct((f.type as List).children[0]!.type)) {
+      // list<struct>: one leaf per field (optional scalars), levels: list, repeated entry, element, field.
       const element = (f.type as List).children[0]!;
-      const maxDef = (f.nullable ? 1 : 0) + 1 + (element.nullable ? 1 : 0);
-      return {
+      const fields = (element.type as Struct).children;
+      const maxDef = (f.nullable ? 1 : 0) + 1 + (element.nullable ? 1 : 0) + 1;
+      return fields.map((field, i) => ({
         name: f.name,
-        kind: kindOf(element.type, f.name),
+        kind: kindOf(field.type, `${f.name}.${field.name}`),
+        structField: field.name,
+        structWidth: i === 0 ? fields.length : 0,
+        path: [f.name, "list", "element", field.name],
         list: true,
         nullable: f.nullable,
         elementNullable: element.nullable,
         stats: false,
         maxDef,
         maxRep: 1,
-      };
+      }));
     }
-    return {
-      name: f.name,
-      kind: kindOf(f.type, f.name),
-      list: false,
-      nullable: f.nullable,
-      elementNullable: false,
-      stats: statsColumns.has(f.name),
-      maxDef: f.nullable ? 1 : 0,
-      maxRep: 0,
-    };
+    if (DataType.isList(f.type)) {
+      const element = (f.type as List).children[0]!;
+      const maxDef = (f.nullable ? 1 : 0) + 1 + (element.nullable ? 1 : 0);
+      return [
+        {
+          name: f.name,
+          kind: kindOf(element.type, f.name),
+          structField: null,
+          structWidth: 0,
+          path: [f.name, "list", "element"],
+          list: true,
+          nullable: f.nullable,
+          elementNullable: element.nullable,
+          stats: false,
+          maxDef,
+          maxRep: 1,
+        },
+      ];
+    }
+    return [
+      {
+        name: f.name,
+        kind: kindOf(f.type, f.name),
+        structField: null,
+        structWidth: 0,
+        path: [f.name],
+        list: false,
+        nullable: f.nullable,
+        elementNullable: false,
+        stats: statsColumns.has(f.name),
+        maxDef: f.nullable ? 1 : 0,
+        maxRep: 0,
+      },
+    ];
   });
 }
 
@@ -287,7 +324,9 @@ class ChunkWriter {
     };
     for (let r = from; r < to; r++) {
       const v = rows[r]![leaf.name];
-      if (leaf.list) this.listRow(leaf, v as ArrayLike<unknown> | null);
+      if (leaf.structField !== null)
+        this.structListRow(leaf, v as ArrayLike<Record<string, unknown> | null> | null);
+      else if (leaf.list) this.listRow(leaf, v as ArrayLike<unknown> | null);
       else this.scalar(leaf, v, meta.stats);
       if (this.values.pos >= PAGE_VALUE_BYTES) this.page(leaf, meta);
     }
@@ -345,6 +384,36 @@ class ChunkWriter {
     }
   }
 
+  /** One field of a list of structs: a null element, a null field and a value each have their level. */
+  private structListRow(leaf: Leaf, v: ArrayLike<Record<string, unknown> | null> | null): void {
+    const present = leaf.nullable ? 1 : 0;
+    if (v === null || v === undefined || v.length === 0) {
+      if (v == null && !leaf.nullable)
+        throw new Error(`parquet (trajflow engine): ${leaf.name} is null in a row`);
+      this.levelCount++;
+      this.rep.push(0);
+      this.def.push(v == null ? 0 : present);
+      return;
+    }
+    for (let i = 0; i < v.length; i++) {
+      this.levelCount++;
+      this.rep.push(i === 0 ? 0 : 1);
+      const element = v[i];
+      if (element === null || element === undefined) {
+        if (!leaf.elementNullable) throw new Error(`parquet (trajflow engine): ${leaf.name} holds a null`);
+        this.def.push(present + 1);
+        continue;
+      }
+      const value = element[leaf.structField!];
+      if (value === null || value === undefined) {
+        this.def.push(leaf.maxDef - 1);
+        continue;
+      }
+      this.def.push(leaf.maxDef);
+      this.value(leaf.kind, value, null);
+    }
+  }
+
   /** int8 values are INT32 in Parquet: widened in one typed-array set where the page buffer is aligned. */
   private widenInt8(v: Int8Array): void {
     const b = this.values;
@@ -397,6 +466,14 @@ class ChunkWriter {
         b.pos += 4 + n;
         return;
       }
+      case "binary": {
+        const bytes = v as Uint8Array;
+        b.ensure(4 + bytes.length);
+        b.buf.writeUInt32LE(bytes.length, b.pos);
+        b.buf.set(bytes, b.pos + 4);
+        b.pos += 4 + bytes.length;
+        return;
+      }
     }
   }
 
@@ -437,7 +514,8 @@ class ChunkWriter {
 
 function schemaElements(w: CompactWriter, leaves: readonly Leaf[]): void {
   type Element = (w: CompactWriter) => void;
-  const elements: Element[] = [(e) => e.binary(4, "arrow_schema").i32(5, leaves.length)];
+  const columns = new Set(leaves.map((l) => l.name)).size;
+  const elements: Element[] = [(e) => e.binary(4, "arrow_schema").i32(5, columns)];
   const primitive = (leaf: Leaf, name: string, repetition: number): Element => {
     return (e) => {
       e.i32(1, PHYSICAL[leaf.kind]).i32(3, repetition).binary(4, name);
@@ -448,6 +526,27 @@ function schemaElements(w: CompactWriter, leaves: readonly Leaf[]): void {
     };
   };
   for (const leaf of leaves) {
+    if (leaf.structField !== null) {
+      if (leaf.structWidth > 0) {
+        elements.push((e) =>
+          e
+            .i32(3, leaf.nullable ? Repetition.OPTIONAL : Repetition.REQUIRED)
+            .binary(4, leaf.name)
+            .i32(5, 1)
+            .i32(6, Converted.LIST)
+            .struct(10, (l) => l.struct(3, () => {})),
+        );
+        elements.push((e) => e.i32(3, Repetition.REPEATED).binary(4, "list").i32(5, 1));
+        elements.push((e) =>
+          e
+            .i32(3, leaf.elementNullable ? Repetition.OPTIONAL : Repetition.REQUIRED)
+            .binary(4, "element")
+            .i32(5, leaf.structWidth),
+        );
+      }
+      elements.push(primitive(leaf, leaf.structField, Repetition.OPTIONAL));
+      continue;
+    }
     if (!leaf.list) {
       elements.push(primitive(leaf, leaf.name, leaf.nullable ? Repetition.OPTIONAL : Repetition.REQUIRED));
       continue;
@@ -513,7 +612,7 @@ export function encodeParquetTrajflow(
   schemaElements(footer, leaves);
   footer.i64(3, records.length).structList(4, groups, (g, group) => {
     g.structList(1, group.chunks, (c, chunk) => {
-      const path = chunk.leaf.list ? [chunk.leaf.name, "list", "element"] : [chunk.leaf.name];
+      const path = chunk.leaf.path;
       c.i64(2, chunk.offset).struct(3, (m) => {
         m.i32(1, PHYSICAL[chunk.leaf.kind])
           .i32List(2, [Encoding.PLAIN, Encoding.RLE])

@@ -19,6 +19,7 @@ const CODECS: Partial<Record<Compression, string>> = { snappy: "SNAPPY", gzip: "
 
 const PARQUETJS_TYPES: Record<ValueKind, string> = {
   utf8: "UTF8",
+  binary: "BYTE_ARRAY",
   int8: "INT_8",
   int32: "INT32",
   float32: "FLOAT",
@@ -30,11 +31,16 @@ type FieldSpec = Record<string, unknown>;
 
 function fieldSpec(type: ColumnType<unknown>, compression: string): FieldSpec {
   const optional = (yes: boolean) => (yes ? { optional: true } : {});
-  const leaf = (elementOptional: boolean): FieldSpec => ({
-    type: PARQUETJS_TYPES[type.kind],
-    compression,
-    ...optional(elementOptional),
-  });
+  const fields = type.fields;
+  const leaf = (elementOptional: boolean): FieldSpec =>
+    fields === null
+      ? { type: PARQUETJS_TYPES[type.kind as ValueKind], compression, ...optional(elementOptional) }
+      : {
+          ...optional(elementOptional),
+          fields: Object.fromEntries(
+            fields.map((f) => [f.name, { type: PARQUETJS_TYPES[f.kind], compression, optional: true }]),
+          ),
+        };
   if (!type.list) return { ...leaf(false), ...optional(type.nullable) };
   return {
     type: "LIST",
@@ -55,9 +61,22 @@ function schemaFor(compression: string): unknown {
  */
 function parquetjsValue(value: unknown, type: ColumnType<unknown>): unknown {
   if (value === null) return undefined;
+  if (type.kind === "binary")
+    return Buffer.from(
+      (value as Uint8Array).buffer,
+      (value as Uint8Array).byteOffset,
+      (value as Uint8Array).byteLength,
+    );
   if (!type.list) return value;
+  // A struct element's null fields are absent keys, as a null value is.
+  const shred = (element: unknown) =>
+    type.fields === null
+      ? element
+      : Object.fromEntries(Object.entries(element as object).filter(([, v]) => v !== null));
   return {
-    list: Array.from(value as ArrayLike<unknown>, (element) => (element === null ? {} : { element })),
+    list: Array.from(value as ArrayLike<unknown>, (element) =>
+      element === null ? {} : { element: shred(element) },
+    ),
   };
 }
 
