@@ -30,6 +30,13 @@ export const fileSinkConfigSchema = z
       // smaller files let the encoder work while ingest goes on instead of at the end.
       .default(4_000_000)
       .describe("A file is cut once its rows hold this many tokens; bounds the memory of buffered rows."),
+    max_bytes_per_file: z
+      .int()
+      .positive()
+      .default(256 * 1024 * 1024)
+      .describe(
+        "A file is cut once its rows' column data (token, logprob, version and routed-experts arrays) reach this many bytes; bounds buffered memory when rows are heavy (MoE routing is 768 bytes a token at 48 layers x top-8).",
+      ),
     max_file_age_ms: z
       .int()
       .positive()

@@ -95,6 +95,28 @@ describe("file sink", () => {
     );
   });
 
+  it("cuts a file by bytes when rows are heavy (routed experts), long before the token limit", async () => {
+    const { path, sink: s } = sink({ max_bytes_per_file: 64 * 1024 });
+    await s.open();
+    const heavy = (id: string) =>
+      session(id).map((r) => ({ ...r, routed_experts: new Uint8Array(40 * 1024).fill(3) }));
+    const cuts: string[] = [];
+    await s.write(heavy("a"), () => cuts.push("a"));
+    await s.write(heavy("b"), () => cuts.push("b")); // 80 KiB: cut
+    await s.write(heavy("c"), () => cuts.push("c"));
+    await s.close();
+    assert.deepEqual(cuts, ["a", "b", "c"]);
+    assert.deepEqual(readdirSync(path).sort(), ["part-00000.parquet", "part-00001.parquet"]);
+    const first = await readRows(join(path, "part-00000.parquet"));
+    assert.deepEqual(
+      first.map((r) => [r.session_id, r.routed_experts?.length]),
+      [
+        ["a", 40 * 1024],
+        ["b", 40 * 1024],
+      ],
+    );
+  });
+
   it("acknowledges an empty write after the files before it, without an empty file", async () => {
     const { path, sink: s } = sink();
     await s.open();

@@ -58,6 +58,18 @@ interface Buffered {
  * The partition directory of one write (a session, or a GRPO group): chosen from its newest row, so a
  * write is never split across directories (a group stays whole; a session's rows stay together).
  */
+/** The bytes of a row's array columns: what a buffered row holds beyond a few small fields. */
+export function rowBytes(r: TrajectoryRow): number {
+  return (
+    r.prompt_ids.byteLength +
+    r.response_ids.byteLength +
+    r.response_mask.byteLength +
+    (r.rollout_log_probs?.byteLength ?? 0) +
+    (r.token_policy_versions?.byteLength ?? 0) +
+    (r.routed_experts?.byteLength ?? 0)
+  );
+}
+
 function partitionOf(rows: readonly TrajectoryRow[], by: FileSinkConfig["partition_by"]): string {
   if (by === "none") return "";
   if (by === "date") {
@@ -80,6 +92,8 @@ export class FileSink {
   private buffer: Buffered[] = [];
   private bufferedRows = 0;
   private bufferedTokens = 0;
+  /** rowBytes of the buffered rows. */
+  private bufferedBytes = 0;
   private oldestBuffered = 0;
   private cutIndex = 0;
   private rowsCut = 0;
@@ -149,10 +163,14 @@ export class FileSink {
     if (this.bufferedRows === 0) this.oldestBuffered = Date.now();
     this.buffer.push({ rows, onDurable, tag });
     this.bufferedRows += rows.length;
-    for (const r of rows) this.bufferedTokens += r.prompt_ids.length + r.response_ids.length;
+    for (const r of rows) {
+      this.bufferedTokens += r.prompt_ids.length + r.response_ids.length;
+      this.bufferedBytes += rowBytes(r);
+    }
     if (
       this.bufferedRows >= this.config.max_rows_per_file ||
-      this.bufferedTokens >= this.config.max_tokens_per_file
+      this.bufferedTokens >= this.config.max_tokens_per_file ||
+      this.bufferedBytes >= this.config.max_bytes_per_file
     ) {
       await this.cut();
     }
@@ -169,6 +187,7 @@ export class FileSink {
     const tokens = this.bufferedTokens;
     this.bufferedRows = 0;
     this.bufferedTokens = 0;
+    this.bufferedBytes = 0;
     if (rows.length === 0) {
       // Only acknowledgements of empty writes: they are durable once everything before them is.
       const before = [...this.inFlight];
@@ -288,6 +307,7 @@ export class FileSink {
     this.buffer = [];
     this.bufferedRows = 0;
     this.bufferedTokens = 0;
+    this.bufferedBytes = 0;
   }
 
   /** Writes what is buffered, waits for every file, and stops the workers. */
