@@ -18,6 +18,24 @@ export interface SessionShape {
 
 export type PromptForm = "full" | "delta";
 
+/** Packed int16 routed experts for `tokens` positions, ids drawn uniformly from `experts`. */
+function routedExperts(
+  random: () => number,
+  tokens: number,
+  layers: number,
+  topK: number,
+  experts: number,
+): Record<string, unknown> {
+  const values = new Int16Array(tokens * layers * topK);
+  for (let i = 0; i < values.length; i++) values[i] = Math.floor(random() * experts);
+  return {
+    b64: Buffer.from(values.buffer).toString("base64"),
+    dtype: "int16",
+    shape: [tokens, layers, topK],
+    num_experts: experts,
+  };
+}
+
 function ids(random: () => number, n: number): number[] {
   const out = new Array<number>(n);
   for (let i = 0; i < n; i++) out[i] = Math.floor(random() * 150_000);
@@ -31,9 +49,20 @@ function ids(random: () => number, n: number): number[] {
 export function linearSession(
   shape: SessionShape,
   form: PromptForm,
-  opts: { uid: string; sessionId: string; seed: number; packed?: boolean; t0?: number },
+  opts: {
+    uid: string;
+    sessionId: string;
+    seed: number;
+    packed?: boolean;
+    t0?: number;
+    /** MoE routing to send (int16, as vLLM returns it): prefill of each new prompt part, decode of outputs. */
+    routing?: { layers: number; topK: number; experts: number };
+  },
 ): Array<Record<string, unknown>> {
   const random = mulberry32(opts.seed);
+  const routing = opts.routing;
+  const routes = (tokens: number) =>
+    routing === undefined ? {} : routedExperts(random, tokens, routing.layers, routing.topK, routing.experts);
   const pack = (a: number[]) => (opts.packed === true ? packTokenIds(a) : a);
   const packLp = (a: number[]) => (opts.packed === true ? packLogprobs(a) : a);
   const events: Array<Record<string, unknown>> = [];
@@ -54,6 +83,7 @@ export function linearSession(
         call_id: callId,
         prompt_ids: pack(prompt),
         weight_version: 1,
+        ...(routing === undefined ? {} : { prompt_routed_experts: routes(prompt.length) }),
       });
     } else {
       events.push({
@@ -63,6 +93,8 @@ export function linearSession(
         parent_call_id: `c${turn - 1}`,
         prompt_delta_ids: pack(previousObservation),
         weight_version: 1,
+        // The engine computed the new tokens: the previous output's last token and the observation.
+        ...(routing === undefined ? {} : { prompt_routed_experts: routes(previousObservation.length + 1) }),
       });
     }
     const logprobs = output.map(() => Math.fround(-random()));
@@ -74,6 +106,8 @@ export function linearSession(
       logprobs: packLp(logprobs),
       finish_reason: "tool_calls",
       weight_version: 1,
+      // Every output token but the last went through the model in this call.
+      ...(routing === undefined ? {} : { routed_experts: routes(output.length - 1) }),
     });
     prompt = [...prompt, ...output, ...observation];
     previousObservation = observation;
