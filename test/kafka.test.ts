@@ -17,8 +17,8 @@ import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { killRunning, runCli, startCli } from "./helpers/cli.ts";
 import { brokers, freshName, readTopic, waitFor } from "./helpers/kafka.ts";
-import { PYTHON } from "./helpers/python.ts";
-import { assemble, plain } from "./helpers/sessions.ts";
+import { PYTHON, readWithPython } from "./helpers/python.ts";
+import { assemble, plain, plainWithTimes } from "./helpers/sessions.ts";
 
 const EXAMPLES = new URL("../examples/sessions.jsonl", import.meta.url).pathname;
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-kafka-"));
@@ -358,6 +358,55 @@ describe("kafka", () => {
 
   // Regression: 500 large events of one uid made a record batch over the broker's 1 MiB limit
   // (MESSAGE_TOO_LARGE) and the whole produce failed.
+  it("keeps routed experts byte for byte through Kafka, as replay writes them and pyarrow reads them", async () => {
+    const topic = freshName("routed");
+    const shape = { initialPrompt: 64, turns: 3, outputTokens: 16, observationTokens: 8 };
+    const routing = { layers: 4, topK: 2, experts: 16 };
+    const lines = [0, 1].flatMap((s) =>
+      linearSession(shape, "delta", {
+        uid: "moe",
+        sessionId: `r${s}`,
+        seed: s + 5,
+        packed: true,
+        routing,
+      }).map((e) => JSON.stringify(e)),
+    );
+    const input = join(scratch, "routed.jsonl");
+    writeFileSync(input, `${lines.join("\n")}\n`);
+    const produced = await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker });
+    assert.equal(produced.code, 0, produced.stderr);
+    const out = join(scratch, topic);
+    await consumeAll(topic, out);
+    const replayed = join(scratch, "routed-replay");
+    assert.equal((await runCli(["replay", input, "--out", replayed])).code, 0);
+
+    const want = assemble(lines).rows.map(plainWithTimes).sort(byKey);
+    assert.equal(want.length, 2);
+    for (const r of want) {
+      // Every position covered but the last (never an input): the delta prompts' routing covers the
+      // previous output's last token.
+      assert.equal(r.routed_experts_missing, 0);
+      const blob = Uint8Array.from(r.routed_experts as number[]);
+      assert.ok(
+        blob.subarray(0, -16).every((_, i) => i % 2 === 1 || blob[i] !== 0xff),
+        "covered positions",
+      );
+      assert.ok(
+        blob.subarray(-16).every((b) => b === 0xff),
+        "the last position is left at -1",
+      );
+      const positions = (r.prompt_ids as number[]).length + (r.response_ids as number[]).length;
+      assert.equal((r.routed_experts as number[]).length, positions * 4 * 2 * 2);
+    }
+    for (const dir of [out, replayed]) {
+      const view = await readWithPython<{ rows: Array<Record<string, unknown>> }>("read_output.py", dir);
+      assert.deepEqual(
+        view.rows.map((r) => [r.key, r.routed_experts, r.routed_experts_dtype]),
+        want.map((r) => [r.key, r.routed_experts, "int16"]),
+      );
+    }
+  });
+
   it("produces large events in batches the broker accepts", async () => {
     const topic = freshName("large");
     const shape = { initialPrompt: 60_000, turns: 8, outputTokens: 256, observationTokens: 64 };

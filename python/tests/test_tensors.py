@@ -126,7 +126,8 @@ def test_routed_experts_missing_positions_read_as_minus_one(tmp_path):
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     trajflow("replay", str(path), "--out", str(out), "--reward-grace-ms", "0")
     batch = TrajectoryReader(str(out), batch_rows=10).next_batch()
-    assert batch.table.column("routed_experts_missing").to_pylist() == [4]
+    # Positions 0, 1 and 4 are missing; 5, the last sampled token, was never an input and never counts.
+    assert batch.table.column("routed_experts_missing").to_pylist() == [3]
     t = to_verl(batch.table)
     assert t["routed_experts"][0, :, 0, 0].tolist() == [-1, -1, 5, 6, -1, -1]
     assert t["has_routed_experts"].tolist() == [False]

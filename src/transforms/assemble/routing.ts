@@ -2,7 +2,7 @@
  * A row's routed experts: for every position of its sequence (prompt ++ response), the experts chosen
  * when that token went through the model, taken from the first call on the row that processed it (a
  * prompt's prefill, or the decode of a sampled token). Positions no call covered keep all bits set (-1
- * in signed dtypes) and are counted, never filled in.
+ * in signed dtypes) and are counted (all but the row's last position: see rowRouting), never filled in.
  *
  * Routing of a position depends only on the tokens up to it, so any call whose prompt or output holds the
  * row's prefix computed the same routing: the row's own turns are enough, and drift and branches stay
@@ -24,7 +24,7 @@ export interface RowRouting {
   layout: RoutingLayout;
   /** [length, layers, top_k] ids, little-endian. */
   bytes: Uint8Array;
-  /** Positions no call covered. */
+  /** Positions no call covered, the row's last one aside. */
   missing: number;
 }
 
@@ -61,5 +61,8 @@ export function rowRouting(turns: readonly RoutedTurn[], length: number): RowRou
     const output = call.outputRouting;
     if (output !== null) place(output, start, Math.min(output.tokens, span));
   }
-  return { layout, bytes, missing: length - filled };
+  // The row's last position never counts: no trained logprob depends on it (attention is causal), and
+  // when it is the final sampled token no engine computes it (it was never an input).
+  const lastUncovered = length > 0 && covered[length - 1] === 0 ? 1 : 0;
+  return { layout, bytes, missing: length - filled - lastUncovered };
 }
