@@ -525,18 +525,22 @@ function schemaElements(w: CompactWriter, leaves: readonly Leaf[]): void {
       }
     };
   };
+  /** The standard 3-level LIST's two groups: `<name> (LIST)` and its `repeated group list`. */
+  const listGroups = (leaf: Leaf) => {
+    elements.push((e) =>
+      e
+        .i32(3, leaf.nullable ? Repetition.OPTIONAL : Repetition.REQUIRED)
+        .binary(4, leaf.name)
+        .i32(5, 1)
+        .i32(6, Converted.LIST)
+        .struct(10, (l) => l.struct(3, () => {})),
+    );
+    elements.push((e) => e.i32(3, Repetition.REPEATED).binary(4, "list").i32(5, 1));
+  };
   for (const leaf of leaves) {
     if (leaf.structField !== null) {
       if (leaf.structWidth > 0) {
-        elements.push((e) =>
-          e
-            .i32(3, leaf.nullable ? Repetition.OPTIONAL : Repetition.REQUIRED)
-            .binary(4, leaf.name)
-            .i32(5, 1)
-            .i32(6, Converted.LIST)
-            .struct(10, (l) => l.struct(3, () => {})),
-        );
-        elements.push((e) => e.i32(3, Repetition.REPEATED).binary(4, "list").i32(5, 1));
+        listGroups(leaf);
         elements.push((e) =>
           e
             .i32(3, leaf.elementNullable ? Repetition.OPTIONAL : Repetition.REQUIRED)
@@ -551,15 +555,7 @@ function schemaElements(w: CompactWriter, leaves: readonly Leaf[]): void {
       elements.push(primitive(leaf, leaf.name, leaf.nullable ? Repetition.OPTIONAL : Repetition.REQUIRED));
       continue;
     }
-    elements.push((e) =>
-      e
-        .i32(3, leaf.nullable ? Repetition.OPTIONAL : Repetition.REQUIRED)
-        .binary(4, leaf.name)
-        .i32(5, 1)
-        .i32(6, Converted.LIST)
-        .struct(10, (l) => l.struct(3, () => {})),
-    );
-    elements.push((e) => e.i32(3, Repetition.REPEATED).binary(4, "list").i32(5, 1));
+    listGroups(leaf);
     elements.push(
       primitive(leaf, "element", leaf.elementNullable ? Repetition.OPTIONAL : Repetition.REQUIRED),
     );
