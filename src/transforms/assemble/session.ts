@@ -356,7 +356,10 @@ export class SessionState {
     }
     this.requests.delete(ev.call_id);
     this.calls.set(ev.call_id, call);
-    this.routingLayout ??= promptRouting ?? outputRouting;
+    const routed = promptRouting ?? outputRouting;
+    if (this.routingLayout === null && routed !== null) {
+      this.routingLayout = { dtype: routed.dtype, layers: routed.layers, top_k: routed.top_k };
+    }
     if (history !== null) this.rememberHistory(call, history, ev);
   }
 
