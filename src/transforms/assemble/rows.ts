@@ -356,12 +356,8 @@ function turnSampling(call: CallState): TurnSampling | null {
  * Per trained turn (aligned with turn_end_indices), its sampling settings; flags the row when they differ.
  * Settings sent and settings not sent differ too: a correction cannot assume either.
  */
-function trainedSampling(
-  turns: readonly RowTurn[],
-  calls: ReadonlyMap<string, CallState>,
-  flags: Set<RowFlag>,
-) {
-  const sampling = turns.map((t) => turnSampling(calls.get(t.callId)!));
+function trainedSampling(turns: readonly Turn[], flags: Set<RowFlag>): Array<TurnSampling | null> {
+  const sampling = turns.map((t) => turnSampling(t.call));
   const keys = new Set(sampling.map((s) => JSON.stringify(s)));
   if (keys.size > 1) flags.add(RowFlags.MIXED_SAMPLING);
   return sampling;
@@ -418,8 +414,8 @@ function buildRow(
     toolCalls: call.toolCalls,
   }));
   turnsOut.push(rowTurns);
-  const trainedTurns = rowTurns.filter((t) => t.trained && t.end >= 0);
-  const sampling = trainedSampling(trainedTurns, session.calls, flags);
+  const trainedTurns = tokens.turns.filter((t) => tokens.trainedCalls.has(t.call) && t.end >= 0);
+  const sampling = trainedSampling(trainedTurns, flags);
   if (tokens.missingLogprobs) {
     flags.add(RowFlags.MISSING_LOGPROBS);
     metrics.inc("rows_missing_logprobs");
