@@ -827,6 +827,18 @@ const routes = (tokens: number[], source: number) =>
     "int16",
     [tokens.length, 1, 2],
   );
+/**
+ * SessionScript.call's arguments for a call whose prefill reports its whole prompt (source `p`) and whose
+ * decode reports every output token (source `o`).
+ */
+const routed = (id: string, prompt: number[], output: number[], p: number, o: number) =>
+  [
+    id,
+    prompt,
+    output,
+    { routed_experts: routes(output, o) },
+    { prompt_routed_experts: routes(prompt, p) },
+  ] as const;
 /** A row's routed experts as [token, source] pairs; null (-1, -1) where no event covered the position. */
 function routingPairs(r: TrajectoryRow): Array<[number, number] | null> {
   assert.equal(r.routed_experts_dtype, "int16");
@@ -894,25 +906,9 @@ describe("assemble: routed experts", () => {
 
   it("keeps each branch's own routing, the shared prefix from the call both share", () => {
     const s = new SessionScript()
-      .call("c1", P, O1, { routed_experts: routes(O1, 2) }, { prompt_routed_experts: routes(P, 1) })
-      .call(
-        "c2",
-        [...P, ...O1, 4],
-        [20],
-        { routed_experts: routes([20], 4) },
-        {
-          prompt_routed_experts: routes([...P, ...O1, 4], 3),
-        },
-      )
-      .call(
-        "c3",
-        [...P, ...O1, 5],
-        [21],
-        { routed_experts: routes([21], 6) },
-        {
-          prompt_routed_experts: routes([...P, ...O1, 5], 5),
-        },
-      )
+      .call(...routed("c1", P, O1, 1, 2))
+      .call(...routed("c2", [...P, ...O1, 4], [20], 3, 4))
+      .call(...routed("c3", [...P, ...O1, 5], [21], 5, 6))
       .end();
     const { rows } = assemble(s.lines());
     const shared: Array<[number, number]> = [
@@ -930,8 +926,8 @@ describe("assemble: routed experts", () => {
 
   it("uses the retry that stands, not the orphan it replaced", () => {
     const s = new SessionScript()
-      .call("c1", P, O1, { routed_experts: routes(O1, 2) }, { prompt_routed_experts: routes(P, 1) })
-      .call("c1b", P, [30], { routed_experts: routes([30], 4) }, { prompt_routed_experts: routes(P, 3) })
+      .call(...routed("c1", P, O1, 1, 2))
+      .call(...routed("c1b", P, [30], 3, 4))
       .end();
     const { rows } = assemble(s.lines());
     assert.equal(rows.length, 1);
@@ -955,9 +951,7 @@ describe("assemble: routed experts", () => {
   });
 
   it("cuts routing with the row at max_tokens, and leaves rows without routing null", () => {
-    const s = new SessionScript()
-      .call("c1", P, O1, { routed_experts: routes(O1, 2) }, { prompt_routed_experts: routes(P, 1) })
-      .end();
+    const s = new SessionScript().call(...routed("c1", P, O1, 1, 2)).end();
     const plainSession = new SessionScript("u1", "s2").call("c1", P, O1).end();
     const { rows } = assemble([...s.lines(), ...plainSession.lines()], { max_tokens: 4 });
     assert.deepEqual(routingPairs(rows[0]!), [

@@ -108,59 +108,33 @@ const PHYSICAL: Record<Kind, number> = {
 
 function leavesOf(schema: Schema, statsColumns: ReadonlySet<string>): Leaf[] {
   return schema.fields.flatMap((f: Field): Leaf[] => {
-    if (DataType.isList(f.type) && DataType.isStruct((f.type as List).children[0]!.type)) {
-      // list<struct>: one leaf per field (optional scalars), levels: list, repeated entry, element, field.
-      const element = (f.type as List).children[0]!;
-      const fields = (element.type as Struct).children;
-      const maxDef = (f.nullable ? 1 : 0) + 1 + (element.nullable ? 1 : 0) + 1;
-      return fields.map((field, i) => ({
-        name: f.name,
-        kind: kindOf(field.type, `${f.name}.${field.name}`),
-        structField: field.name,
-        structWidth: i === 0 ? fields.length : 0,
-        path: [f.name, "list", "element", field.name],
-        list: true,
-        nullable: f.nullable,
-        elementNullable: element.nullable,
-        stats: false,
-        maxDef,
-        maxRep: 1,
-      }));
-    }
-    if (DataType.isList(f.type)) {
-      const element = (f.type as List).children[0]!;
-      const maxDef = (f.nullable ? 1 : 0) + 1 + (element.nullable ? 1 : 0);
+    const base = { name: f.name, nullable: f.nullable, structField: null, structWidth: 0 };
+    if (!DataType.isList(f.type)) {
+      const maxDef = f.nullable ? 1 : 0;
+      const kind = kindOf(f.type, f.name);
+      const stats = statsColumns.has(f.name);
       return [
-        {
-          name: f.name,
-          kind: kindOf(element.type, f.name),
-          structField: null,
-          structWidth: 0,
-          path: [f.name, "list", "element"],
-          list: true,
-          nullable: f.nullable,
-          elementNullable: element.nullable,
-          stats: false,
-          maxDef,
-          maxRep: 1,
-        },
+        { ...base, kind, path: [f.name], list: false, elementNullable: false, stats, maxDef, maxRep: 0 },
       ];
     }
-    return [
-      {
-        name: f.name,
-        kind: kindOf(f.type, f.name),
-        structField: null,
-        structWidth: 0,
-        path: [f.name],
-        list: false,
-        nullable: f.nullable,
-        elementNullable: false,
-        stats: statsColumns.has(f.name),
-        maxDef: f.nullable ? 1 : 0,
-        maxRep: 0,
-      },
-    ];
+    // A list's levels: the list itself (when nullable), its repeated entry, the element (when nullable).
+    const element = (f.type as List).children[0]!;
+    const listed = { ...base, list: true, elementNullable: element.nullable, stats: false, maxRep: 1 };
+    const maxDef = (f.nullable ? 1 : 0) + 1 + (element.nullable ? 1 : 0);
+    if (!DataType.isStruct(element.type)) {
+      const kind = kindOf(element.type, f.name);
+      return [{ ...listed, kind, path: [f.name, "list", "element"], maxDef }];
+    }
+    // list<struct>: one leaf per field, each an optional scalar (one more level).
+    const fields = (element.type as Struct).children;
+    return fields.map((field, i) => ({
+      ...listed,
+      kind: kindOf(field.type, `${f.name}.${field.name}`),
+      structField: field.name,
+      structWidth: i === 0 ? fields.length : 0,
+      path: [f.name, "list", "element", field.name],
+      maxDef: maxDef + 1,
+    }));
   });
 }
 
