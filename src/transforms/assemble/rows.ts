@@ -14,6 +14,7 @@ import {
   type SessionStatus,
   type TrajectoryRow,
   type TurnSampling,
+  TURN_SAMPLING_FIELDS,
 } from "../../schemas/trajectory.ts";
 import type { AssembleConfig } from "./config.ts";
 import type { CallState, SessionState } from "./session.ts";
@@ -358,9 +359,19 @@ function turnSampling(call: CallState): TurnSampling | null {
  */
 function trainedSampling(turns: readonly Turn[], flags: Set<RowFlag>): Array<TurnSampling | null> {
   const sampling = turns.map((t) => turnSampling(t.call));
-  const keys = new Set(sampling.map((s) => JSON.stringify(s)));
-  if (keys.size > 1) flags.add(RowFlags.MIXED_SAMPLING);
+  for (let i = 1; i < sampling.length; i++) {
+    if (!sameSampling(sampling[0]!, sampling[i]!)) {
+      flags.add(RowFlags.MIXED_SAMPLING);
+      break;
+    }
+  }
   return sampling;
+}
+
+function sameSampling(a: TurnSampling | null, b: TurnSampling | null): boolean {
+  if (a === null || b === null) return a === b;
+  for (const { name } of TURN_SAMPLING_FIELDS) if (a[name] !== b[name]) return false;
+  return true;
 }
 
 /** Per-turn columns (finish reasons, policy versions), adding the turns' flags to `flags`. */

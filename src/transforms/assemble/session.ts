@@ -375,6 +375,7 @@ export class SessionState {
     from: Position,
     walkedLength: number,
   ): boolean {
+    if (prompt === null && output === null) return true; // the common case: no routing at all
     const layout = this.routingLayout ?? prompt ?? output;
     for (const routing of [prompt, output]) {
       if (routing === null || layout === null || sameLayout(routing, layout)) continue;
