@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /**
- * The trajflow command line. Exit codes: 0 success, 1 the run failed, 2 usage or configuration error.
+ * The trajflow command line. Exit codes: 0 success, 1 the run failed, 2 usage or configuration error
+ * (including an output store that refuses the configuration: a missing bucket, rejected credentials).
  */
 import { enableCompileCache } from "node:module";
 
@@ -68,9 +69,18 @@ export async function main(argv: string[]): Promise<number> {
       return ExitCode.USAGE;
     }
     process.stderr.write(failureText(err));
-    return ExitCode.FAILURE;
+    // The output's store refused the configuration (a missing bucket, credentials, a read-only or
+    // unreachable endpoint): fixed by changing the configuration, not by running again.
+    return isTrajflowError(err) && OUTPUT_CONFIG_CODES.has(err.code) ? ExitCode.USAGE : ExitCode.FAILURE;
   }
 }
+
+const OUTPUT_CONFIG_CODES = new Set<string>([
+  "S3_BUCKET_NOT_FOUND",
+  "S3_ACCESS_DENIED",
+  "S3_WRITE_REFUSED",
+  "S3_UNREACHABLE",
+]);
 
 if (import.meta.main) {
   process.exitCode = await main(process.argv.slice(2));

@@ -107,6 +107,22 @@ export const ErrorCodes = {
       "the Kafka client gave up (brokers unreachable past its retries, or a request the cluster refused)",
   },
   SINK_WRITE_FAILED: { retryable: true, summary: "an output could not be written" },
+  S3_BUCKET_NOT_FOUND: {
+    retryable: false,
+    summary: "the S3 bucket of an output does not exist",
+  },
+  S3_ACCESS_DENIED: {
+    retryable: false,
+    summary: "the S3 server refused the credentials, or they may not write the output",
+  },
+  S3_WRITE_REFUSED: {
+    retryable: false,
+    summary: "the S3 server refused to write the output (a read-only server or bucket, object lock)",
+  },
+  S3_UNREACHABLE: {
+    retryable: true,
+    summary: "the S3 endpoint of an output could not be reached",
+  },
   FILE_CONFLICT: {
     retryable: false,
     summary: "an output file already exists with different content (a second writer of the same range)",

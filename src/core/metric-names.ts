@@ -105,7 +105,14 @@ export const METRICS = {
   rows_abandoned: { kind: "counter", help: "Buffered rows dropped when their partition was revoked." },
   bytes_written: { kind: "counter", help: "Bytes of data files written." },
   encode_ms: { kind: "counter", help: "Milliseconds spent encoding files on the worker threads (sum)." },
-  stale_temp_files_removed: { kind: "counter", help: "Temporaries of a crashed writer removed at start." },
+  stale_temp_files_removed: {
+    kind: "counter",
+    help: "Temporaries (or S3 multipart uploads) of a crashed writer removed at start.",
+  },
+  uploads_aborted: {
+    kind: "counter",
+    help: "Unfinished S3 uploads of a Kafka partition's earlier owner aborted when this process took the partition.",
+  },
   topic_rows_produced: { kind: "counter", help: "Rows produced to trajectory topics and acknowledged." },
   session_durable_seconds: {
     kind: "histogram",

@@ -5,7 +5,6 @@
  * table, so a type that validates always runs, and a new component is a new entry here and nothing else.
  */
 import { hostname } from "node:os";
-import { join } from "node:path";
 import type { z } from "zod";
 import type {
   BuildContext,
@@ -30,6 +29,7 @@ import {
   type DeadLetterTopicConfig,
 } from "../sinks/dead-letter/topic.ts";
 import { fileSinkConfigSchema, type FileSinkConfig } from "../sinks/files/config.ts";
+import { childLocation } from "../sinks/shared/location.ts";
 import { FileSinkComponent } from "../sinks/files/component.ts";
 import { TopicSinkComponent } from "../sinks/kafka/component.ts";
 import { trajectoryTopicConfigSchema, type TrajectoryTopicConfig } from "../sinks/kafka/config.ts";
@@ -130,7 +130,7 @@ const filesSinkEntry = (
   role: "durable",
   implied,
   target: (c) => `${c.format} files in ${c.path}`,
-  deadLetters: (c) => ({ type: "files", config: { path: join(c.path, "_dead-letter") } }),
+  deadLetters: (c) => ({ type: "files", config: { path: childLocation(c.path, "_dead-letter"), s3: c.s3 } }),
 });
 
 export const REGISTRY: {
@@ -221,6 +221,7 @@ export const REGISTRY: {
         new DeadLetterFiles(
           {
             dir: c.path,
+            s3: c.s3,
             // Several writers share the directory: names carry the writer, and letters land by age so
             // their offsets can commit.
             ...(ctx.sourceTraits.sharedOutputs

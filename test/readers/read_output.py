@@ -1,13 +1,19 @@
 """Reads a trajflow output directory with independent readers (pyarrow's dataset API and, for Parquet,
 DuckDB) and prints what they saw as JSON, for the Node tests to compare against trajflow's own rows.
 
-usage: read_output.py <dir> [--format parquet|ipc] [--hive]
+usage: read_output.py <dir | s3://bucket/prefix> [--format parquet|ipc] [--hive]
+                      [--s3-endpoint URL --s3-key ID --s3-secret SECRET]
+
+An s3:// path is read through pyarrow's S3 filesystem alone: DuckDB reads S3 through its httpfs
+extension, which it downloads from extensions.duckdb.org (not a package registry; PyPI's
+duckdb-extension-httpfs stops at DuckDB 1.5), so the tests' offline machines cannot load it.
 """
 import argparse
 import json
 
 import duckdb
 import pyarrow.dataset as ds
+from pyarrow import fs
 
 
 def main() -> None:
@@ -15,9 +21,31 @@ def main() -> None:
     parser.add_argument("path")
     parser.add_argument("--format", default="parquet")
     parser.add_argument("--hive", action="store_true")
+    parser.add_argument("--s3-endpoint")
+    parser.add_argument("--s3-key")
+    parser.add_argument("--s3-secret")
     args = parser.parse_args()
 
-    dataset = ds.dataset(args.path, format=args.format, partitioning="hive" if args.hive else None)
+    remote = args.path.startswith("s3://")
+    filesystem = None
+    path = args.path
+    if remote:
+        filesystem = fs.S3FileSystem(
+            endpoint_override=args.s3_endpoint,
+            access_key=args.s3_key,
+            secret_key=args.s3_secret,
+            region="us-east-1",
+            scheme="http" if (args.s3_endpoint or "").startswith("http://") else "https",
+        )
+        path = args.path[len("s3://") :]
+    dataset = ds.dataset(
+        path,
+        format=args.format,
+        filesystem=filesystem,
+        partitioning="hive" if args.hive else None,
+        # Dead letters and temporaries start with _ or . and are skipped as for a directory.
+        exclude_invalid_files=False,
+    )
     table = dataset.to_table()
     rows = sorted(table.to_pylist(), key=lambda r: r["key"])
     view = {
@@ -27,7 +55,7 @@ def main() -> None:
         "rows": rows,
         "keys": [r["key"].rsplit("_", 2) for r in rows],
     }
-    if args.format == "parquet":
+    if args.format == "parquet" and not remote:
         con = duckdb.connect()
         glob = f"{args.path}/**/*.parquet"
         view["duckdb"] = {

@@ -27,7 +27,7 @@ source (docs/pipelines.md).
 Options:
   --topic <t>               topic of gateway events (required)
   --group <g>               consumer group (required); processes sharing it split the partitions
-  --out <dir>               output directory (required)
+  --out <dir>               output directory or s3://bucket/prefix (required; docs/sinks.md)
 ${CONNECTION_HELP}
   --dead-letter-topic <t>   default <topic>.dead-letter
   --dead-letter-dir <dir>   write dead letters as files there instead of to a topic
@@ -53,7 +53,7 @@ ${CONNECTION_HELP}
   --drift-policy, --idle-timeout-ms, --reward-grace-ms, --await-rewards, --max-tokens   as for replay
   --grpo                    GRPO group mode, as replay's --group (--group names the consumer group here)
   --group-size, --group-timeout-ms, --max-policy-lag, --current-policy,
-  --partition-by, --encode-workers, --dead-letter-dir                    as for replay
+  --partition-by, --encode-workers, --dead-letter-dir, --s3-force-path-style   as for replay
   --format, --engine, --compression, --rows-per-file, --tokens-per-file  as for replay
   --file-age-ms <n>         write buffered rows after n ms even if the file is small (default 10000 here,
                             so a quiet partition still lands its rows and commits its offsets)

@@ -16,7 +16,8 @@ events are written to <dir>/_dead-letter/ with an error code (docs/errors.md). P
 A preset: the same runtime as \`trajflow run\` of a pipeline with a jsonl source (docs/pipelines.md).
 
 Assembly:
-  --out <dir>               output directory (required)
+  --out <dir>               output directory or s3://bucket/prefix (required; S3 credentials from the
+                            standard AWS chain, endpoint from AWS_ENDPOINT_URL_S3: docs/sinks.md)
   --drift-policy <p>        fork (default) or realign: what to do when a prompt re-renders a sampled turn
   --idle-timeout-ms <n>     finalize a session after this much event time without events (default 600000)
   --reward-grace-ms <n>     how long an ended session missing an awaited reward waits for it (default
@@ -39,6 +40,7 @@ Files:
   --encode-workers <n>      worker threads encoding files (default 1)
   --decode-workers <n>      worker threads decoding events (default 0: decoded inline)
   --dead-letter-dir <dir>   where rejected events go (default <out>/_dead-letter: dataset readers skip names starting with _)
+  --s3-force-path-style     path-style S3 addressing (endpoint/bucket/key); on by default with a custom endpoint
 Trainer-shaped batches:
   --group                   GRPO group mode: write a uid's n sessions together, padded with placeholders
   --group-size <n>          n for sessions whose session.start has no group_size (implies --group)

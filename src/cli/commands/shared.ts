@@ -28,6 +28,7 @@ export const SHAPE_FLAGS = {
   "encode-workers": { type: "string" },
   "decode-workers": { type: "string" },
   "dead-letter-dir": { type: "string" },
+  "s3-force-path-style": { type: "boolean" },
   grpo: { type: "boolean" },
   "group-size": { type: "string" },
   "group-timeout-ms": { type: "string" },
@@ -86,6 +87,8 @@ export function checkPolicyFlags(values: Values): void {
  */
 export function presetOptions(values: Values, groupMode: boolean): PresetOptions & { baseDir: string } {
   const rewards = jsonFileOption("rewards", values.rewards as string | undefined);
+  // Only for s3:// outputs; the endpoint and credentials come from the standard AWS variables.
+  const s3 = values["s3-force-path-style"] === true ? { force_path_style: true } : undefined;
   return {
     assemble: assembleOptions(values),
     files: {
@@ -93,6 +96,7 @@ export function presetOptions(values: Values, groupMode: boolean): PresetOptions
       path: values.out,
       partition_by: values["partition-by"],
       encode_workers: intOption("encode-workers", str(values, "encode-workers")),
+      s3,
     },
     rewards: rewards?.value,
     rewardsWhere: rewards?.where,
@@ -114,7 +118,7 @@ export function presetOptions(values: Values, groupMode: boolean): PresetOptions
     deadLetters:
       values["dead-letter-dir"] === undefined
         ? undefined
-        : { type: "files", path: values["dead-letter-dir"] },
+        : { type: "files", path: values["dead-letter-dir"], s3 },
   };
 }
 

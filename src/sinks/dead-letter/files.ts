@@ -7,23 +7,29 @@
  * Names: `dead-letters-NNNNN.jsonl` in order for a replay (the same input gives the same files), or with a
  * writer tag (`dead-letters-<tag>-NNNNN.jsonl`) where several processes share the directory.
  */
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { z } from "zod";
 import type { DeadLetterSink } from "../../contract/components.ts";
 import type { Ack } from "../../contract/ledger.ts";
 import { isTrajflowError, TrajflowError } from "../../core/errors.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
-import { assertWritableDir, commitFile, removeStaleTemps } from "../shared/atomic-file.ts";
+import { isRemote, outputLocationSchema } from "../shared/location.ts";
+import { DEFAULT_S3_OPTIONS, s3OptionsSchema, type S3Options } from "../shared/s3-options.ts";
+import { openStore, type Store } from "../shared/store.ts";
 
 /** `dead_letters: { type: files, ... }` in a pipeline. */
 export const deadLetterFilesConfigSchema = z.strictObject({
-  path: z.string().min(1).describe("Directory of dead-letter files."),
+  path: outputLocationSchema.describe("Directory of dead-letter files, or s3://bucket/prefix."),
+  s3: s3OptionsSchema.prefault({}).describe("The S3 client when `path` is s3://."),
 });
 export type DeadLetterFilesConfig = z.output<typeof deadLetterFilesConfigSchema>;
 
 export interface DeadLetterFilesOptions {
+  /** A directory or `s3://bucket/prefix`. */
   dir: string;
+  /** The S3 client, when `dir` is s3://. */
+  s3?: S3Options;
   /** Letters per file. */
   maxPerFile?: number;
   /**
@@ -53,10 +59,11 @@ export class DeadLetterFiles implements DeadLetterSink {
   private oldest = 0;
   readonly files: string[] = [];
   readonly location: string;
+  private store: Store | null = null;
 
   constructor(options: DeadLetterFilesOptions, metrics: Metrics) {
     this.options = options;
-    this.location = resolve(options.dir);
+    this.location = isRemote(options.dir) ? options.dir : resolve(options.dir);
     this.maxPerFile = options.maxPerFile ?? 100_000;
     this.maxBytesPerFile = options.maxBytesPerFile ?? 8 * 2 ** 20;
     this.metrics = metrics;
@@ -67,8 +74,9 @@ export class DeadLetterFiles implements DeadLetterSink {
   }
 
   async open(): Promise<void> {
-    await assertWritableDir(this.options.dir, "dead letters", false);
-    await removeStaleTemps(this.options.dir);
+    this.store = await openStore(this.options.dir, this.options.s3 ?? DEFAULT_S3_OPTIONS);
+    await this.store.assertWritable("dead letters", false);
+    await this.store.removeStale();
     const age = this.options.maxAgeMs;
     if (age !== undefined) {
       this.timer = setInterval(
@@ -116,10 +124,10 @@ export class DeadLetterFiles implements DeadLetterSink {
     if (lines.length === 0) return;
     const tag = this.options.writerTag === undefined ? "" : `${this.options.writerTag}-`;
     const name = `dead-letters-${tag}${String(this.fileIndex++).padStart(5, "0")}.jsonl`;
-    const path = join(this.options.dir, name);
+    const path = this.store!.url(name);
     let outcome;
     try {
-      outcome = await commitFile(path, Buffer.from(`${lines.join("\n")}\n`));
+      ({ outcome } = await this.store!.write(name, [Buffer.from(`${lines.join("\n")}\n`)]));
     } catch (err) {
       if (isTrajflowError(err)) throw err;
       throw new TrajflowError(
@@ -143,6 +151,7 @@ export class DeadLetterFiles implements DeadLetterSink {
     if (this.timer !== null) clearInterval(this.timer);
     this.cut();
     await this.pending;
+    this.store?.close();
     if (this.failure !== null) throw this.failure;
   }
 }

@@ -5,14 +5,14 @@
  * named after the offsets they cover, list their sessions for recovery, and are fenced: a process that
  * no longer owns the partition drops them instead of landing them.
  */
-import { promises as fs } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { resolve } from "node:path";
 import type { Lane, LaneSink, SessionSpan, SinkComponent, Unit } from "../../contract/components.ts";
 import { unitRows } from "../../contract/components.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
-import { rangeName, SESSIONS_KEY, writtenSessions } from "./recovery.ts";
-import { assertWritableDir } from "../shared/atomic-file.ts";
+import { rangeFilePattern, rangeName, SESSIONS_KEY, writtenSessions } from "./recovery.ts";
+import { isRemote } from "../shared/location.ts";
+import { openStore, type Store } from "../shared/store.ts";
 import type { FileSinkConfig } from "./config.ts";
 import { EncoderPool } from "./pool.ts";
 import { FileSink } from "./sink.ts";
@@ -26,13 +26,23 @@ export class FileSinkComponent implements SinkComponent {
   private readonly pool: EncoderPool;
   private readonly sinks = new Set<FileSink>();
   private readonly retired: FileSink[] = [];
+  private storeInstance: Store | null = null;
 
   constructor(config: FileSinkConfig, ctx: { metrics: Metrics; logger: Logger }) {
     this.config = config;
-    this.location = resolve(config.path);
+    this.location = isRemote(config.path) ? config.path : resolve(config.path);
     this.metrics = ctx.metrics;
     this.logger = ctx.logger;
-    this.pool = new EncoderPool(config.encode_workers, config);
+    this.pool = new EncoderPool(config.encode_workers, {
+      warmUp: config,
+      location: config.path,
+      s3: config.s3,
+    });
+  }
+
+  private get store(): Store {
+    if (this.storeInstance === null) throw new Error("the file sink was not opened");
+    return this.storeInstance;
   }
 
   /** Files committed by every lane, in the order they were cut per lane. */
@@ -40,9 +50,10 @@ export class FileSinkComponent implements SinkComponent {
     return [...this.retired, ...this.sinks].flatMap((s) => s.files);
   }
 
-  /** Fails before anything is read when the output directory cannot be written. */
-  open(): Promise<void> {
-    return assertWritableDir(this.config.path, "trajectory files");
+  /** Fails before anything is read when the output (a directory, an S3 prefix) cannot be written. */
+  async open(): Promise<void> {
+    this.storeInstance = await openStore(this.config.path, this.config.s3);
+    await this.storeInstance.assertWritable("trajectory files");
   }
 
   async openLane(lane: Lane): Promise<LaneSink> {
@@ -53,6 +64,7 @@ export class FileSinkComponent implements SinkComponent {
       metrics: this.metrics,
       logger: this.logger.child({ lane: lane.id }),
       pool: this.pool,
+      store: this.store,
       sharedDirectoryTempAgeMs: files.sharedDirectoryTempAgeMs,
       nameCut: range === undefined ? undefined : (_cut, tags) => rangeName(range, flat(tags)),
       describeCut: (tags) =>
@@ -85,8 +97,18 @@ export class FileSinkComponent implements SinkComponent {
         sink.abandon();
         retire();
       },
-      recover: async () =>
-        range === undefined ? new Map() : writtenSessions(this.config.path, range, lane.ledger.next),
+      recover: async () => {
+        if (range === undefined) return new Map();
+        // Unfinished uploads of this range are an earlier owner's: aborted before the listing, so a
+        // file of an expelled member either is in the listing or never lands (docs/sinks.md).
+        const pattern = rangeFilePattern(range);
+        const aborted = await this.store.abortPending((name) => pattern.test(name));
+        if (aborted > 0) {
+          this.metrics.inc("uploads_aborted", "", aborted);
+          this.logger.info({ lane: lane.id, aborted }, "Aborted an earlier owner's unfinished uploads.");
+        }
+        return writtenSessions(this.store, range, lane.ledger.next);
+      },
     };
   }
 
@@ -97,12 +119,8 @@ export class FileSinkComponent implements SinkComponent {
    */
   async rollback(): Promise<string[]> {
     const created = [...this.retired, ...this.sinks].flatMap((s) => s.created);
-    for (const path of created) {
-      await fs.unlink(path).catch(() => {});
-      // A partition directory this run made and left empty goes too (rmdir fails on a non-empty one).
-      if (dirname(path) !== this.location) await fs.rmdir(dirname(path)).catch(() => {});
-    }
-    return created;
+    for (const name of created) await this.store.remove(name);
+    return created.map((name) => this.store.url(name));
   }
 
   async close(): Promise<void> {
@@ -112,6 +130,7 @@ export class FileSinkComponent implements SinkComponent {
       for (const sink of this.retired) await sink.drain().catch(() => {});
     } finally {
       await this.pool.close();
+      this.storeInstance?.close();
     }
   }
 }

@@ -1,4 +1,6 @@
 import { z } from "zod";
+import { outputLocationSchema } from "../shared/location.ts";
+import { s3OptionsSchema } from "../shared/s3-options.ts";
 import { ENGINE_CODECS } from "./encoders/types.ts";
 
 /**
@@ -7,7 +9,14 @@ import { ENGINE_CODECS } from "./encoders/types.ts";
  */
 export const fileSinkConfigSchema = z
   .strictObject({
-    path: z.string().min(1).describe("Output directory."),
+    path: outputLocationSchema.describe(
+      "Output directory, or s3://bucket/prefix (objects committed exactly once, docs/sinks.md).",
+    ),
+    s3: s3OptionsSchema
+      .prefault({})
+      .describe(
+        "The S3 client when `path` is s3:// (endpoint, path style, part size, uploads at once, retries).",
+      ),
     format: z
       .enum(["parquet", "arrow"])
       .default("parquet")

@@ -38,31 +38,49 @@ export function footerKeyValues(footer: Uint8Array): Record<string, string> {
   return out;
 }
 
+/** Reads `length` bytes at `offset` of a file of known size (a local file, an S3 object's range). */
+export type ReadAt = (offset: number, length: number) => Promise<Uint8Array>;
+
+/** The key-value metadata of a Parquet file of `size` bytes, reading only its footer through `read`. */
+export async function parquetKeyValuesAt(
+  what: string,
+  size: number,
+  read: ReadAt,
+): Promise<Record<string, string>> {
+  const fail = (why: string, cause?: unknown) =>
+    new TrajflowError("SOURCE_READ_FAILED", `cannot read the Parquet footer of ${what}: ${why}`, { cause });
+  if (size < 12) throw fail(`${size} bytes is too short for Parquet`);
+  const tail = Buffer.from(await read(size - 8, 8));
+  const length = tail.readUInt32LE(0);
+  if (tail.toString("latin1", 4) !== MAGIC) throw fail("no PAR1 at its end");
+  if (length > MAX_FOOTER || length + 12 > size) throw fail(`footer length ${length} out of range`);
+  const footer = await read(size - 8 - length, length);
+  try {
+    return footerKeyValues(footer);
+  } catch (err) {
+    throw fail((err as Error).message, err);
+  }
+}
+
 /** The key-value metadata of the Parquet file at `path`, reading only its footer. */
 export async function readParquetKeyValues(path: string): Promise<Record<string, string>> {
-  const fail = (why: string, cause?: unknown) =>
-    new TrajflowError("SOURCE_READ_FAILED", `cannot read the Parquet footer of ${path}: ${why}`, { cause });
   let file;
   try {
     file = await fs.open(path, "r");
   } catch (err) {
-    throw fail((err as Error).message, err);
+    throw new TrajflowError(
+      "SOURCE_READ_FAILED",
+      `cannot read the Parquet footer of ${path}: ${(err as Error).message}`,
+      { cause: err },
+    );
   }
   try {
     const { size } = await file.stat();
-    if (size < 12) throw fail(`${size} bytes is too short for Parquet`);
-    const tail = Buffer.alloc(8);
-    await file.read(tail, 0, 8, size - 8);
-    const length = tail.readUInt32LE(0);
-    if (tail.toString("latin1", 4) !== MAGIC) throw fail("no PAR1 at its end");
-    if (length > MAX_FOOTER || length + 12 > size) throw fail(`footer length ${length} out of range`);
-    const footer = Buffer.alloc(length);
-    await file.read(footer, 0, length, size - 8 - length);
-    try {
-      return footerKeyValues(footer);
-    } catch (err) {
-      throw fail((err as Error).message, err);
-    }
+    return await parquetKeyValuesAt(path, size, async (offset, length) => {
+      const buf = Buffer.alloc(length);
+      await file.read(buf, 0, length, offset);
+      return buf;
+    });
   } finally {
     await file.close();
   }

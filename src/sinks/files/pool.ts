@@ -3,7 +3,7 @@
  * move to the worker, so handing over a 200 MB batch costs the ingest thread next to nothing.
  */
 import { Worker } from "node:worker_threads";
-import { TrajflowError } from "../../core/errors.ts";
+import { ErrorCodes, TrajflowError, type ErrorCode } from "../../core/errors.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
 import type { EncodeJob, EncodeReply, EncoderWorkerData } from "./worker.ts";
@@ -37,9 +37,14 @@ function transferables(rows: TrajectoryRow[]): ArrayBuffer[] {
     add(r.response_ids);
     add(r.response_mask);
     add(r.rollout_log_probs);
+    add(r.token_policy_versions);
+    add(r.routed_experts);
   }
   return out;
 }
+
+const isErrorCode = (code: string | undefined): code is ErrorCode =>
+  code !== undefined && Object.hasOwn(ErrorCodes, code);
 
 /**
  * A worker whose WebAssembly memory grew past this is replaced after its job: WASM memory is returned to
@@ -57,10 +62,10 @@ export class EncoderPool {
   private readonly recycleBytes: number;
   private readonly workerData: EncoderWorkerData;
 
-  /** `warmUp`: the encoder the sink uses, run once by each worker as it starts. */
-  constructor(size: number, warmUp: EncoderWorkerData["warmUp"], recycleBytes = RECYCLE_WASM_BYTES) {
+  /** `workerData`: the encoder each worker warms up as it starts, and the store files go to. */
+  constructor(size: number, workerData: EncoderWorkerData, recycleBytes = RECYCLE_WASM_BYTES) {
     this.recycleBytes = recycleBytes;
-    this.workerData = { warmUp };
+    this.workerData = workerData;
     for (let i = 0; i < size; i++) this.slots.push(this.spawn());
   }
 
@@ -76,14 +81,14 @@ export class EncoderPool {
   }
 
   /**
-   * Encodes and commits one file (or, `stageOnly`, leaves it durable under a temporary name for the
+   * Encodes and commits one file, `name` within the store (or, `stageOnly`, leaves it staged for the
    * caller to publish). The rows are handed over: do not use them afterwards.
    */
-  run(path: string, rows: TrajectoryRow[], options: EncodeOptions, stageOnly = false): Promise<Done> {
+  run(name: string, rows: TrajectoryRow[], options: EncodeOptions, stageOnly = false): Promise<Done> {
     if (this.closed) return Promise.reject(new Error("the encoder pool is closed"));
     return new Promise((resolve, reject) => {
       this.queue.push({
-        job: { id: this.nextId++, path, rows, options, stageOnly },
+        job: { id: this.nextId++, name, rows, options, stageOnly },
         pending: { resolve, reject },
       });
       this.dispatch();
@@ -114,8 +119,9 @@ export class EncoderPool {
     if (pending !== undefined) {
       if (reply.ok) pending.resolve(reply);
       else {
-        // A file conflict keeps its own code; anything else (ENOSPC, EACCES, ...) is a failed write.
-        const code = reply.error.code === "FILE_CONFLICT" ? "FILE_CONFLICT" : "SINK_WRITE_FAILED";
+        // Coded errors keep their code (a file conflict, S3's); anything else (ENOSPC, EACCES, ...) is
+        // a failed write.
+        const code = isErrorCode(reply.error.code) ? reply.error.code : "SINK_WRITE_FAILED";
         pending.reject(
           new TrajflowError(code, reply.error.message, { details: { cause_code: reply.error.code } }),
         );

@@ -9,10 +9,8 @@
  * (re)assigned, the sessions of files reaching past the resume offset are skipped: their events up to the
  * recorded last offset were applied already; later ones are late events.
  */
-import { promises as fs } from "node:fs";
-import { basename, join } from "node:path";
 import { sessionKey } from "../../schemas/session.ts";
-import { readFileMetadata } from "./read.ts";
+import type { Store } from "../shared/store.ts";
 
 import type { SessionSpan } from "../../contract/components.ts";
 
@@ -33,21 +31,10 @@ export function rangeName(range: string, spans: SessionSpan[]): string {
   return `${range}-${pad(first)}-${pad(last)}`;
 }
 
-/** Data files of a directory and of its hive partition directories (`key=value/`). */
-async function dataFiles(dir: string): Promise<string[]> {
-  let entries;
-  try {
-    entries = await fs.readdir(dir, { withFileTypes: true });
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
-    throw err;
-  }
-  const out: string[] = [];
-  for (const e of entries) {
-    if (e.isFile()) out.push(join(dir, e.name));
-    else if (e.isDirectory() && e.name.includes("=")) out.push(...(await dataFiles(join(dir, e.name))));
-  }
-  return out;
+/** Base names of the files of one input range: `<range>-<first offset>-<last offset>.<ext>`. */
+export function rangeFilePattern(range: string): RegExp {
+  const escaped = range.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  return new RegExp(`^${escaped}-(\\d{20})-(\\d{20})\\.(parquet|arrow)$`);
 }
 
 /**
@@ -56,17 +43,16 @@ async function dataFiles(dir: string): Promise<string[]> {
  * between two renames) counts for exactly the sessions that landed.
  */
 export async function writtenSessions(
-  dir: string,
+  store: Store,
   range: string,
   resumeOffset: number,
 ): Promise<Map<string, number>> {
   const out = new Map<string, number>();
-  const escaped = range.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-  const pattern = new RegExp(`^${escaped}-(\\d{20})-(\\d{20})\\.(parquet|arrow)$`);
-  for (const path of await dataFiles(dir)) {
-    const m = pattern.exec(basename(path));
+  const pattern = rangeFilePattern(range);
+  for (const name of await store.list(`${range}-`)) {
+    const m = pattern.exec(name.slice(name.lastIndexOf("/") + 1));
     if (m === null || Number(m[2]) < resumeOffset) continue;
-    const meta = await readFileMetadata(path);
+    const meta = await store.keyValues(name);
     const spans = JSON.parse(meta[SESSIONS_KEY] ?? "[]") as SessionSpan[];
     for (const [uid, sessionId, , last] of spans) out.set(sessionKey(uid, sessionId), last);
   }

@@ -8,6 +8,7 @@ import { pino } from "pino";
 import { Metrics } from "../../core/metrics.ts";
 import { assemble, SessionScript } from "../../../test/helpers/sessions.ts";
 import { fileSinkConfigSchema, type FileSinkConfigInput } from "./config.ts";
+import { DEFAULT_S3_OPTIONS } from "../shared/s3-options.ts";
 import { EncoderPool } from "./pool.ts";
 import { readRows } from "./read.ts";
 import { FileSink } from "./sink.ts";
@@ -194,10 +195,10 @@ describe("encoder pool", () => {
       rowGroupSize: 16,
       metadata: {},
     } as const;
-    const pool = new EncoderPool(1, options, 1);
     const dir = join(scratch, "pool");
+    const pool = new EncoderPool(1, { warmUp: options, location: dir, s3: DEFAULT_S3_OPTIONS }, 1);
     for (const id of ["a", "b", "c"]) {
-      const done = await pool.run(join(dir, `${id}.parquet`), session(id), options);
+      const done = await pool.run(`${id}.parquet`, session(id), options);
       assert.equal(done.outcome, "written");
     }
     assert.equal(pool.recycled, 3);

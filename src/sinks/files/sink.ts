@@ -10,12 +10,10 @@
  * File names follow the order of rows (part-00000, part-00001, ...), so the same input gives the same
  * files; with partitioning each cut writes one file per partition directory.
  */
-import { join } from "node:path";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { OUTPUT_SCHEMA_VERSION, type TrajectoryRow } from "../../schemas/trajectory.ts";
-import { promises as fs } from "node:fs";
-import { publishTemp, removeStaleTemps } from "../shared/atomic-file.ts";
+import { openStore, type Store } from "../shared/store.ts";
 import type { FileSinkConfig } from "./config.ts";
 import { fileExtension } from "./encoders/types.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
@@ -41,6 +39,8 @@ export interface FileSinkContext {
   fence?: () => Promise<boolean>;
   /** An encoder pool shared with other sinks (one per partition); the sink then does not close it. */
   pool?: EncoderPool;
+  /** The store of `config.path`, shared with other sinks; default: one of its own. */
+  store?: Store;
   /**
    * Temporaries of writers that cannot be identified as crashed (another host) are removed once older
    * than this; default 10 minutes (atomic-file.ts).
@@ -89,6 +89,7 @@ export class FileSink {
   private readonly ctx: FileSinkContext;
   private readonly pool: EncoderPool;
   private readonly ownsPool: boolean;
+  private store: Store | null;
   private buffer: Buffered[] = [];
   private bufferedRows = 0;
   private bufferedTokens = 0;
@@ -102,23 +103,27 @@ export class FileSink {
   private timer: NodeJS.Timeout | null = null;
   /** Committed file paths, in the order they were cut. */
   readonly files: string[] = [];
-  /** Of `files`, those this sink created (not found already committed by an earlier run). */
+  /** Of `files`, the names (within the store) of those this sink created, not found committed already. */
   readonly created: string[] = [];
 
   constructor(config: FileSinkConfig, ctx: FileSinkContext) {
     this.config = config;
     this.ctx = ctx;
     this.ownsPool = ctx.pool === undefined;
-    this.pool = ctx.pool ?? new EncoderPool(config.encode_workers, config);
+    this.pool =
+      ctx.pool ??
+      new EncoderPool(config.encode_workers, { warmUp: config, location: config.path, s3: config.s3 });
+    this.store = ctx.store ?? null;
   }
 
   /** Removes what a crashed writer left behind and starts the age timer. Call once before writing. */
   async open(): Promise<void> {
-    const removed = await removeStaleTemps(this.config.path, this.ctx.sharedDirectoryTempAgeMs);
+    this.store ??= await openStore(this.config.path, this.config.s3);
+    const removed = await this.store.removeStale(this.ctx.sharedDirectoryTempAgeMs);
     if (removed > 0) {
       this.ctx.logger.warn(
-        { removed, path: this.config.path },
-        "Removed temporary files left by an earlier crash.",
+        { removed, path: this.store.location },
+        "Removed temporary files (or unfinished uploads) left by an earlier crash.",
       );
       this.ctx.metrics.inc("stale_temp_files_removed", "", removed);
     }
@@ -220,7 +225,7 @@ export class FileSink {
     }
     const writes: Array<Promise<boolean>> = [];
     for (const [partition, part] of byPartition) {
-      const path = join(this.config.path, partition, name);
+      const file = partition === "" ? name : `${partition}/${name}`;
       const options: EncodeOptions = {
         format: this.config.format,
         engine: this.config.engine,
@@ -235,7 +240,7 @@ export class FileSink {
           ...this.ctx.describeCut?.(part.tags),
         },
       };
-      writes.push(this.commit(path, part.rows, options));
+      writes.push(this.commit(file, part.rows, options));
     }
     // A cut is durable once every one of its files is; a fenced file leaves its input unacknowledged.
     const all = Promise.all(writes).then((landed) => {
@@ -253,21 +258,29 @@ export class FileSink {
   }
 
   /** Encodes and commits one file; false when a fence refused it (nothing landed). */
-  private async commit(path: string, rows: TrajectoryRow[], options: EncodeOptions): Promise<boolean> {
+  private async commit(name: string, rows: TrajectoryRow[], options: EncodeOptions): Promise<boolean> {
     const count = rows.length;
     const fence = this.ctx.fence;
-    const done = await this.pool.run(path, rows, options, fence !== undefined);
+    const store = this.store!;
+    const path = store.url(name);
+    const done = await this.pool.run(name, rows, options, fence !== undefined);
     const { metrics } = this.ctx;
     let outcome = done.outcome;
     if (fence !== undefined) {
-      if (!(await fence())) {
-        await fs.unlink(done.temp!).catch(() => {});
+      const staged = done.staged!;
+      const dropped = async (why: string) => {
+        await store.discard(staged);
         metrics.inc("files_fenced");
-        this.ctx.logger.warn({ file: path }, "Dropped a file: this process no longer owns its input.");
+        this.ctx.logger.warn({ file: path }, why);
         return false;
+      };
+      if (!(await fence())) return dropped("Dropped a file: this process no longer owns its input.");
+      // Published in this same turn of the event loop as the fence's answer (a local link is synchronous;
+      // an S3 completion is sent now).
+      outcome = await store.publish(staged);
+      if (outcome === null) {
+        return dropped("Dropped a file: the partition's next owner aborted its upload.");
       }
-      // Linked in this same turn of the event loop as the fence's answer.
-      outcome = await publishTemp(done.temp!, path);
     }
     metrics.inc("files_committed", outcome!);
     metrics.fileCommitted();
@@ -275,7 +288,7 @@ export class FileSink {
     metrics.inc("bytes_written", "", outcome === "written" ? done.bytes : 0);
     metrics.inc("encode_ms", "", done.encodeMs);
     this.files.push(path);
-    if (outcome === "written") this.created.push(path);
+    if (outcome === "written") this.created.push(name);
     this.ctx.logger.debug(
       {
         file: path,
@@ -318,6 +331,7 @@ export class FileSink {
       await this.drain();
     } finally {
       if (this.ownsPool) await this.pool.close();
+      if (this.ctx.store === undefined) this.store?.close();
     }
   }
 }

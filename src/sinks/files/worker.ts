@@ -1,22 +1,28 @@
 /**
- * Worker thread: encodes a batch of rows and commits the file (atomic-file.ts), so the ingest thread
- * never waits on Arrow building, compression or fsync.
+ * Worker thread: encodes a batch of rows and commits the file to its store (a directory or S3), so the
+ * ingest thread never waits on Arrow building, compression, fsync or uploads. The encoder's chunks go to
+ * the store as they are made.
  */
 import { parentPort, workerData } from "node:worker_threads";
 import { emptyRow, type TrajectoryRow } from "../../schemas/trajectory.ts";
-import { commitFile, writeTemp, type CommitOutcome } from "../shared/atomic-file.ts";
-import { encodeRows, wasmMemoryBytes } from "./encoders/index.ts";
+import type { S3Options } from "../shared/s3-options.ts";
+import { openStore, type CommitOutcome, type Staged, type Store } from "../shared/store.ts";
+import { encodeRows, encodeRowsInChunks, wasmMemoryBytes } from "./encoders/index.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
 
 /** What the pool tells a worker when it starts. */
 export interface EncoderWorkerData {
   /** The encoder the sink will use, warmed up before the first job. */
   warmUp: Pick<EncodeOptions, "format" | "engine" | "compression">;
+  /** Where files go: a directory or `s3://bucket/prefix`, and the S3 client's options. */
+  location: string;
+  s3: S3Options;
 }
 
 export interface EncodeJob {
   id: number;
-  path: string;
+  /** The file's name within the store (`date=.../part-00000.parquet`). */
+  name: string;
   rows: TrajectoryRow[];
   options: EncodeOptions;
   /** Leave the file under its temporary name (the caller publishes it after a fence). */
@@ -29,8 +35,8 @@ export type EncodeReply =
       ok: true;
       /** Absent when staged only. */
       outcome: CommitOutcome | null;
-      /** The durable temporary, when staged only. */
-      temp: string | null;
+      /** The staged file, when staged only: the caller publishes or discards it. */
+      staged: Staged | null;
       bytes: number;
       encodeMs: number;
       writeMs: number;
@@ -74,22 +80,57 @@ async function warmUp(engine: EncoderWorkerData["warmUp"]): Promise<void> {
 // A failed warm-up is not an error of its own: the first real job meets the same problem and reports it.
 const warm = warmUp((workerData as EncoderWorkerData).warmUp).catch(() => undefined);
 
+const data = workerData as EncoderWorkerData;
+let store: Promise<Store> | null = null;
+
+/** Chunks as they pass, with the time spent making them (the encoder's share of the job). */
+function timed(chunks: Iterable<Uint8Array>): { chunks: Iterable<Uint8Array>; ms: () => number } {
+  let ms = 0;
+  return {
+    chunks: {
+      [Symbol.iterator]() {
+        const it = chunks[Symbol.iterator]();
+        return {
+          next() {
+            const t = performance.now();
+            const r = it.next();
+            ms += performance.now() - t;
+            return r;
+          },
+        };
+      },
+    },
+    ms: () => ms,
+  };
+}
+
 parentPort!.on("message", async (job: EncodeJob) => {
   try {
     await warm;
+    store ??= openStore(data.location, data.s3);
+    const target = await store;
     const t0 = performance.now();
-    const bytes = await encodeRows(job.rows, job.options);
-    const t1 = performance.now();
-    const temp = job.stageOnly ? await writeTemp(job.path, bytes) : null;
-    const outcome = job.stageOnly ? null : await commitFile(job.path, bytes);
+    const chunks = timed(await encodeRowsInChunks(job.rows, job.options));
+    // Engines other than trajflow's encode the whole file before the first chunk.
+    const whole = performance.now() - t0;
+    let outcome: CommitOutcome | null = null;
+    let staged: Staged | null = null;
+    let bytes: number;
+    if (job.stageOnly) {
+      staged = await target.stage(job.name, chunks.chunks);
+      bytes = staged.bytes;
+    } else {
+      ({ outcome, bytes } = await target.write(job.name, chunks.chunks));
+    }
+    const encodeMs = whole + chunks.ms();
     const reply: EncodeReply = {
       id: job.id,
       ok: true,
       outcome,
-      temp,
-      bytes: bytes.length,
-      encodeMs: t1 - t0,
-      writeMs: performance.now() - t1,
+      staged,
+      bytes,
+      encodeMs,
+      writeMs: performance.now() - t0 - encodeMs,
       wasmBytes: wasmMemoryBytes(),
     };
     parentPort!.postMessage(reply);

@@ -46,14 +46,18 @@ async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-/** Writes `bytes` under a temporary name beside `path` that readers ignore, and makes it durable. */
-export async function writeTemp(path: string, bytes: Uint8Array): Promise<string> {
+/**
+ * Writes `bytes` (one buffer, or chunks as an encoder makes them: the whole file is never in memory at
+ * once) under a temporary name beside `path` that readers ignore, and makes it durable.
+ */
+export async function writeTemp(path: string, bytes: Uint8Array | Iterable<Uint8Array>): Promise<string> {
   const dir = dirname(path);
   await fs.mkdir(dir, { recursive: true });
   const temp = join(dir, `${TEMP_PREFIX}${randomBytes(6).toString("hex")}~${WRITER}~${basename(path)}`);
   const handle = await fs.open(temp, "wx");
   try {
-    await handle.writeFile(bytes);
+    // writeFile on a handle appends at its position: one call per chunk writes them in order.
+    for (const chunk of bytes instanceof Uint8Array ? [bytes] : bytes) await handle.writeFile(chunk);
     await handle.sync();
   } finally {
     await handle.close();
@@ -99,7 +103,10 @@ export function publishTemp(temp: string, path: string): Promise<CommitOutcome> 
 }
 
 /** Atomically creates `path` with `bytes`. */
-export async function commitFile(path: string, bytes: Uint8Array): Promise<CommitOutcome> {
+export async function commitFile(
+  path: string,
+  bytes: Uint8Array | Iterable<Uint8Array>,
+): Promise<CommitOutcome> {
   return publishTemp(await writeTemp(path, bytes), path);
 }
 

@@ -3,7 +3,7 @@ import { tableToIPC } from "apache-arrow";
 import { rowsToTable, trajectoryArrowSchema } from "../../../schemas/trajectory-arrow.ts";
 import type { TrajectoryRow } from "../../../schemas/trajectory.ts";
 import { encodeParquetjs } from "./parquetjs.ts";
-import { encodeParquetTrajflow } from "./parquet-trajflow.ts";
+import { parquetTrajflowChunks } from "./parquet-trajflow.ts";
 import type * as ParquetWasm from "./parquet-wasm.ts";
 import { STATISTICS_COLUMNS, type EncodeOptions } from "./types.ts";
 
@@ -18,14 +18,26 @@ export function wasmMemoryBytes(): number {
 }
 
 export async function encodeRows(rows: TrajectoryRow[], options: EncodeOptions): Promise<Uint8Array> {
+  return Buffer.concat([...(await encodeRowsInChunks(rows, options))]);
+}
+
+/**
+ * The file's bytes as chunks in order. trajflow's Parquet engine makes them lazily, a column chunk at a
+ * time, as the consumer pulls (the file is never whole in memory); the other engines encode the whole
+ * file first and hand it over as one chunk.
+ */
+export async function encodeRowsInChunks(
+  rows: TrajectoryRow[],
+  options: EncodeOptions,
+): Promise<Iterable<Uint8Array>> {
   if (options.format === "arrow") {
     // Arrow IPC file format (random access, memory-mappable); metadata goes on the schema.
-    return tableToIPC(rowsToTable(rows, options.metadata), "file");
+    return [tableToIPC(rowsToTable(rows, options.metadata), "file")];
   }
-  if (options.engine === "parquetjs-lite") return encodeParquetjs(rows, options);
+  if (options.engine === "parquetjs-lite") return [await encodeParquetjs(rows, options)];
   if (options.engine === "trajflow") {
-    return encodeParquetTrajflow(rows, trajectoryArrowSchema, statistics, options);
+    return parquetTrajflowChunks(rows, trajectoryArrowSchema, statistics, options);
   }
   parquetWasm ??= await import("./parquet-wasm.ts");
-  return parquetWasm.encodeParquetWasm(rowsToTable(rows), options);
+  return [parquetWasm.encodeParquetWasm(rowsToTable(rows), options)];
 }

@@ -554,6 +554,19 @@ export function encodeParquetTrajflow(
   statsColumns: ReadonlySet<string>,
   options: ParquetTrajflowOptions,
 ): Uint8Array {
+  return Buffer.concat([...parquetTrajflowChunks(rows, schema, statsColumns, options)]);
+}
+
+/**
+ * The file's bytes in order, a column chunk at a time: a writer streams them to disk or to an upload, so
+ * the encoded file is never whole in memory.
+ */
+export function* parquetTrajflowChunks(
+  rows: readonly object[],
+  schema: Schema,
+  statsColumns: ReadonlySet<string>,
+  options: ParquetTrajflowOptions,
+): Generator<Uint8Array> {
   const leaves = leavesOf(schema, statsColumns);
   let arrowSchema = schemaValues.get(schema);
   if (arrowSchema === undefined) {
@@ -573,6 +586,7 @@ export function encodeParquetTrajflow(
       const meta = writer.write(leaf, records, from, to, offset);
       offset += meta.compressed;
       chunks.push(meta);
+      yield* parts.splice(0);
     }
     groups.push({ rows: to - from, chunks });
     if (records.length === 0) break;
@@ -620,5 +634,5 @@ export function encodeParquetTrajflow(
   const length = new Uint8Array(4);
   new DataView(length.buffer).setUint32(0, tail.length, true);
   parts.push(tail, length, MAGIC);
-  return Buffer.concat(parts);
+  yield* parts.splice(0);
 }
