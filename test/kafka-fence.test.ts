@@ -2,25 +2,28 @@
  * Fencing: a member stalled past its session timeout (SIGSTOP) is expelled, and the partitions' new
  * owner recovers them and writes every row. When the stalled member wakes up and stops, its buffered rows
  * must not land: it either learns of the rejoin first (abandons them) or is refused by the coordinator
- * just before the rename (drops the file). Either way no row is written twice.
+ * just before the rename (drops the file). Either way no row is written twice. The same against S3,
+ * where the new owner also aborts the stalled member's unfinished uploads before it lists the bucket.
  */
 import { strict as assert } from "node:assert";
 import { join } from "node:path";
 import { it } from "node:test";
 import { runCli, startCli } from "./helpers/cli.ts";
 import { freshName, kafkaTestScope, waitFor } from "./helpers/kafka.ts";
-import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
+import { localOutput, s3Output, type TestOutput } from "./helpers/outputs.ts";
+import { twoPartWorkload } from "./helpers/workload.ts";
 
 const { scratch, broker: currentBroker } = kafkaTestScope("kafka-fence");
 
-it("never lands a file of a member expelled while stalled, after the new owner recovered", async () => {
+/** One run of the scenario, writing to `output`. */
+async function expelledMemberLandsNothing(output: TestOutput) {
   const broker = currentBroker();
   const topic = freshName("fence");
   const group = freshName("g");
-  const out = join(scratch, "out");
+  const out = output.arg;
   const { first, expected: all } = twoPartWorkload(scratch, 80, 20);
   const expected = all.filter((r) => Number((r.session_id as string).slice(1)) < 40);
-  const env = { KAFKA_BROKERS: broker };
+  const env = { KAFKA_BROKERS: broker, ...output.env };
   assert.equal((await runCli(["produce", first, "--topic", topic], env)).code, 0);
   const base = ["consume", "--topic", topic, "--group", group, "--out", out, "--reward-grace-ms", "0"];
 
@@ -53,17 +56,26 @@ it("never lands a file of a member expelled while stalled, after the new owner r
       env,
     );
     assert.equal(b.code, 0, b.stderr);
-    assert.deepEqual(await rowsIn(out), expected, "B wrote every row once");
+    assert.deepEqual(await output.rows(), expected, "B wrote every row once");
   } finally {
     a.child.kill("SIGCONT");
   }
   // A wakes up and is told to stop: whatever it held must not land.
   a.child.kill("SIGTERM");
   assert.equal(await a.exited, 0, a.stderr());
-  const rows = await rowsIn(out);
+  const rows = await output.rows();
   const keys = rows.map((r) => r.key);
   assert.equal(new Set(keys).size, keys.length, "the expelled member landed a file: a row is written twice");
   assert.deepEqual(rows, expected);
   // What A held was dropped one way or the other, and it said so.
-  assert.match(a.stderr(), /Dropped a file: this process no longer owns its input|lanes start over/);
-});
+  assert.match(
+    a.stderr(),
+    /Dropped a file: (this process no longer owns its input|the partition's next owner aborted its upload)|lanes start over/,
+  );
+}
+
+it("never lands a file of a member expelled while stalled, after the new owner recovered", () =>
+  expelledMemberLandsNothing(localOutput(join(scratch, "out"))));
+
+it("never lands an object of a member expelled while stalled, writing to S3", async () =>
+  expelledMemberLandsNothing(await s3Output()));
