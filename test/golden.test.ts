@@ -4,8 +4,9 @@
  * by the commit before that change (0751b8c) from inputs in /tmp/trajflow-golden-inputs, and rewritten once
  * since, when schema version 3 added the per-token policy columns (issue 26): pyarrow read every earlier
  * column of the new files equal to the old ones, and the metadata differed only in
- * `trajflow.schema_version`; and again for schema version 4 (routed experts and sampling settings, issue
- * 26), checked the same way. A difference here is a change of replay output, which must be deliberate
+ * `trajflow.schema_version`; again for schema version 4 (routed experts and sampling settings, issue
+ * 26), checked the same way; and once more when files gained `trajflow.low_water` (issue 23: the
+ * readers' per-lane high-water marks), every column equal and that key the only new metadata. A difference here is a change of replay output, which must be deliberate
  * (docs/sinks.md: a rerun into an existing directory then needs a fresh one).
  */
 import { strict as assert } from "node:assert";

@@ -72,6 +72,7 @@ export class FileSinkComponent implements SinkComponent {
           ? files.describe()
           : { ...files.describe(), [SESSIONS_KEY]: JSON.stringify(flat(tags)) },
       fence: range === undefined ? undefined : () => lane.fence(),
+      lowWater: range === undefined ? undefined : () => lane.ledger.committable(),
     });
     await sink.open();
     this.sinks.add(sink);

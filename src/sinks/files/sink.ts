@@ -42,6 +42,14 @@ export interface FileSinkContext {
   /** The store of `config.path`, shared with other sinks; default: one of its own. */
   store?: Store;
   /**
+   * The lowest name position (a Kafka offset, for files named by offsets) a file of this lane committed
+   * from now on can have: the lane's committable offset. Default: the lowest cut still being written,
+   * for files numbered by cut. Recorded as `trajflow.low_water`: a reader that consumed a file knows no
+   * later file of its lane and directory sorts below it (docs/output.md), so its cursor needs no list
+   * of every file ever read.
+   */
+  lowWater?: () => number;
+  /**
    * Temporaries of writers that cannot be identified as crashed (another host) are removed once older
    * than this; default 10 minutes (atomic-file.ts).
    */
@@ -99,6 +107,8 @@ export class FileSink {
   private cutIndex = 0;
   private rowsCut = 0;
   private readonly inFlight = new Set<Promise<void>>();
+  /** Cuts dispatched and not settled (committed, fenced or failed). */
+  private readonly cutsInFlight = new Set<number>();
   private failure: Error | null = null;
   private timer: NodeJS.Timeout | null = null;
   /** Committed file paths, in the order they were cut. */
@@ -209,6 +219,11 @@ export class FileSink {
     const base = this.ctx.nameCut?.(this.cutIndex, tags) ?? `part-${String(this.cutIndex).padStart(5, "0")}`;
     this.cutIndex++;
     const name = `${base}${fileExtension(this.config)}`;
+    const cut = this.cutIndex - 1;
+    this.cutsInFlight.add(cut);
+    let lowWater = cut;
+    for (const c of this.cutsInFlight) if (c < lowWater) lowWater = c;
+    if (this.ctx.lowWater !== undefined) lowWater = this.ctx.lowWater();
     const firstRow = this.rowsCut;
     this.rowsCut += rows.length;
     const byPartition = new Map<string, { rows: TrajectoryRow[]; tags: unknown[] }>();
@@ -234,7 +249,8 @@ export class FileSink {
         metadata: {
           "trajflow.schema_version": OUTPUT_SCHEMA_VERSION,
           "trajflow.engine": this.config.format === "arrow" ? "apache-arrow" : this.config.engine,
-          "trajflow.cut": String(this.cutIndex - 1),
+          "trajflow.cut": String(cut),
+          "trajflow.low_water": String(lowWater),
           "trajflow.first_row": String(firstRow),
           "trajflow.rows": String(part.rows.length),
           ...this.ctx.describeCut?.(part.tags),
@@ -250,7 +266,10 @@ export class FileSink {
       .catch((err: Error) => {
         this.failure ??= err;
       })
-      .finally(() => this.inFlight.delete(tracked));
+      .finally(() => {
+        this.inFlight.delete(tracked);
+        this.cutsInFlight.delete(cut);
+      });
     this.inFlight.add(tracked);
     this.ctx.logger.debug({ file: name, rows: rows.length, tokens }, "Cut a file.");
     while (this.inFlight.size >= this.config.max_in_flight) await Promise.race(this.inFlight);
