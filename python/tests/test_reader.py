@@ -1,5 +1,8 @@
 """The reader against real trajflow output: files, batches, groups, shards, staleness, exactly once."""
+import json
+
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from trajflow import TrajectoryReader, list_data_files
@@ -131,3 +134,48 @@ def test_resuming_from_an_older_checkpoint_replays_from_there(grouped_output, tm
     reader.commit(b2)
     reader.load_state_dict(checkpoint)
     assert reader.next_batch().keys == b2.keys
+
+
+def test_the_cursor_keeps_a_mark_per_lane_not_every_file_read(grouped_output, tmp_path):
+    cursor = tmp_path / "c.json"
+    reader = TrajectoryReader(str(grouped_output), cursor=str(cursor), batch_units=1, unit="group")
+    keys = []
+    for b in reader.batches():
+        keys.extend(b.keys)
+        reader.commit(b)
+    assert sorted(keys) == all_keys(grouped_output)
+    files = [f.path for f in list_data_files(str(grouped_output))]
+    assert len(files) >= 6
+    doc = json.loads(cursor.read_text())
+    assert doc["version"] == 2
+    # Every file but the last few is below the replay lane's mark and forgotten (a mark moves when the
+    # next batch is planned, from the low waters of files read before: the last three are still listed).
+    mark = doc["cursor"]["marks"]["|part"]
+    assert mark >= len(files) - 3
+    assert sorted(doc["cursor"]["done"]) == [f for f in files if int(f[5:10]) >= mark]
+    # A reader resuming from that cursor finds nothing new, and reads a file that lands after it.
+    again = TrajectoryReader(str(grouped_output), cursor=str(cursor), batch_units=100, unit="group")
+    assert again.next_batch() is None
+    extra = tmp_path / "extra"
+    trajflow("replay", str(write_events(tmp_path / "more.jsonl", uids=2, prefix="late")), "--out", str(extra), "--group")
+    (extra / "part-00000.parquet").rename(grouped_output / f"part-{len(files) + 5:05d}.parquet")
+    late = again.next_batch()
+    assert late is not None and all(k.startswith("late-") for k in late.keys)
+
+
+def test_reads_on_from_a_version_1_cursor(grouped_output, tmp_path):
+    files = [f.path for f in list_data_files(str(grouped_output))]
+    read = files[:3]
+    cursor = tmp_path / "v1.json"
+    v1 = {"done": read, "current": None, "row": 0, "batches": 3}
+    cursor.write_text(json.dumps({"version": 1, "cursor": v1, "pending": None}))
+    reader = TrajectoryReader(str(grouped_output), cursor=str(cursor), batch_units=4, unit="group")
+    keys = []
+    for b in reader.batches():
+        keys.extend(b.keys)
+        reader.commit(b)
+    earlier = set()
+    for f in read:
+        earlier.update(pq.read_table(grouped_output / f).column("key").to_pylist())
+    assert sorted(keys) == sorted(set(all_keys(grouped_output)) - earlier)
+    assert json.loads(cursor.read_text())["version"] == 2

@@ -1,6 +1,7 @@
 """The trainer's position in an output directory, and where it is kept.
 
-A cursor says which files are fully consumed, and how far into the file being read the trainer got. It
+A cursor says which files are fully consumed (per lane, a high-water mark and the few files read above
+it), and how far into the file being read the trainer got. It
 advances only when the trainer commits a batch (after its optimizer step): a crash before the commit
 means the batch is delivered again, never skipped. Before a batch is handed out, its plan (which rows of
 which files) is written next to the cursor as the *pending* batch, so a restarted trainer receives exactly
@@ -14,25 +15,34 @@ import json
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import pyarrow.fs as pafs
 
-VERSION = 1
+VERSION = 2
 
 
 @dataclass(frozen=True)
 class Cursor:
-    """Files fully consumed, the file being read and the next row in it, and batches committed so far."""
+    """Where a trainer is: per lane a high-water mark (every file of the lane below it is read), the files
+    read above the marks (each with its low water, files.py), the file being read and the next row in
+    it, and batches committed so far.
 
-    done: FrozenSet[str] = frozenset()
+    A mark moves up to a read file's low water once no file of the lane below it is left unread, and the
+    names below a mark are forgotten: the cursor stays a few entries per lane however many files the
+    output holds (version 1 kept every name ever read).
+    """
+
+    done: Mapping[str, Optional[int]] = field(default_factory=dict)
     current: Optional[str] = None
     row: int = 0
     batches: int = 0
+    marks: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> Dict[str, Any]:
         return {
-            "done": sorted(self.done),
+            "marks": dict(sorted(self.marks.items())),
+            "done": dict(sorted(self.done.items())),
             "current": self.current,
             "row": self.row,
             "batches": self.batches,
@@ -40,7 +50,11 @@ class Cursor:
 
     @staticmethod
     def from_json(d: Dict[str, Any]) -> "Cursor":
-        return Cursor(frozenset(d.get("done", [])), d.get("current"), int(d.get("row", 0)), int(d.get("batches", 0)))
+        done = d.get("done", {})
+        # Version 1 listed names without low waters.
+        done = {name: None for name in done} if isinstance(done, list) else {k: v for k, v in done.items()}
+        marks = {k: int(v) for k, v in d.get("marks", {}).items()}
+        return Cursor(done, d.get("current"), int(d.get("row", 0)), int(d.get("batches", 0)), marks)
 
 
 # One planned batch: (file, first row, end row) ranges delivered, and the cursor after it.
@@ -79,8 +93,8 @@ class CursorStore:
             return Cursor(), None
         with self.fs.open_input_stream(self.path) as f:
             doc = json.loads(f.read().decode("utf-8"))
-        if doc.get("version") != VERSION:
-            raise ValueError(f"{self.path}: cursor version {doc.get('version')} is not {VERSION}")
+        if doc.get("version") not in (1, VERSION):
+            raise ValueError(f"{self.path}: cursor version {doc.get('version')} is not 1 or {VERSION}")
         pending = doc.get("pending")
         return Cursor.from_json(doc["cursor"]), None if pending is None else Pending.from_json(pending)
 

@@ -31,7 +31,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from .cursor import Cursor, CursorStore, Pending, Plan
-from .files import DataFile, _resolve, list_data_files
+from .files import DataFile, Lister, lane_of
 
 Units = List[Tuple[int, int, str]]  # (first row, end row, uid) of each unit of a file
 
@@ -85,6 +85,7 @@ class TrajectoryReader:
         world_size: int = 1,
         policy_version: Union[int, Callable[[], Optional[int]], None] = None,
         max_policy_lag: Optional[int] = None,
+        rediscover_s: float = 30.0,
     ):
         sizes = [s for s in (batch_rows, batch_tokens, batch_units) if s is not None]
         if len(sizes) != 1 or sizes[0] <= 0:
@@ -96,7 +97,9 @@ class TrajectoryReader:
         if max_policy_lag is not None and policy_version is None:
             raise ValueError("max_policy_lag needs policy_version (an int, or a function returning it)")
         self.root = root
-        self.fs, self.base = _resolve(root, filesystem)
+        # rediscover_s: on S3, how often the whole prefix is listed to find new lanes (files.py).
+        self.lister = Lister(root, filesystem, rediscover_s)
+        self.fs, self.base = self.lister.fs, self.lister.base
         self.store = CursorStore(cursor) if isinstance(cursor, str) else cursor
         self.batch_rows, self.batch_tokens, self.batch_units = batch_rows, batch_tokens, batch_units
         self.unit = unit
@@ -108,7 +111,7 @@ class TrajectoryReader:
         # Batches handed out and not committed yet, oldest first; after a restart, the one the store kept.
         self._pending: List[Pending] = [] if pending is None else [pending]
         self._redeliver: List[Pending] = list(self._pending)
-        self._cache: Dict[str, Tuple[pa.Table, Units]] = {}
+        self._cache: Dict[str, Tuple[pa.Table, Units, Optional[int]]] = {}
 
     # --- the cursor ------------------------------------------------------------------------------
 
@@ -182,16 +185,22 @@ class TrajectoryReader:
 
     # --- planning --------------------------------------------------------------------------------
 
-    def _load(self, f: str) -> Tuple[pa.Table, Units]:
+    def _load(self, f: str) -> Tuple[pa.Table, Units, Optional[int]]:
         hit = self._cache.get(f)
         if hit is not None:
             return hit
         path = f"{self.base}/{f}"
         if f.endswith(".parquet"):
-            table = pq.read_table(path, filesystem=self.fs)
+            with self.fs.open_input_file(path) as source:
+                parquet = pq.ParquetFile(source)
+                table = parquet.read()
+                # trajflow's keys are in the footer's key-value metadata (not the embedded Arrow schema).
+                meta = parquet.metadata.metadata or {}
         else:
             with self.fs.open_input_file(path) as source:
-                table = ipc.open_file(source).read_all()
+                arrow = ipc.open_file(source)
+                table = arrow.read_all()
+                meta = arrow.schema.metadata or {}
         uids = table.column("uid").to_pylist()
         sessions = table.column("session_id").to_pylist() if self.unit == "session" else None
         units: Units = []
@@ -205,27 +214,31 @@ class TrajectoryReader:
             ):
                 units.append((start, i, uids[start]))
                 start = i
+        low = meta.get(b"trajflow.low_water")
         # The newest files stay cached: a batch usually continues where the last one stopped.
         if len(self._cache) >= 4:
             self._cache.pop(next(iter(self._cache)))
-        self._cache[f] = (table, units)
-        return table, units
+        self._cache[f] = (table, units, None if low is None else int(low))
+        return self._cache[f]
 
     def _current_policy(self) -> Optional[int]:
         v = self.policy_version
         return v() if callable(v) else v
 
     def _plan(self, head: Cursor, final: bool) -> Optional[Pending]:
-        files = [f.path for f in list_data_files(self.base, self.fs) if f.path not in head.done]
+        marks = dict(head.marks)
+        done = dict(head.done)
+        listed = self.lister.list(marks)
+        _raise_marks(listed, done, marks)
+        files = [f.path for f in listed if f.path not in done and not _below_mark(f.path, marks)]
         if head.current is not None and head.current in files:
             files.remove(head.current)
             files.insert(0, head.current)
         plan: Plan = []
         stats = {"rows": 0, "tokens": 0, "units": 0, "stale_units": 0, "other_shards_units": 0}
-        done = set(head.done)
         policy = self._current_policy() if self.max_policy_lag is not None else None
         for f in files:
-            table, units = self._load(f)
+            table, units, low = self._load(f)
             row = head.row if f == head.current else 0
             tokens = None
             if self.batch_tokens is not None:
@@ -248,14 +261,14 @@ class TrajectoryReader:
                     stats["tokens"] += sum(tokens[start:end]) if tokens is not None else 0
                 if self._full(stats):
                     if end == table.num_rows:
-                        done.add(f)
-                        after = Cursor(frozenset(done), None, 0, head.batches + 1)
+                        done[f] = low
+                        after = Cursor(done, None, 0, head.batches + 1, marks)
                     else:
-                        after = Cursor(frozenset(done), f, end, head.batches + 1)
+                        after = Cursor(done, f, end, head.batches + 1, marks)
                     return Pending(plan, after, stats)
-            done.add(f)
+            done[f] = low
         if final and plan:
-            return Pending(plan, Cursor(frozenset(done), None, 0, head.batches + 1), stats)
+            return Pending(plan, Cursor(done, None, 0, head.batches + 1, marks), stats)
         return None
 
     def _full(self, stats: Dict[str, int]) -> bool:
@@ -269,3 +282,32 @@ class TrajectoryReader:
         parts = [self._load(f)[0].slice(start, end - start) for f, start, end in p.plan]
         table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         return Batch(table.combine_chunks(), p.plan, p.after, seq, dict(p.stats))
+
+
+def _raise_marks(listed: List[DataFile], done: Dict[str, Optional[int]], marks: Dict[str, int]) -> None:
+    """Moves lanes' marks up past what is read, and forgets the names below them.
+
+    A file read in an earlier round, with low water ``w``: every file of its lane positioned below ``w``
+    was committed before it (files.py), so this listing, made after that file was seen, shows them all.
+    Below both ``w`` and the lowest unread file of the lane listed now, everything is read: the mark can
+    move there.
+    """
+    unread: Dict[str, int] = {}
+    for f in listed:
+        lane = lane_of(f.path)
+        if lane is not None and f.path not in done:
+            unread[lane[0]] = min(unread.get(lane[0], lane[1]), lane[1])
+    for name, low in done.items():
+        lane = lane_of(name)
+        if low is None or lane is None:
+            continue
+        candidate = min(low, unread.get(lane[0], low))
+        if candidate > marks.get(lane[0], 0):
+            marks[lane[0]] = candidate
+    for name in [n for n in done if _below_mark(n, marks)]:
+        del done[name]
+
+
+def _below_mark(name: str, marks: Dict[str, int]) -> bool:
+    lane = lane_of(name)
+    return lane is not None and lane[1] < marks.get(lane[0], 0)

@@ -1,0 +1,102 @@
+"""The reader on an S3 prefix (the s3proxy `npm test` starts): the same batches as from a directory, and
+every row exactly once while a Kafka consumer writes to the bucket and the trainer is SIGKILLed, with
+listings that start at each lane's mark instead of at the bucket's first file."""
+import json
+import os
+import random
+import subprocess
+import time
+
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pytest
+
+from conftest import BIN, NODE, trajflow, write_events
+from test_resume import kill_and_resume, start_loop, trained
+from trajflow import TrajectoryReader
+from trajflow.files import Lister
+
+S3 = os.environ.get("TRAJFLOW_TEST_S3", "").split("\n")
+pytestmark = pytest.mark.skipif(len(S3) < 3, reason="needs TRAJFLOW_TEST_S3 (npm test starts an S3 server)")
+
+
+@pytest.fixture
+def bucket(monkeypatch):
+    import boto3
+
+    endpoint, key, secret = S3[-3:]
+    env = {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_REGION": "us-east-1"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    name = f"py-{os.getpid()}-{random.randrange(1 << 30):x}"
+    boto3.client("s3").create_bucket(Bucket=name)
+    return name
+
+
+def keys_in(url):
+    fs, path = pafs.FileSystem.from_uri(url)
+    return sorted(ds.dataset(path, filesystem=fs, format="parquet").to_table().column("key").to_pylist())
+
+
+def test_reads_an_s3_prefix_as_it_reads_a_directory(bucket, tmp_path):
+    events = write_events(tmp_path / "events.jsonl")
+    local = tmp_path / "out"
+    args = ["--group", "--rows-per-file", "5", "--reward-grace-ms", "0"]
+    trajflow("replay", str(events), "--out", str(local), *args)
+    trajflow("replay", str(events), "--out", f"s3://{bucket}/run", *args)
+    batches = {}
+    for root in (str(local), f"s3://{bucket}/run"):
+        reader = TrajectoryReader(root, batch_units=3, unit="group")
+        batches[root] = []
+        for b in reader.batches():
+            batches[root].append(b.keys)
+            reader.commit(b)
+    assert batches[f"s3://{bucket}/run"] == batches[str(local)]
+    assert sum(len(b) for b in batches[str(local)]) == 48
+
+
+@pytest.mark.skipif(not os.environ.get("KAFKA_BROKERS"), reason="needs KAFKA_BROKERS (npm test starts a broker)")
+def test_follows_a_bucket_a_kafka_consumer_writes_through_kills_of_the_trainer(bucket, tmp_path):
+    broker = os.environ["KAFKA_BROKERS"]
+    topic = f"trainer-s3-{os.getpid()}-{int(time.time())}"
+    events = write_events(tmp_path / "events.jsonl", uids=16, group_size=4)
+    env = {**os.environ, "KAFKA_BROKERS": broker, "TRAJFLOW_LOG_LEVEL": "warn"}
+    subprocess.run([NODE, BIN, "produce", str(events), "--topic", topic], check=True, env=env, capture_output=True)
+    out = f"s3://{bucket}/rows"
+    consumer = subprocess.Popen(
+        [NODE, BIN, "consume", "--topic", topic, "--group", f"{topic}-g", "--out", out, "--grpo",
+         "--reward-grace-ms", "0", "--rows-per-file", "4", "--file-age-ms", "300", "--until-idle-ms", "4000"],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )
+    ckpt = tmp_path / "ckpt"
+    try:
+        kill_and_resume(out, ckpt, 3, random.Random(13), "--follow", "--idle", "30", "--step", "0.05")
+        assert consumer.wait(timeout=120) == 0, consumer.stderr.read()
+        final = start_loop(out, ckpt, "--follow", "--idle", "3")
+        assert final.wait(timeout=120) == 0, final.stderr.read()
+    finally:
+        consumer.kill()
+    keys = trained(ckpt)
+    assert len(keys) == len(set(keys)), "a row was trained twice"
+    assert sorted(keys) == keys_in(out)
+    assert len(keys) == 64
+
+    # The cursor holds a mark per lane and a few names, not every file read...
+    cursor = json.loads((ckpt / "cursor.json").read_text())["cursor"]
+    files = Lister(out, None).list({})
+    assert cursor["marks"] and all(m > 0 for m in cursor["marks"].values())
+    assert len(cursor["done"]) < len(files)
+    # ...and a listing after the first one starts at the marks: it returns fewer keys than the bucket has.
+    lister = Lister(out, None)
+    assert lister.list(cursor["marks"]) is not None  # the first listing discovers the lanes
+    returned = []
+    real = lister._s3.list
+
+    def recording(prefix, start):
+        keys = real(prefix, start)
+        returned.extend(keys)
+        return keys
+
+    lister._s3.list = recording
+    lister.list(cursor["marks"])
+    assert 0 < len(returned) < len(files), (len(returned), len(files))
