@@ -9,6 +9,7 @@ import { run as decode } from "./decode.ts";
 import { results } from "./harness.ts";
 import { run as rewards } from "./rewards.ts";
 import { run as routing } from "./routing.ts";
+import { run as s3 } from "./s3.ts";
 import { run as sink } from "./sink.ts";
 
 const machine = `${cpus().length} x ${cpus()[0]?.model ?? "unknown CPU"}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`;
@@ -18,6 +19,7 @@ assemble();
 await sink();
 await rewards();
 await routing();
+await s3();
 const at = process.argv.indexOf("--json");
 if (at >= 0 && process.argv[at + 1] !== undefined) {
   writeFileSync(process.argv[at + 1]!, `${JSON.stringify({ machine, results }, null, 2)}\n`);

@@ -81,7 +81,11 @@ async function warmUp(engine: EncoderWorkerData["warmUp"]): Promise<void> {
 const warm = warmUp((workerData as EncoderWorkerData).warmUp).catch(() => undefined);
 
 const data = workerData as EncoderWorkerData;
-let store: Promise<Store> | null = null;
+// Opened while the worker warms up: an S3 store loads the AWS SDK (~200 ms), which the first file would
+// otherwise wait for.
+const store: Promise<Store> = openStore(data.location, data.s3);
+// A failure to open surfaces with the first job, as the warm-up's does.
+store.catch(() => undefined);
 
 /** Chunks as they pass, with the time spent making them (the encoder's share of the job). */
 function timed(chunks: Iterable<Uint8Array>): { chunks: Iterable<Uint8Array>; ms: () => number } {
@@ -107,7 +111,6 @@ function timed(chunks: Iterable<Uint8Array>): { chunks: Iterable<Uint8Array>; ms
 parentPort!.on("message", async (job: EncodeJob) => {
   try {
     await warm;
-    store ??= openStore(data.location, data.s3);
     const target = await store;
     const t0 = performance.now();
     const chunks = timed(await encodeRowsInChunks(job.rows, job.options));
