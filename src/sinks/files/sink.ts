@@ -43,8 +43,8 @@ export interface FileSinkContext {
   store?: Store;
   /**
    * The lowest name position (a Kafka offset, for files named by offsets) a file of this lane committed
-   * from now on can have: the lane's committable offset. Default: the lowest cut still being written,
-   * for files numbered by cut. Recorded as `trajflow.low_water`: a reader that consumed a file knows no
+   * from now on can have: the lane's committable offset. Default, for files numbered by cut: the cut
+   * number less `max_in_flight - 1`, every cut below it landed first. Recorded as `trajflow.low_water`: a reader that consumed a file knows no
    * later file of its lane and directory sorts below it (docs/output.md), so its cursor needs no list
    * of every file ever read.
    */
@@ -220,12 +220,17 @@ export class FileSink {
     this.cutIndex++;
     const name = `${base}${fileExtension(this.config)}`;
     const cut = this.cutIndex - 1;
-    this.cutsInFlight.add(cut);
-    let lowWater = cut;
-    for (const c of this.cutsInFlight) if (c < lowWater) lowWater = c;
-    if (this.ctx.lowWater !== undefined) lowWater = this.ctx.lowWater();
     const firstRow = this.rowsCut;
     this.rowsCut += rows.length;
+    const lowWater = this.ctx.lowWater?.() ?? Math.max(0, cut - (this.config.max_in_flight - 1));
+    if (this.ctx.lowWater === undefined) {
+      // Files numbered by cut: every cut below the low water has landed before this one is dispatched,
+      // so the recorded value holds in whatever order the workers finish, and is the same in every run
+      // (a replay rerun after a crash must write the same bytes).
+      while ([...this.cutsInFlight].some((c) => c < lowWater)) await Promise.race(this.inFlight);
+      this.throwIfFailed();
+    }
+    this.cutsInFlight.add(cut);
     const byPartition = new Map<string, { rows: TrajectoryRow[]; tags: unknown[] }>();
     for (const b of batches) {
       if (b.rows.length === 0) continue;
