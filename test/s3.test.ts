@@ -125,6 +125,11 @@ describe("replay to s3://", () => {
     );
     assert.equal(fromS3.rows.length, 9);
     assert.deepEqual(fromS3.rows, fromDisk.rows);
+    // trajflow inspect reads the prefix as it reads the directory.
+    const inspected = await runCli(["inspect", `s3://${Bucket}/x`, "--uid", "swe-0007"], s3.env);
+    assert.equal(inspected.code, 0, inspected.stderr);
+    assert.equal(inspected.stdout, (await runCli(["inspect", dir, "--uid", "swe-0007"])).stdout);
+    assert.match(inspected.stdout, /swe-0007/);
   });
 
   it("uploads a file larger than a part in parts, equal to the local file", async () => {

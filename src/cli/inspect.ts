@@ -4,7 +4,10 @@
  * a form a person can read: key, lengths, mask runs, reward, flags.
  */
 import type { TrajectoryRow } from "../schemas/trajectory.ts";
-import { listDataFiles, readRows } from "../sinks/files/read.ts";
+import { listDataFiles, readRows, rowsOfFile } from "../sinks/files/read.ts";
+import { isRemote } from "../sinks/shared/location.ts";
+import { DEFAULT_S3_OPTIONS } from "../sinks/shared/s3-options.ts";
+import { openStore } from "../sinks/shared/store.ts";
 
 /** Runs of equal mask values over the whole sequence: prompt first, then gen (mask 1) / ctx (mask 0). */
 export function maskRuns(row: TrajectoryRow): string {
@@ -85,17 +88,29 @@ export async function inspect(
   print: (line: string) => void,
   onRow?: (row: TrajectoryRow) => void,
 ): Promise<number> {
-  const files = await listDataFiles(path);
-  let shown = 0;
-  for (const file of files) {
-    for (const row of await readRows(file)) {
-      if (filter.uid !== undefined && row.uid !== filter.uid) continue;
-      if (filter.session !== undefined && row.session_id !== filter.session) continue;
-      if (filter.limit !== undefined && shown >= filter.limit) return shown;
-      print(formatRow(row, filter.tokens === true));
-      onRow?.(row);
-      shown++;
+  // An s3:// prefix is listed and read through its store; a directory or a file directly.
+  const store = isRemote(path) ? await openStore(path, DEFAULT_S3_OPTIONS) : null;
+  try {
+    const files =
+      store === null
+        ? (await listDataFiles(path)).map((name) => ({ name, rows: () => readRows(name) }))
+        : (await store.list()).map((name) => ({
+            name,
+            rows: async () => rowsOfFile(await store.read(name), name.endsWith(".arrow")),
+          }));
+    let shown = 0;
+    for (const file of files) {
+      for (const row of await file.rows()) {
+        if (filter.uid !== undefined && row.uid !== filter.uid) continue;
+        if (filter.session !== undefined && row.session_id !== filter.session) continue;
+        if (filter.limit !== undefined && shown >= filter.limit) return shown;
+        print(formatRow(row, filter.tokens === true));
+        onRow?.(row);
+        shown++;
+      }
     }
+    return shown;
+  } finally {
+    store?.close();
   }
-  return shown;
 }

@@ -4,7 +4,7 @@ import { ExitCode, intOption, parse, throwFlagProblems, usageError } from "../ar
 import { isTokenizerName, renderHtml, tokenDecoder, type TokenizerName } from "../inspect-html.ts";
 import { inspect, selectRows } from "../inspect.ts";
 
-export const INSPECT_HELP = `trajflow inspect <file|dir> [options]
+export const INSPECT_HELP = `trajflow inspect <file|dir|s3://bucket/prefix> [options]
 
 Prints trajectory rows from a Parquet file, or every Parquet file under a directory: key, status,
 reward, finish reasons, flags, token counts and the runs of the loss mask.

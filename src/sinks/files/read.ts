@@ -37,12 +37,14 @@ export async function listDataFiles(path: string): Promise<string[]> {
 }
 
 export async function readRows(file: string): Promise<TrajectoryRow[]> {
-  const bytes = await fs.readFile(file);
+  return rowsOfFile(await fs.readFile(file), file.endsWith(".arrow"));
+}
+
+/** The rows of a file's bytes (Parquet from any engine, or Arrow IPC). */
+export async function rowsOfFile(bytes: Uint8Array, isArrow: boolean): Promise<TrajectoryRow[]> {
   const { tableFromIPC } = await arrow();
   const { tableToRows } = await import("../../schemas/trajectory-arrow.ts");
-  const table = file.endsWith(".arrow")
-    ? tableFromIPC(bytes)
-    : tableFromIPC((await parquetWasm()).parquetToIPC(bytes));
+  const table = isArrow ? tableFromIPC(bytes) : tableFromIPC((await parquetWasm()).parquetToIPC(bytes));
   return tableToRows(table);
 }
 

@@ -83,6 +83,10 @@ export class LocalStore implements Store {
     return out.sort();
   }
 
+  read(name: string): Promise<Uint8Array> {
+    return fs.readFile(this.url(name));
+  }
+
   keyValues(name: string): Promise<Record<string, string>> {
     return readFileMetadata(this.url(name));
   }

@@ -326,7 +326,11 @@ export class S3Store implements Store {
     return out.sort();
   }
 
-  private async read(name: string, range?: string): Promise<{ bytes: Uint8Array; size: number }> {
+  async read(name: string): Promise<Uint8Array> {
+    return (await this.readRange(name)).bytes;
+  }
+
+  private async readRange(name: string, range?: string): Promise<{ bytes: Uint8Array; size: number }> {
     try {
       const got = await this.client.send(
         new GetObjectCommand({ Bucket: this.loc.bucket, Key: this.key(name), Range: range }),
@@ -343,14 +347,14 @@ export class S3Store implements Store {
   async keyValues(name: string): Promise<Record<string, string>> {
     if (name.endsWith(".arrow")) {
       const { tableFromIPC } = await import("apache-arrow");
-      return Object.fromEntries(tableFromIPC((await this.read(name)).bytes).schema.metadata);
+      return Object.fromEntries(tableFromIPC(await this.read(name)).schema.metadata);
     }
     // The last 8 bytes (footer length and magic) and the object's size in one request, then the footer.
-    const tail = await this.read(name, "bytes=-8");
+    const tail = await this.readRange(name, "bytes=-8");
     return parquetKeyValuesAt(this.url(name), tail.size, async (offset, length) =>
       offset === tail.size - 8 && length === 8
         ? tail.bytes
-        : (await this.read(name, `bytes=${offset}-${offset + length - 1}`)).bytes,
+        : (await this.readRange(name, `bytes=${offset}-${offset + length - 1}`)).bytes,
     );
   }
 

@@ -52,6 +52,8 @@ export interface Store {
    * (`key=value/`) whose base name starts with `startsWith`, in name order; hidden names are skipped.
    */
   list(startsWith?: string): Promise<string[]>;
+  /** A file's bytes. */
+  read(name: string): Promise<Uint8Array>;
   /** A data file's key-value metadata (a Parquet footer alone, or an Arrow schema). */
   keyValues(name: string): Promise<Record<string, string>>;
   /** Removes a file this run created (and a partition directory it leaves empty). */
