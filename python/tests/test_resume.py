@@ -72,23 +72,23 @@ def test_every_row_exactly_once_through_kills_of_the_trainer(grouped_output, tmp
     assert len(deliveries(ckpt)) > len(by_seq), "no kill landed between reading and committing"
 
 
-@pytest.mark.skipif(not os.environ.get("KAFKA_BROKERS"), reason="needs KAFKA_BROKERS (npm test starts a broker)")
-def test_follows_files_as_a_kafka_consumer_commits_them(tmp_path):
+def train_while_consuming(tmp_path, out, keys_in, rows_per_file, seed):
+    """Produces 16 groups of 4 to a fresh topic, runs a consumer writing them to ``out`` (a directory or an
+    s3:// prefix), kills the trainer loop following it three times and lets a last one finish: every row
+    trained exactly once. Returns the checkpoint directory."""
     broker = os.environ["KAFKA_BROKERS"]
-    topic = f"trainer-{os.getpid()}-{int(time.time())}"
+    topic = f"trainer-{os.getpid()}-{int(time.time() * 1000)}"
     events = write_events(tmp_path / "events.jsonl", uids=16, group_size=4)
     env = {**os.environ, "KAFKA_BROKERS": broker, "TRAJFLOW_LOG_LEVEL": "warn"}
     subprocess.run([NODE, BIN, "produce", str(events), "--topic", topic], check=True, env=env, capture_output=True)
-    out = tmp_path / "out"
     consumer = subprocess.Popen(
         [NODE, BIN, "consume", "--topic", topic, "--group", f"{topic}-g", "--out", str(out), "--grpo",
-         "--reward-grace-ms", "0", "--rows-per-file", "8", "--file-age-ms", "300", "--until-idle-ms", "4000"],
+         "--reward-grace-ms", "0", "--rows-per-file", rows_per_file, "--file-age-ms", "300", "--until-idle-ms", "4000"],
         env=env, stderr=subprocess.PIPE, text=True,
     )
     ckpt = tmp_path / "ckpt"
-    rng = random.Random(11)
     try:
-        kill_and_resume(out, ckpt, 3, rng, "--follow", "--idle", "30", "--step", "0.05")
+        kill_and_resume(out, ckpt, 3, random.Random(seed), "--follow", "--idle", "30", "--step", "0.05")
         assert consumer.wait(timeout=120) == 0, consumer.stderr.read()
         final = start_loop(out, ckpt, "--follow", "--idle", "3")
         assert final.wait(timeout=120) == 0, final.stderr.read()
@@ -98,3 +98,9 @@ def test_follows_files_as_a_kafka_consumer_commits_them(tmp_path):
     assert len(keys) == len(set(keys)), "a row was trained twice"
     assert sorted(keys) == keys_in(out)
     assert len(keys) == 64
+    return ckpt
+
+
+@pytest.mark.skipif(not os.environ.get("KAFKA_BROKERS"), reason="needs KAFKA_BROKERS (npm test starts a broker)")
+def test_follows_files_as_a_kafka_consumer_commits_them(tmp_path):
+    train_while_consuming(tmp_path, tmp_path / "out", keys_in, "8", seed=11)

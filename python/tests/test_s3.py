@@ -4,15 +4,13 @@ listings that start at each lane's mark instead of at the bucket's first file.""
 import json
 import os
 import random
-import subprocess
-import time
 
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pytest
 
-from conftest import BIN, NODE, trajflow, write_events
-from test_resume import kill_and_resume, start_loop, trained
+from conftest import trajflow, write_events
+from test_resume import train_while_consuming
 from trajflow import TrajectoryReader
 from trajflow.files import Lister
 
@@ -57,29 +55,8 @@ def test_reads_an_s3_prefix_as_it_reads_a_directory(bucket, tmp_path):
 
 @pytest.mark.skipif(not os.environ.get("KAFKA_BROKERS"), reason="needs KAFKA_BROKERS (npm test starts a broker)")
 def test_follows_a_bucket_a_kafka_consumer_writes_through_kills_of_the_trainer(bucket, tmp_path):
-    broker = os.environ["KAFKA_BROKERS"]
-    topic = f"trainer-s3-{os.getpid()}-{int(time.time())}"
-    events = write_events(tmp_path / "events.jsonl", uids=16, group_size=4)
-    env = {**os.environ, "KAFKA_BROKERS": broker, "TRAJFLOW_LOG_LEVEL": "warn"}
-    subprocess.run([NODE, BIN, "produce", str(events), "--topic", topic], check=True, env=env, capture_output=True)
     out = f"s3://{bucket}/rows"
-    consumer = subprocess.Popen(
-        [NODE, BIN, "consume", "--topic", topic, "--group", f"{topic}-g", "--out", out, "--grpo",
-         "--reward-grace-ms", "0", "--rows-per-file", "4", "--file-age-ms", "300", "--until-idle-ms", "4000"],
-        env=env, stderr=subprocess.PIPE, text=True,
-    )
-    ckpt = tmp_path / "ckpt"
-    try:
-        kill_and_resume(out, ckpt, 3, random.Random(13), "--follow", "--idle", "30", "--step", "0.05")
-        assert consumer.wait(timeout=120) == 0, consumer.stderr.read()
-        final = start_loop(out, ckpt, "--follow", "--idle", "3")
-        assert final.wait(timeout=120) == 0, final.stderr.read()
-    finally:
-        consumer.kill()
-    keys = trained(ckpt)
-    assert len(keys) == len(set(keys)), "a row was trained twice"
-    assert sorted(keys) == keys_in(out)
-    assert len(keys) == 64
+    ckpt = train_while_consuming(tmp_path, out, keys_in, "4", seed=13)
 
     # The cursor holds a mark per lane and a few names, not every file read...
     cursor = json.loads((ckpt / "cursor.json").read_text())["cursor"]
