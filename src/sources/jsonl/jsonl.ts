@@ -75,31 +75,37 @@ export async function* readJsonl(
       });
     }
     let line = 0;
-    let carry: Buffer | null = null;
+    // The start of a line the previous chunks ended in (a long line may span several).
+    let carry: Buffer[] = [];
     try {
       for await (const chunk of stream as AsyncIterable<Buffer>) {
-        let buf: Buffer = carry === null ? chunk : Buffer.concat([carry, chunk]);
-        carry = null;
         let start = 0;
-        for (let nl = buf.indexOf(NEWLINE, start); nl !== -1; nl = buf.indexOf(NEWLINE, start)) {
+        for (let nl = chunk.indexOf(NEWLINE, start); nl !== -1; nl = chunk.indexOf(NEWLINE, start)) {
           line++;
-          const bytes = buf.subarray(start, nl);
+          // Lines are views of the chunk, not copies: fs and zlib streams hand out a fresh buffer (or a
+          // region of one they never write again) for every chunk, and no record's bytes are kept past
+          // the batch that decodes it. Copying every line (and the chunk with the carry) cost 8% of a
+          // replay's main thread (BENCHMARKS.md, issue 24).
+          let bytes = chunk.subarray(start, nl);
+          if (carry.length > 0) {
+            bytes = Buffer.concat([...carry, bytes]);
+            carry = [];
+          }
           start = nl + 1;
           if (isBlank(bytes)) continue;
-          // Copy: the chunk is reused, and a pending event may outlive it.
-          yield { raw: Uint8Array.prototype.slice.call(bytes), origin: { kind: "file", file, line } };
+          yield { raw: bytes, origin: { kind: "file", file, line } };
         }
-        if (start < buf.length) carry = buf.subarray(start);
-        buf = Buffer.alloc(0);
+        if (start < chunk.length) carry.push(chunk.subarray(start));
       }
     } catch (err) {
       throw new TrajflowError("SOURCE_READ_FAILED", `cannot read ${file}: ${(err as Error).message}`, {
         cause: err,
       });
     }
-    if (carry !== null && !isBlank(carry)) {
+    const last = Buffer.concat(carry);
+    if (last.length > 0 && !isBlank(last)) {
       line++;
-      yield { raw: Uint8Array.prototype.slice.call(carry), origin: { kind: "file", file, line } };
+      yield { raw: last, origin: { kind: "file", file, line } };
     }
   }
 }
