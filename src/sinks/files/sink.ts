@@ -44,9 +44,9 @@ export interface FileSinkContext {
   /**
    * The lowest name position (a Kafka offset, for files named by offsets) a file of this lane committed
    * from now on can have: the lane's committable offset. Default, for files numbered by cut: the cut
-   * number less `max_in_flight - 1`, every cut below it landed first. Recorded as `trajflow.low_water`: a reader that consumed a file knows no
-   * later file of its lane and directory sorts below it (docs/output.md), so its cursor needs no list
-   * of every file ever read.
+   * number less `max_in_flight - 1`, every cut below it landed first. Recorded as `trajflow.low_water`:
+   * a reader that consumed a file knows no later file of its lane sorts below that (docs/sinks.md), so
+   * its cursor needs no list of every file ever read.
    */
   lowWater?: () => number;
   /**
