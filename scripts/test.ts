@@ -13,38 +13,30 @@ if (setup.status !== 0) {
   console.error("test setup failed: could not prepare the Python readers (scripts/python-env.sh)");
   process.exit(setup.status ?? 1);
 }
-// A real Kafka broker for the Kafka tests: the one in KAFKA_BROKERS, or one scripts/kafka.sh starts (and
-// stops afterwards).
-let startedKafka = false;
-if (process.env.KAFKA_BROKERS === undefined || process.env.KAFKA_BROKERS === "") {
-  const kafka = spawnSync("bash", ["scripts/kafka.sh", "start"], {
+/**
+ * A server the tests need: the one `variable` names, or one `script start` starts (stopped again at the
+ * end); the variable is then set from the script's output (`take` picks what it needs). True when started.
+ */
+function server(variable: string, script: string, what: string, take: (stdout: string) => string): boolean {
+  if (process.env[variable] !== undefined && process.env[variable] !== "") return false;
+  const started = spawnSync("bash", [script, "start"], {
     cwd: root,
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
   });
-  if (kafka.status !== 0) {
-    console.error("test setup failed: could not start the Kafka broker (scripts/kafka.sh start)");
-    process.exit(kafka.status ?? 1);
+  if (started.status !== 0) {
+    console.error(`test setup failed: could not start ${what} (${script} start)`);
+    process.exit(started.status ?? 1);
   }
-  process.env.KAFKA_BROKERS = kafka.stdout.trim().split("\n").pop();
-  startedKafka = true;
+  process.env[variable] = take(started.stdout.trim());
+  return true;
 }
-// A real S3 API server (s3proxy) for the object-store tests: the one in TRAJFLOW_TEST_S3 (endpoint, access
-// key id and secret, one per line), or one scripts/s3.sh starts (and stops afterwards).
-let startedS3 = false;
-if (process.env.TRAJFLOW_TEST_S3 === undefined || process.env.TRAJFLOW_TEST_S3 === "") {
-  const s3 = spawnSync("bash", ["scripts/s3.sh", "start"], {
-    cwd: root,
-    encoding: "utf8",
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  if (s3.status !== 0) {
-    console.error("test setup failed: could not start the S3 server (scripts/s3.sh start)");
-    process.exit(s3.status ?? 1);
-  }
-  process.env.TRAJFLOW_TEST_S3 = s3.stdout.trim();
-  startedS3 = true;
-}
+// A real Kafka broker (its bootstrap address, the script's last line), and a real S3 API server
+// (s3proxy: endpoint, access key id and secret, one per line).
+const startedKafka = server("KAFKA_BROKERS", "scripts/kafka.sh", "the Kafka broker", (out) =>
+  out.split("\n").pop()!,
+);
+const startedS3 = server("TRAJFLOW_TEST_S3", "scripts/s3.sh", "the S3 server", (out) => out);
 const patterns = process.argv.slice(2);
 const result = spawnSync(
   process.execPath,
