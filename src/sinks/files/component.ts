@@ -82,9 +82,12 @@ export class FileSinkComponent implements SinkComponent {
     return {
       write: async (units: Unit[]) => {
         for (const unit of units) {
+          // What the callback needs, not the unit: it would keep the unit's rows alive until the file
+          // is written, though the encoder has its own copy of them by then.
+          const { acks, finishedAt } = unit;
           const durable = () => {
-            for (const ack of unit.acks) ack.release();
-            this.metrics.observe("session_durable_seconds", (performance.now() - unit.finishedAt) / 1000);
+            for (const ack of acks) ack.release();
+            this.metrics.observe("session_durable_seconds", (performance.now() - finishedAt) / 1000);
           };
           await sink.write(unitRows(unit), durable, unit.spans);
         }

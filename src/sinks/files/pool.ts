@@ -1,10 +1,11 @@
 /**
- * A small pool of encoder worker threads. Rows are transferred, not copied: the typed arrays' buffers
- * move to the worker, so handing over a 200 MB batch costs the ingest thread next to nothing.
+ * A small pool of encoder worker threads. A file's rows go over packed by column (row-columns.ts): each
+ * typed-array column in one buffer that moves to the worker, the rest as one array per column.
  */
 import { Worker } from "node:worker_threads";
 import { ErrorCodes, TrajflowError, type ErrorCode } from "../../core/errors.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
+import { columnBuffers, toColumns } from "./row-columns.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
 import type { EncodeJob, EncodeReply, EncoderWorkerData } from "./worker.ts";
 
@@ -18,29 +19,6 @@ interface Slot {
 interface Pending {
   resolve: (r: Done) => void;
   reject: (e: Error) => void;
-}
-
-/** Buffers of a row's typed arrays: transferable, each owned by exactly one array. */
-function transferables(rows: TrajectoryRow[]): ArrayBuffer[] {
-  const out: ArrayBuffer[] = [];
-  const seen = new Set<ArrayBuffer>();
-  const add = (a: { buffer: ArrayBufferLike; byteLength: number } | null) => {
-    if (a === null) return;
-    const b = a.buffer as ArrayBuffer;
-    // Only whole, unshared buffers can move; a view into a larger buffer is copied instead.
-    if (b.byteLength !== a.byteLength || seen.has(b)) return;
-    seen.add(b);
-    out.push(b);
-  };
-  for (const r of rows) {
-    add(r.prompt_ids);
-    add(r.response_ids);
-    add(r.response_mask);
-    add(r.rollout_log_probs);
-    add(r.token_policy_versions);
-    add(r.routed_experts);
-  }
-  return out;
 }
 
 const isErrorCode = (code: string | undefined): code is ErrorCode =>
@@ -88,7 +66,7 @@ export class EncoderPool {
     if (this.closed) return Promise.reject(new Error("the encoder pool is closed"));
     return new Promise((resolve, reject) => {
       this.queue.push({
-        job: { id: this.nextId++, name, rows, options, stageOnly },
+        job: { id: this.nextId++, name, rows: toColumns(rows), options, stageOnly },
         pending: { resolve, reject },
       });
       this.dispatch();
@@ -102,7 +80,7 @@ export class EncoderPool {
       if (next === undefined) return;
       slot.busy = true;
       this.inFlight.set(next.job.id, next.pending);
-      slot.worker.postMessage(next.job, transferables(next.job.rows));
+      slot.worker.postMessage(next.job, columnBuffers(next.job.rows));
     }
   }
 

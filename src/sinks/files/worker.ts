@@ -6,6 +6,7 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { emptyRow, type TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { S3Options } from "../shared/s3-options.ts";
+import { fromColumns, type ColumnBatch } from "./row-columns.ts";
 import { openStore, type CommitOutcome, type Staged, type Store } from "../shared/store.ts";
 import { encodeRows, encodeRowsInChunks, wasmMemoryBytes } from "./encoders/index.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
@@ -23,7 +24,8 @@ export interface EncodeJob {
   id: number;
   /** The file's name within the store (`date=.../part-00000.parquet`). */
   name: string;
-  rows: TrajectoryRow[];
+  /** The file's rows, column-wise (pool.ts). */
+  rows: ColumnBatch;
   options: EncodeOptions;
   /** Leave the file under its temporary name (the caller publishes it after a fence). */
   stageOnly: boolean;
@@ -113,7 +115,7 @@ parentPort!.on("message", async (job: EncodeJob) => {
     await warm;
     const target = await store;
     const t0 = performance.now();
-    const chunks = timed(await encodeRowsInChunks(job.rows, job.options));
+    const chunks = timed(await encodeRowsInChunks(fromColumns(job.rows), job.options));
     // Engines other than trajflow's encode the whole file before the first chunk.
     const whole = performance.now() - t0;
     let outcome: CommitOutcome | null = null;

@@ -1,0 +1,135 @@
+/**
+ * A file's rows packed for the trip to an encoder worker (issue 24, BENCHMARKS.md). Handing over 20,000
+ * rows as objects cost the ingest thread 0.7 s of a 9 s replay: transferring each row's five typed arrays
+ * (100,000 small buffers, a few microseconds each) costs more than copying them, and the structured clone
+ * writes every object's property names. Here a typed-array column's small values are copied into one
+ * buffer, large ones that own their buffer move on their own (a copy would cost more than the move, and
+ * the row would keep its buffer until its file is written), the other columns go as one array each, and
+ * the worker, idle most of a run, puts the rows back together.
+ */
+import { ROW_COLUMNS, type TrajectoryRow } from "../../schemas/trajectory.ts";
+
+const COLUMN_NAMES = ROW_COLUMNS.map((c) => c.name);
+
+type TypedArray = Int8Array | Uint8Array | Int32Array | Float32Array | Float64Array;
+const CONSTRUCTORS = { Int8Array, Uint8Array, Int32Array, Float32Array, Float64Array } as const;
+type TypedName = keyof typeof CONSTRUCTORS;
+
+/** A value at least this large that owns its buffer moves to the worker instead of being copied. */
+const MOVE_BYTES = 64 * 1024;
+
+/** One typed-array column: small values back to back (8-byte aligned), large ones apart, null rows marked. */
+interface PackedColumn {
+  type: TypedName;
+  buffer: ArrayBuffer;
+  /** Byte offset of each row's values in `buffer`; -1 for null, -2 for a value in `moved`. */
+  offsets: Int32Array;
+  /** Element count of each row's values. */
+  lengths: Int32Array;
+  /** The values that move with their own buffers, in row order. */
+  moved: TypedArray[];
+}
+
+export interface ColumnBatch {
+  count: number;
+  /** Per column (ROW_COLUMNS order): packed typed arrays, or the values as an array. */
+  columns: Array<PackedColumn | unknown[]>;
+}
+
+/** The typed array each column holds (numeric lists without null elements, bytes), by ROW_COLUMNS. */
+const TYPED: Array<TypedName | null> = ROW_COLUMNS.map((c) => {
+  if (c.type.kind === "binary" && !c.type.list) return "Uint8Array";
+  if (!c.type.list || c.type.elementNullable) return null;
+  const byKind: Partial<Record<string, TypedName>> = {
+    int8: "Int8Array",
+    int32: "Int32Array",
+    float32: "Float32Array",
+  };
+  return byKind[c.type.kind] ?? null;
+});
+
+export function toColumns(rows: readonly TrajectoryRow[]): ColumnBatch {
+  const columns: ColumnBatch["columns"] = [];
+  const values = rows as unknown as ReadonlyArray<Record<string, unknown>>;
+  const moving = new Set<ArrayBuffer>();
+  for (let c = 0; c < COLUMN_NAMES.length; c++) {
+    const name = COLUMN_NAMES[c]!;
+    const type = TYPED[c]!;
+    const packed = type === null ? null : pack(values, name, type, moving);
+    columns.push(packed ?? values.map((r) => r[name]));
+  }
+  return { count: rows.length, columns };
+}
+
+/** A typed-array column's values in one buffer; null if a row holds something else (kept as it is). */
+function pack(
+  rows: ReadonlyArray<Record<string, unknown>>,
+  name: string,
+  type: TypedName,
+  moving: Set<ArrayBuffer>,
+): PackedColumn | null {
+  const Typed = CONSTRUCTORS[type];
+  const offsets = new Int32Array(rows.length);
+  const lengths = new Int32Array(rows.length);
+  const moved: TypedArray[] = [];
+  let bytes = 0;
+  for (let r = 0; r < rows.length; r++) {
+    const v = rows[r]![name];
+    if (v === null) {
+      offsets[r] = -1;
+      continue;
+    }
+    if (!(v instanceof Typed)) return null;
+    lengths[r] = v.length;
+    const own = v.buffer as ArrayBuffer;
+    // A buffer moves once: a second row holding the same array gets a copy.
+    if (v.byteLength >= MOVE_BYTES && own.byteLength === v.byteLength && !moving.has(own)) {
+      moving.add(own);
+      moved.push(v);
+      offsets[r] = -2;
+      continue;
+    }
+    offsets[r] = bytes;
+    bytes += (v.byteLength + 7) & ~7;
+  }
+  const buffer = new ArrayBuffer(bytes);
+  const into = new Typed(buffer);
+  for (let r = 0; r < rows.length; r++) {
+    const at = offsets[r]!;
+    if (at >= 0) into.set(rows[r]![name] as never, at / Typed.BYTES_PER_ELEMENT);
+  }
+  return { type, buffer, offsets, lengths, moved };
+}
+
+/** What moves to the worker instead of being copied again: each packed column's buffers. */
+export function columnBuffers(batch: ColumnBatch): ArrayBuffer[] {
+  const out: ArrayBuffer[] = [];
+  for (const c of batch.columns) {
+    if (Array.isArray(c)) continue;
+    out.push(c.buffer, c.offsets.buffer as ArrayBuffer, c.lengths.buffer as ArrayBuffer);
+    for (const v of c.moved) out.push(v.buffer as ArrayBuffer);
+  }
+  return out;
+}
+
+export function fromColumns(batch: ColumnBatch): TrajectoryRow[] {
+  const rows = new Array<TrajectoryRow>(batch.count);
+  for (let r = 0; r < batch.count; r++) rows[r] = {} as TrajectoryRow;
+  for (let c = 0; c < COLUMN_NAMES.length; c++) {
+    const name = COLUMN_NAMES[c]!;
+    const column = batch.columns[c]!;
+    let moved = 0;
+    for (let r = 0; r < batch.count; r++) {
+      let value: unknown;
+      if (Array.isArray(column)) value = column[r];
+      else {
+        const at = column.offsets[r]!;
+        if (at === -1) value = null;
+        else if (at === -2) value = column.moved[moved++];
+        else value = new CONSTRUCTORS[column.type](column.buffer, at, column.lengths[r]);
+      }
+      (rows[r] as unknown as Record<string, unknown>)[name] = value;
+    }
+  }
+  return rows;
+}
