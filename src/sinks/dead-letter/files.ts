@@ -7,14 +7,13 @@
  * Names: `dead-letters-NNNNN.jsonl` in order for a replay (the same input gives the same files), or with a
  * writer tag (`dead-letters-<tag>-NNNNN.jsonl`) where several processes share the directory.
  */
-import { resolve } from "node:path";
 import { z } from "zod";
 import type { DeadLetterSink } from "../../contract/components.ts";
 import type { Ack } from "../../contract/ledger.ts";
 import { isTrajflowError, TrajflowError } from "../../core/errors.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
-import { isRemote, outputLocationSchema } from "../shared/location.ts";
+import { displayLocation, outputLocationSchema } from "../shared/location.ts";
 import { DEFAULT_S3_OPTIONS, s3OptionsSchema, type S3Options } from "../shared/s3-options.ts";
 import { openStore, type Store } from "../shared/store.ts";
 
@@ -63,7 +62,7 @@ export class DeadLetterFiles implements DeadLetterSink {
 
   constructor(options: DeadLetterFilesOptions, metrics: Metrics) {
     this.options = options;
-    this.location = isRemote(options.dir) ? options.dir : resolve(options.dir);
+    this.location = displayLocation(options.dir);
     this.maxPerFile = options.maxPerFile ?? 100_000;
     this.maxBytesPerFile = options.maxBytesPerFile ?? 8 * 2 ** 20;
     this.metrics = metrics;

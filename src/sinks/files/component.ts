@@ -5,13 +5,12 @@
  * named after the offsets they cover, list their sessions for recovery, and are fenced: a process that
  * no longer owns the partition drops them instead of landing them.
  */
-import { resolve } from "node:path";
 import type { Lane, LaneSink, SessionSpan, SinkComponent, Unit } from "../../contract/components.ts";
 import { unitRows } from "../../contract/components.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { rangeFilePattern, rangeName, SESSIONS_KEY, writtenSessions } from "./recovery.ts";
-import { isRemote } from "../shared/location.ts";
+import { displayLocation } from "../shared/location.ts";
 import { openStore, type Store } from "../shared/store.ts";
 import type { FileSinkConfig } from "./config.ts";
 import { EncoderPool } from "./pool.ts";
@@ -30,7 +29,7 @@ export class FileSinkComponent implements SinkComponent {
 
   constructor(config: FileSinkConfig, ctx: { metrics: Metrics; logger: Logger }) {
     this.config = config;
-    this.location = isRemote(config.path) ? config.path : resolve(config.path);
+    this.location = displayLocation(config.path);
     this.metrics = ctx.metrics;
     this.logger = ctx.logger;
     this.pool = new EncoderPool(config.encode_workers, {

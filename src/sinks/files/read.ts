@@ -3,14 +3,13 @@ import { promises as fs } from "node:fs";
 import { join } from "node:path";
 import { TrajflowError } from "../../core/errors.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
+import { DATA_FILE, hidden } from "../shared/store.ts";
 import { readParquetKeyValues } from "./parquet-footer.ts";
 
 // Loaded on first use: parquet-wasm's WebAssembly instance and apache-arrow cost memory and start-up time
 // a writing process does not need (recovery reads Parquet footers only).
 const parquetWasm = () => import("./encoders/parquet-wasm.ts");
 const arrow = () => import("apache-arrow");
-
-const DATA_FILE = /\.(parquet|arrow)$/;
 
 /** Data files under `path` in name order, skipping hidden and temporary names as dataset readers do. */
 export async function listDataFiles(path: string): Promise<string[]> {
@@ -28,7 +27,7 @@ export async function listDataFiles(path: string): Promise<string[]> {
     a.name < b.name ? -1 : 1,
   );
   for (const entry of entries) {
-    if (entry.name.startsWith(".") || entry.name.startsWith("_")) continue;
+    if (hidden(entry.name)) continue;
     const full = join(path, entry.name);
     if (entry.isDirectory()) out.push(...(await listDataFiles(full)));
     else if (DATA_FILE.test(entry.name)) out.push(full);

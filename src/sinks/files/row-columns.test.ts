@@ -7,6 +7,19 @@ function row(i: number, fields: Partial<TrajectoryRow>): TrajectoryRow {
   return { ...emptyRow(), key: `u_s_${i}`, uid: "u", session_id: "s", index: i, ...fields };
 }
 
+/** A row with its typed arrays as plain arrays, to compare values whatever holds them. */
+function plainArrays(r: TrajectoryRow): Record<string, unknown> {
+  const typed = (a: ArrayLike<number> | null) => (a === null ? null : Array.from(a));
+  return {
+    ...r,
+    prompt_ids: typed(r.prompt_ids),
+    response_ids: typed(r.response_ids),
+    response_mask: typed(r.response_mask),
+    rollout_log_probs: typed(r.rollout_log_probs),
+    routed_experts: typed(r.routed_experts),
+  };
+}
+
 describe("rows packed by column for an encoder worker", () => {
   it("gives back every row's values: typed arrays, views, empty arrays, nulls, strings and structs", () => {
     const shared = new Int32Array([1, 2, 3, 4, 5, 6]);
@@ -32,27 +45,10 @@ describe("rows packed by column for an encoder worker", () => {
       }),
       row(1, { prompt_ids: new Int32Array(0), rollout_log_probs: null, routed_experts: null, reward: 0.5 }),
     ];
-    const expected = rows.map((r) => ({
-      ...r,
-      prompt_ids: Array.from(r.prompt_ids),
-      response_ids: Array.from(r.response_ids),
-      response_mask: Array.from(r.response_mask),
-      rollout_log_probs: r.rollout_log_probs === null ? null : Array.from(r.rollout_log_probs),
-      routed_experts: r.routed_experts === null ? null : Array.from(r.routed_experts),
-    }));
+    const expected = rows.map(plainArrays);
     const batch = structuredClone(toColumns(rows), { transfer: [] });
     const back = fromColumns(batch);
-    assert.deepEqual(
-      back.map((r) => ({
-        ...r,
-        prompt_ids: Array.from(r.prompt_ids),
-        response_ids: Array.from(r.response_ids),
-        response_mask: Array.from(r.response_mask),
-        rollout_log_probs: r.rollout_log_probs === null ? null : Array.from(r.rollout_log_probs),
-        routed_experts: r.routed_experts === null ? null : Array.from(r.routed_experts),
-      })),
-      expected,
-    );
+    assert.deepEqual(back.map(plainArrays), expected);
     assert.ok(back[0]!.prompt_ids instanceof Int32Array && back[0]!.response_mask instanceof Int8Array);
     assert.ok(
       back[0]!.rollout_log_probs instanceof Float32Array && back[0]!.routed_experts instanceof Uint8Array,

@@ -51,6 +51,11 @@ export function isRemote(text: string): boolean {
   return SCHEME.test(text);
 }
 
+/** A location as users see it in logs and reports: an absolute directory, or `s3://bucket/prefix`. */
+export function displayLocation(text: string): string {
+  return isRemote(text) ? formatLocation(parseLocation(text)) : resolve(text);
+}
+
 /** The location as users write it: an absolute directory, or `s3://bucket/prefix`. */
 export function formatLocation(loc: Location): string {
   if (loc.kind === "local") return loc.path;

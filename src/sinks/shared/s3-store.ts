@@ -82,15 +82,11 @@ export class S3Store implements Store {
    */
   async assertWritable(what: string): Promise<void> {
     const Bucket = this.loc.bucket;
+    const Key = this.key(`.trajflow-probe-${randomBytes(6).toString("hex")}`);
     try {
       // A listing rather than HeadBucket: its error answers have a body naming the problem (an unknown
       // key, a wrong secret, a missing bucket), where HEAD's 403 and 404 say nothing. Recovery lists anyway.
       await this.client.send(new ListObjectsV2Command({ Bucket, Prefix: this.root, MaxKeys: 1 }));
-    } catch (err) {
-      throw this.fail(err, `write ${what} to ${this.location}`);
-    }
-    const Key = this.key(`.trajflow-probe-${randomBytes(6).toString("hex")}`);
-    try {
       const { UploadId } = await this.client.send(new CreateMultipartUploadCommand({ Bucket, Key }));
       await this.client.send(new AbortMultipartUploadCommand({ Bucket, Key, UploadId }));
     } catch (err) {
