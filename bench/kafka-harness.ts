@@ -3,8 +3,9 @@
  * the first message consumed (the group join is not ingest work) to the last file renamed into place and
  * its offsets committed, with the lag sampled every 500 ms and the process's peak RSS.
  */
-import { execFileSync, spawn } from "node:child_process";
+import { execFile, execFileSync, spawn } from "node:child_process";
 import { join } from "node:path";
+import { promisify } from "node:util";
 import kafkajs from "kafkajs";
 import { pino } from "pino";
 import { produce } from "../src/cli/produce.ts";
@@ -139,6 +140,8 @@ export interface ProcessRun {
   seconds: number;
   /** Process spawned to first file committed (fixed overhead, including the file age). */
   firstFileSeconds: number;
+  /** Process spawned to last file committed: end to end. */
+  lastFileSeconds: number;
   /** Every event applied (seen on /metrics, polled every 20 ms) to the last file: the final files' writing. */
   tailSeconds: number;
   /** Process spawned to first record read (startup: module loading, group join, first fetch). */
@@ -150,7 +153,63 @@ export interface ProcessRun {
   report: {
     metrics: Record<string, number | Record<string, number>>;
     session_durable_seconds?: { p50: number; p99: number };
+    /** CPU and memory by thread (src/core/thread-usage.ts). */
+    threads: ThreadReport[];
   };
+}
+
+export interface ThreadReport {
+  thread: string;
+  cpu_seconds: number;
+  heap_peak_bytes: number;
+  external_peak_bytes: number;
+}
+
+type JsonReport = ProcessRun["report"] & {
+  timeline: Timeline;
+  peak_rss_bytes: number;
+  cpu_seconds: { user: number; system: number };
+};
+
+/** A process's figures from its `--json` report; times are counted from `spawned` (epoch ms). */
+function processRun(report: JsonReport, spawned: number, stopAt: number): ProcessRun {
+  const t = report.timeline;
+  if (t.first_record_at_ms === null || t.first_file_at_ms === null || t.last_file_at_ms === null)
+    throw new Error("trajflow wrote no file");
+  return {
+    seconds: (t.last_file_at_ms - t.first_record_at_ms) / 1000,
+    firstFileSeconds: (t.first_file_at_ms - spawned) / 1000,
+    lastFileSeconds: (t.last_file_at_ms - spawned) / 1000,
+    firstRecordSeconds: (t.first_record_at_ms - spawned) / 1000,
+    tailSeconds: (t.last_file_at_ms - stopAt) / 1000,
+    peakRss: report.peak_rss_bytes,
+    cpuSeconds: report.cpu_seconds.user + report.cpu_seconds.system,
+    report,
+  };
+}
+
+/**
+ * Runs `trajflow replay` of a JSONL file as its own process, as users run it, to its end; `tailSeconds`
+ * is measured from the process's exit.
+ */
+export async function replayProcess(input: string, out: string, args: string[] = []): Promise<ProcessRun> {
+  const root = new URL("..", import.meta.url).pathname;
+  const spawned = Date.now();
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    [
+      "--max-semi-space-size=4",
+      join(root, "bin/trajflow.js"),
+      "replay",
+      input,
+      "--out",
+      out,
+      "--json",
+      ...args,
+    ],
+    { maxBuffer: 1 << 24 },
+  );
+  return processRun(JSON.parse(stdout) as JsonReport, spawned, Date.now());
 }
 
 /**
@@ -201,21 +260,5 @@ export async function consumeTopicProcess(
   child.kill("SIGTERM");
   const code = await exited;
   if (code !== 0) throw new Error(`trajflow consume exited with ${code}`);
-  const report = JSON.parse(stdout) as ProcessRun["report"] & {
-    timeline: Timeline;
-    peak_rss_bytes: number;
-    cpu_seconds: { user: number; system: number };
-  };
-  const t = report.timeline;
-  if (t.first_record_at_ms === null || t.first_file_at_ms === null || t.last_file_at_ms === null)
-    throw new Error("trajflow consume wrote no file");
-  return {
-    seconds: (t.last_file_at_ms - t.first_record_at_ms) / 1000,
-    firstFileSeconds: (t.first_file_at_ms - spawned) / 1000,
-    firstRecordSeconds: (t.first_record_at_ms - spawned) / 1000,
-    tailSeconds: (t.last_file_at_ms - stopAt) / 1000,
-    peakRss: report.peak_rss_bytes,
-    cpuSeconds: report.cpu_seconds.user + report.cpu_seconds.system,
-    report,
-  };
+  return processRun(JSON.parse(stdout) as JsonReport, spawned, stopAt);
 }

@@ -7,8 +7,11 @@
  *   columns built from concatenated buffers, Parquet zstd without dictionaries, a writer thread);
  * - the linear Python peer (bench/peers/linear_merger.py: confluent-kafka + json + lists, the idiomatic
  *   version).
- * Each reports its steady state (first message to last file written), its fixed overhead (process spawn
- * to first file, which includes the 1 s file age every pipeline here is given) and its peak RSS. Two
+ * Beside them, `trajflow replay` of the same events from the JSONL file (no Kafka at all). Each reports its
+ * steady state (first message to last file written), its fixed overhead (process spawn to first file,
+ * which includes the 1 s file age every pipeline here is given), end to end (spawn to last file), its CPU
+ * seconds and its peak RSS; trajflow's runs also by thread (main, decode workers, encoders, V8's helpers),
+ * the per-part accounting issue 24 asks for. Two
  * ceilings: JSON.parse + typed arrays of the same messages in one thread (decode only), and reading the
  * topic with no processing (kafkajs). Correctness side by side: the token columns of all three for linear
  * workloads; rows and trained tokens for the branchy one. The tables are printed and written into
@@ -28,7 +31,13 @@ import { mulberry32 } from "../src/core/prng.ts";
 import { registerKafkaCodecs } from "../src/kafka/codecs.ts";
 import { fixKafkajsRequestQueue } from "../src/kafka/request-queue-fix.ts";
 import { bestOf, gc } from "./harness.ts";
-import { benchBrokers, consumeTopicProcess, produceFile } from "./kafka-harness.ts";
+import {
+  benchBrokers,
+  consumeTopicProcess,
+  produceFile,
+  replayProcess,
+  type ProcessRun,
+} from "./kafka-harness.ts";
 import { branchySession, linearSession } from "./workloads.ts";
 
 const root = new URL("..", import.meta.url).pathname;
@@ -76,6 +85,19 @@ function workloads(): Workload[] {
             sessionId: `s${s}`,
             seed: s + 1,
           },
+        ),
+      ),
+    },
+    {
+      // The same sessions with token arrays sent packed (docs/events.md): no number parsing on either side.
+      name: "short sessions, packed arrays (base64)",
+      linear: true,
+      sessions: shortN,
+      events: many(shortN, (s) =>
+        linearSession(
+          { initialPrompt: 1_024, turns: turns[s]!, outputTokens: 128, observationTokens: 64 },
+          "full",
+          { uid: `short-${s % 300}`, sessionId: `s${s}`, seed: s + 1, packed: true },
         ),
       ),
     },
@@ -173,6 +195,7 @@ interface PeerRun {
   rows: number;
   seconds: number;
   first_file_at: number;
+  last_file_at: number;
   peak_rss: number;
   cpu_seconds: number;
   latency_p50: number | null;
@@ -186,7 +209,11 @@ async function runPeer(script: string, topic: string, out: string, n: number) {
     maxBuffer: 1 << 20,
   });
   const run = JSON.parse(stdout) as PeerRun;
-  return { ...run, firstFileSeconds: run.first_file_at - spawned / 1000 };
+  return {
+    ...run,
+    firstFileSeconds: run.first_file_at - spawned / 1000,
+    lastFileSeconds: run.last_file_at - spawned / 1000,
+  };
 }
 
 function readTokenColumns(out: string): Array<Record<string, unknown>> {
@@ -217,6 +244,31 @@ const table: string[] = [];
 const correctness: string[] = [];
 const wire: string[] = [];
 const bounds: string[] = [];
+const parts: string[] = [];
+const targets: string[] = [];
+
+const MiB = (bytes: number) => `${Math.round(bytes / 2 ** 20)}`;
+
+/**
+ * Where one trajflow run's CPU and memory went, by thread (the run's report, src/core/thread-usage.ts):
+ * the ingest thread, the decode workers, the encoders, and the rest of the process's CPU (V8's garbage
+ * collector and compiler threads, libuv's pool); heaps and off-heap memory are each thread's peak.
+ */
+function partsRow(workload: string, name: string, run: ProcessRun, fast: PeerRun): string {
+  const threads = run.report.threads;
+  const sum = (prefix: string, field: "cpu_seconds" | "heap_peak_bytes" | "external_peak_bytes") =>
+    threads.filter((t) => t.thread.startsWith(prefix)).reduce((a, t) => a + t[field], 0);
+  const listed = threads.reduce((a, t) => a + t.cpu_seconds, 0);
+  const cpu = (x: number) => x.toFixed(2);
+  return (
+    `| ${workload} | ${name} | ${cpu(sum("main", "cpu_seconds"))} | ${cpu(sum("decode", "cpu_seconds"))} | ` +
+    `${cpu(sum("encoder", "cpu_seconds"))} | ${cpu(Math.max(0, run.cpuSeconds - listed))} | ` +
+    `${cpu(run.cpuSeconds)} | ${cpu(fast.cpu_seconds)} | ` +
+    `${MiB(sum("main", "heap_peak_bytes"))} | ${MiB(sum("decode", "heap_peak_bytes"))} | ` +
+    `${MiB(sum("encoder", "heap_peak_bytes"))} | ${MiB(threads.reduce((a, t) => a + t.external_peak_bytes, 0))} | ` +
+    `${MiB(run.peakRss)} | ${MiB(fast.peak_rss)} |`
+  );
+}
 try {
   console.log(`brokers ${brokers}; scale ${SCALE}`);
   for (const [w, workload] of workloads().entries()) {
@@ -243,37 +295,40 @@ try {
     const m = ours.report.metrics;
     const tokens = m.tokens_emitted as number;
 
+    const replayed = await replayProcess(input, join(dir, `w${w}-replay`));
+
     const ms = (s: number | null | undefined) => (s == null ? "" : `${Math.round(s * 1000)} ms`);
-    const row = (
-      name: string,
-      seconds: number,
-      run?: {
-        firstFileSeconds: number;
-        peakRss: number;
-        cpuSeconds: number;
-        p50: number | null;
-        p99: number | null;
-      },
-    ) =>
+    interface Measured {
+      firstFileSeconds: number;
+      lastFileSeconds: number;
+      peakRss: number;
+      cpuSeconds: number;
+      p50: number | null;
+      p99: number | null;
+    }
+    const row = (name: string, seconds: number, run?: Measured) =>
       `| ${workload.name} | ${name} | ${fmt(n / seconds)} | ${fmt(tokens / seconds / 1e6)} M | ` +
       `${run === undefined ? "" : `${run.firstFileSeconds.toFixed(2)} s`} | ` +
+      `${run === undefined ? "" : `${run.lastFileSeconds.toFixed(2)} s`} | ` +
       `${run === undefined ? "" : `${Math.round(run.peakRss / 2 ** 20)} MiB`} | ` +
       `${run === undefined ? "" : run.cpuSeconds.toFixed(1)} | ` +
-      `${ms(run?.p50)} | ${ms(run?.p99)} | ${(fast.seconds / seconds).toFixed(2)}x | ${(linear.seconds / seconds).toFixed(2)}x |`;
+      `${ms(run?.p50)} | ${ms(run?.p99)} | ${(fast.seconds / seconds).toFixed(2)}x | ` +
+      `${run === undefined ? "" : `${(fast.lastFileSeconds / run.lastFileSeconds).toFixed(2)}x`} | ` +
+      `${(linear.seconds / seconds).toFixed(2)}x |`;
+    const measuredOf = (run: ProcessRun): Measured => ({
+      firstFileSeconds: run.firstFileSeconds,
+      lastFileSeconds: run.lastFileSeconds,
+      peakRss: run.peakRss,
+      cpuSeconds: run.cpuSeconds,
+      p50: run.report.session_durable_seconds?.p50 ?? null,
+      p99: run.report.session_durable_seconds?.p99 ?? null,
+    });
     for (const [name, run] of [
       ["trajflow consume", ours],
       [`trajflow consume ${TUNED.join(" ")}`, tuned],
+      ["trajflow replay (the same events from a JSONL file)", replayed],
     ] as const)
-      if (run !== null)
-        table.push(
-          row(name, run.seconds, {
-            firstFileSeconds: run.firstFileSeconds,
-            peakRss: run.peakRss,
-            cpuSeconds: run.cpuSeconds,
-            p50: run.report.session_durable_seconds?.p50 ?? null,
-            p99: run.report.session_durable_seconds?.p99 ?? null,
-          }),
-        );
+      if (run !== null) table.push(row(name, run.seconds, measuredOf(run)));
     for (const [name, peer] of [
       ["fast Python peer (confluent-kafka + orjson + numpy)", fast],
       ["linear Python peer (confluent-kafka + lists)", linear],
@@ -281,6 +336,7 @@ try {
       table.push(
         row(name, peer.seconds, {
           firstFileSeconds: peer.firstFileSeconds,
+          lastFileSeconds: peer.lastFileSeconds,
           peakRss: peer.peak_rss,
           cpuSeconds: peer.cpu_seconds,
           p50: peer.latency_p50,
@@ -289,6 +345,17 @@ try {
       );
     table.push(row("ceiling: decode only (JSON.parse + typed arrays, one thread)", ceiling));
     table.push(row("ceiling: read the topic, no processing (kafkajs)", raw.seconds));
+    for (const [name, run] of [
+      ["consume", ours],
+      ["replay", replayed],
+    ] as const)
+      parts.push(partsRow(workload.name, name, run, fast));
+    targets.push(
+      `| ${workload.name} | ${(ours.cpuSeconds / fast.cpu_seconds).toFixed(2)}x | ` +
+        `${(replayed.cpuSeconds / fast.cpu_seconds).toFixed(2)}x | ` +
+        `${(ours.peakRss / fast.peak_rss).toFixed(2)}x | ${(replayed.peakRss / fast.peak_rss).toFixed(2)}x | ` +
+        `${(fast.lastFileSeconds / ours.lastFileSeconds).toFixed(2)}x |`,
+    );
     wire.push(`| ${workload.name} | ${fmt(wireBytes / workload.sessions / 1024, 1)} KiB |`);
     // What this host allows at best: every pipeline must at least read the topic and decode every event.
     // That CPU work (kafkajs's reading, the decode ceiling), split perfectly across the host's cores with
@@ -302,7 +369,8 @@ try {
         `${(fast.seconds / floor).toFixed(2)}x | ${(fast.seconds / ours.seconds).toFixed(2)}x | ` +
         `${(ours.seconds / ceiling).toFixed(2)}x |`,
     );
-    console.log(table.slice(tuned === null ? -5 : -6).join("\n"));
+    console.log(table.slice(tuned === null ? -6 : -7).join("\n"));
+    console.log(parts.slice(-2).join("\n"));
     console.log(
       `  trajflow: first record ${ours.firstRecordSeconds.toFixed(2)} s after the spawn; last file ` +
         `${ours.tailSeconds.toFixed(2)} s after every event was applied; decode ceiling ` +
@@ -310,6 +378,12 @@ try {
     );
 
     const ourRows = readTokenColumns(join(dir, `w${w}-trajflow`));
+    {
+      const a = new Set(ourRows.map(tokenKey));
+      const replayedRows = readTokenColumns(join(dir, `w${w}-replay`));
+      if (replayedRows.length !== ourRows.length || !replayedRows.every((r) => a.has(tokenKey(r))))
+        throw new Error("trajflow replay wrote other token columns than trajflow consume");
+    }
     if (tuned !== null) {
       const a = new Set(ourRows.map(tokenKey));
       const theirs = readTokenColumns(join(dir, `w${w}-tuned`));
@@ -329,7 +403,7 @@ try {
       `| ${workload.name} | ${ourRows.length} rows, ${trained(ourRows)} trained tokens | ${cells.join(" | ")} |`,
     );
     console.log(correctness[correctness.length - 1]);
-    for (const out of ["trajflow", "tuned", "fast", "linear"])
+    for (const out of ["trajflow", "tuned", "replay", "fast", "linear"])
       rmSync(join(dir, `w${w}-${out}`), { recursive: true, force: true });
   }
   // The delta form's saving with each array encoding, on one long session.
@@ -351,9 +425,25 @@ try {
     `Generated by \`BENCH_SCALE=${SCALE} npm run bench:peers\` on ${new Date().toISOString().slice(0, 10)}, ` +
       `${cpu.length} x ${cpu[0]?.model.trim() ?? "unknown CPU"}, Node ${process.version}, brokers ${brokers}.`,
     "",
-    "| workload | pipeline | events/s | tokens/s | start → first file | peak RSS | CPU s | session end → file p50 | p99 | vs fast peer | vs linear peer |",
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    "| workload | pipeline | events/s | tokens/s | start → first file | start → last file | peak RSS | CPU s | session end → file p50 | p99 | vs fast peer | end to end vs fast peer | vs linear peer |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ...table,
+    "",
+    "The issue's targets, trajflow / fast peer (CPU and memory: at most 1x, replay's CPU at most 0.5x, peak RSS at most 1.2x; end to end, start → last file: fast peer / trajflow, at least 1.2x):",
+    "",
+    "| workload | consume CPU | replay CPU | consume peak RSS | replay peak RSS | consume end to end |",
+    "| --- | --- | --- | --- | --- | --- |",
+    ...targets,
+    "",
+    "Where trajflow's CPU seconds and memory (MiB) went, by thread (the run's own report): main = the ingest " +
+      "thread (Kafka client, assembly, dead letters, the hand-over to the encoders); helpers = the process's " +
+      "CPU minus the threads listed (V8's garbage-collector and compiler threads, libuv's pool); heaps and " +
+      "off-heap memory (Buffers, typed arrays, WebAssembly) are each thread's peak, so they need not add up to " +
+      "the peak RSS, which also holds Node's own code and each worker's isolate.",
+    "",
+    "| workload | run | main CPU | decode CPU | encoder CPU | helpers CPU | total CPU | fast peer CPU | main heap | decode heaps | encoder heaps | off-heap | peak RSS | fast peer RSS |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ...parts,
     "",
     `Bounds on this host (${cpu.length} cores): read = CPU seconds of the kafkajs ceiling (fetch, decompress), ` +
       "decode = the decode ceiling's seconds, floor = max(read, decode, (read + decode) / cores): the least a " +

@@ -133,13 +133,19 @@ describe("replay", () => {
       good[2]!,
     ];
     writeFileSync(input, `${lines.join("\n")}\n`);
-    const result = await runCli(["replay", input, "--out", out, "--json"]);
+    const result = await runCli(["replay", input, "--out", out, "--json", "--decode-workers", "1"]);
     assert.equal(result.code, 0, result.stderr);
     const summary = JSON.parse(result.stdout) as {
       metrics: Record<string, unknown>;
       timeline: Record<string, number>;
       peak_rss_bytes: number;
       cpu_seconds: { user: number; system: number };
+      threads: Array<{
+        thread: string;
+        cpu_seconds: number;
+        heap_peak_bytes: number;
+        external_peak_bytes: number;
+      }>;
     };
     assert.deepEqual(summary.metrics.dead_letters, { MALFORMED_JSON: 1, UNKNOWN_EVENT_TYPE: 1 });
     // The timeline is in order: process start, first record, first file, last file (one file here).
@@ -150,6 +156,19 @@ describe("replay", () => {
     assert.ok(Date.now() - t.process_started_at_ms! < 120_000, JSON.stringify(t));
     assert.ok(summary.peak_rss_bytes > 10 * 2 ** 20);
     assert.ok(summary.cpu_seconds.user > 0);
+    // CPU and memory by thread: every thread that did work, none counting more than the process spent.
+    assert.deepEqual(
+      summary.threads.map((t) => t.thread),
+      ["main", "decode 1", "encoder 1"],
+    );
+    for (const t of summary.threads) {
+      assert.ok(
+        t.cpu_seconds > 0 && t.heap_peak_bytes > 2 ** 20 && t.external_peak_bytes > 0,
+        JSON.stringify(t),
+      );
+    }
+    const threadCpu = summary.threads.reduce((sum, t) => sum + t.cpu_seconds, 0);
+    assert.ok(threadCpu <= summary.cpu_seconds.user + summary.cpu_seconds.system, JSON.stringify(summary));
     const letters = readFileSync(join(out, "_dead-letter", "dead-letters-00000.jsonl"), "utf8")
       .trimEnd()
       .split("\n")

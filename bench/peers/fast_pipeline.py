@@ -10,7 +10,7 @@ committed after each file, up to the first message of the oldest session still o
 (at least once), as a production consumer must.
 
 usage: fast_pipeline.py <brokers> <topic> <out-dir> <expected-events> [--rows-per-file N] [--max-file-age S]
-Prints JSON: events, rows, seconds (first message to last file written), first_file_at (epoch seconds),
+Prints JSON: events, rows, seconds (first message to last file written), first_file_at and last_file_at (epoch seconds),
 peak RSS, CPU seconds (user + system, all threads), and the latency from each session's end to the file holding it written (p50, p99).
 """
 import argparse
@@ -175,15 +175,16 @@ def main():
     sessions = {}  # (uid, session_id) -> session
     rows = Rows()
     latencies, writes = [], []
-    state = {"files": 0, "rows": 0, "first_file_at": None}
+    state = {"files": 0, "rows": 0, "first_file_at": None, "last_file_at": None}
     events = 0
     started = None
 
     def write(table, ended, path, offsets):
         pq.write_table(table, path, compression="zstd", use_dictionary=False)
         now = time.perf_counter()
+        state["last_file_at"] = time.time()
         if state["first_file_at"] is None:
-            state["first_file_at"] = time.time()
+            state["first_file_at"] = state["last_file_at"]
         latencies.extend(now - t for t in ended)
         if offsets:
             consumer.commit(offsets=offsets, asynchronous=True)
@@ -270,6 +271,7 @@ def main():
                 "rows": state["rows"],
                 "seconds": seconds,
                 "first_file_at": state["first_file_at"],
+                "last_file_at": state["last_file_at"],
                 "peak_rss": peak,
                 "cpu_seconds": usage.ru_utime + usage.ru_stime,
                 "latency_p50": rank(0.5) if latencies else None,

@@ -7,7 +7,7 @@ any other prompt starts a new row. Rows are written with pyarrow as Parquet (zst
 columns trajflow writes. Straightforward and idiomatic; not deliberately slow.
 
 usage: linear_merger.py <brokers> <topic> <out-dir> <expected-events> [--rows-per-file N] [--max-file-age S]
-Prints JSON: events, rows, seconds (first message to last file written), first_file_at (epoch
+Prints JSON: events, rows, seconds (first message to last file written), first_file_at, last_file_at (epoch
 seconds), peak RSS, CPU seconds (user + system, all threads), and the latency from
 each session's end (its session.end consumed) to the file holding it written (p50, p99).
 """
@@ -114,19 +114,21 @@ def main():
     latencies = []
     files = 0
     first_file_at = None
+    last_file_at = None
     events = 0
     rows_written = 0
     started = None
 
     def flush():
-        nonlocal pending_rows, pending_ended, files, rows_written, first_file_at
+        nonlocal pending_rows, pending_ended, files, rows_written, first_file_at, last_file_at
         if not pending_rows:
             return
         table = pa.Table.from_pylist(pending_rows, schema=SCHEMA)
         pq.write_table(table, os.path.join(args.out, f"part-{files:05d}.parquet"), compression="zstd")
         now = time.perf_counter()
+        last_file_at = time.time()
         if first_file_at is None:
-            first_file_at = time.time()
+            first_file_at = last_file_at
         latencies.extend(now - ended for ended in pending_ended)
         files += 1
         rows_written += len(pending_rows)
@@ -188,6 +190,7 @@ def main():
                 "rows": rows_written,
                 "seconds": seconds,
                 "first_file_at": first_file_at,
+                "last_file_at": last_file_at,
                 "peak_rss": peak,
                 "cpu_seconds": usage.ru_utime + usage.ru_stime,
                 "latency_p50": rank(0.5) if latencies else None,

@@ -38,6 +38,25 @@ function timing(t: Timeline): string[] {
   ];
 }
 
+const mib = (bytes: number) => `${Math.round(bytes / 2 ** 20)} MiB`;
+
+/**
+ * CPU and memory, whole and by thread: what to look at before adding decode workers or encoders. The
+ * helper threads' share (V8's garbage collector and compiler, libuv's pool) is the process's CPU minus
+ * the threads listed.
+ */
+function resources(result: RunResult): string[] {
+  const { user, system } = cpuSeconds();
+  const total = user + system;
+  const listed = result.threads.reduce((sum, t) => sum + t.cpu_seconds, 0);
+  const parts = result.threads.map((t) => `${t.thread} ${t.cpu_seconds.toFixed(2)}`);
+  const heaps = result.threads.map((t) => `${t.thread} ${mib(t.heap_peak_bytes)}`);
+  return [
+    `  CPU           ${total.toFixed(2)} s: ${[...parts, `helper threads ${Math.max(0, total - listed).toFixed(2)}`].join(", ")}`,
+    `  memory        peak RSS ${mib(peakRss())}; heap peaks: ${heaps.join(", ")}`,
+  ];
+}
+
 export function runReport(command: string, result: RunResult, json: boolean): string {
   const m = result.metrics;
   const p50 = m.quantile("session_durable_seconds", 0.5);
@@ -54,6 +73,8 @@ export function runReport(command: string, result: RunResult, json: boolean): st
         peak_rss_bytes: peakRss(),
         // CPU time of every thread of the process (encoders and decoders included), in seconds.
         cpu_seconds: cpuSeconds(),
+        // The same by thread, with each thread's peak heap and off-heap memory (thread-usage.ts).
+        threads: result.threads,
         metrics: m.snapshot(),
         ...(p50 === null ? {} : { session_durable_seconds: { p50, p99 } }),
       },
@@ -101,6 +122,7 @@ export function runReport(command: string, result: RunResult, json: boolean): st
           `  latency       session end -> durable file p50 ${(p50 * 1000).toFixed(0)} ms, p99 ${(p99 * 1000).toFixed(0)} ms`,
         ]),
     ...timing(m.timeline),
+    ...resources(result),
     `  dead letters  ${fmt(deadLetters)}${deadLetters > 0 ? ` (${byLabel("dead_letters")}) in ${where}` : ""}`,
   ];
   return `${lines.join("\n")}\n`;

@@ -20,6 +20,13 @@ import type {
 import { isTrajflowError, TrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
+import {
+  registerThread,
+  resetThreads,
+  ThreadMeter,
+  threadUsages,
+  type ThreadUsage,
+} from "../core/thread-usage.ts";
 import type { DeadLetterOutput, RawRecord } from "../core/records.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { originOffset } from "../schemas/origin.ts";
@@ -70,6 +77,8 @@ export interface RunResult {
   out: string;
   /** Where dead letters go (a directory, a topic). */
   deadLetters: string;
+  /** CPU and memory of each thread of the run: the ingest thread ("main"), decode workers, encoders. */
+  threads: Array<{ thread: string } & ThreadUsage>;
 }
 
 export class Runtime implements SourceHandler {
@@ -90,6 +99,9 @@ export class Runtime implements SourceHandler {
   private failure: Error | null = null;
   /** Moves quiet live lanes' clocks with the wall clock (live sources only). */
   private clockTimer: NodeJS.Timeout | null = null;
+  // The ingest thread's figures, sampled as waitForEnd ticks (every 100 ms) and once more at the end.
+  private readonly mainMeter = new ThreadMeter();
+  private mainUsage = this.mainMeter.sample();
   private advancing = false;
   /** Set once the run stops or fails: no clock advance may forward anything after that. */
   private clockStopped = false;
@@ -320,6 +332,8 @@ export class Runtime implements SourceHandler {
   /** Builds, runs until the source ends or a stop, stops, and reports. */
   async run(ops?: { ready(ready: boolean): void }): Promise<RunResult> {
     const started = performance.now();
+    resetThreads();
+    registerThread("main", () => this.mainUsage);
     await this.build();
     let opened = false;
     try {
@@ -339,6 +353,7 @@ export class Runtime implements SourceHandler {
       const why = await this.waitForEnd();
       ops?.ready(false);
       await this.stop(why === "ended" || why === "idle");
+      this.mainUsage = this.mainMeter.sample();
     } catch (err) {
       ops?.ready(false);
       this.failure ??= err as Error;
@@ -354,6 +369,7 @@ export class Runtime implements SourceHandler {
       deadLetterFiles: [...(this.deadLetters.files ?? [])],
       out: this.durable.location,
       deadLetters: this.deadLetters.location,
+      threads: threadUsages(),
     };
   }
 
@@ -365,6 +381,7 @@ export class Runtime implements SourceHandler {
     for (;;) {
       const tick = new Promise<"tick">((r) => setTimeout(() => r("tick"), 100).unref());
       const why = await Promise.race([ended, tick, ...(signal === undefined ? [] : [signal])]);
+      this.mainUsage = this.mainMeter.sample();
       if (why !== "tick") return why;
       if (this.failure !== null) throw this.failure;
       const error = this.source.error;

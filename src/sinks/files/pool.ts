@@ -4,6 +4,7 @@
  */
 import { Worker } from "node:worker_threads";
 import { ErrorCodes, TrajflowError, type ErrorCode } from "../../core/errors.ts";
+import { addUsage, registerThread, type ThreadUsage } from "../../core/thread-usage.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 import { columnBuffers, toColumns } from "./row-columns.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
@@ -14,6 +15,9 @@ type Done = Extract<EncodeReply, { ok: true }>;
 interface Slot {
   worker: Worker;
   busy: boolean;
+  /** This slot's worker's latest figures, and those of the workers it replaced. */
+  usage: ThreadUsage | null;
+  retired: ThreadUsage | null;
 }
 
 interface Pending {
@@ -44,7 +48,11 @@ export class EncoderPool {
   constructor(size: number, workerData: EncoderWorkerData, recycleBytes = RECYCLE_WASM_BYTES) {
     this.recycleBytes = recycleBytes;
     this.workerData = workerData;
-    for (let i = 0; i < size; i++) this.slots.push(this.spawn());
+    for (let i = 0; i < size; i++) {
+      const slot = this.spawn();
+      this.slots.push(slot);
+      registerThread(`encoder ${i + 1}`, () => addUsage(slot.retired, slot.usage));
+    }
   }
 
   /** Workers replaced because their WASM memory grew too large. */
@@ -52,10 +60,17 @@ export class EncoderPool {
 
   private spawn(): Slot {
     const worker = new Worker(new URL("./worker.ts", import.meta.url), { workerData: this.workerData });
-    const slot: Slot = { worker, busy: false };
-    worker.on("message", (reply: EncodeReply) => this.settle(slot, reply));
-    worker.on("error", (err) => this.fail(err));
+    const slot: Slot = { worker, busy: false, usage: null, retired: null };
+    this.listen(slot);
     return slot;
+  }
+
+  private listen(slot: Slot): void {
+    slot.worker.on("message", (reply: EncodeReply) => {
+      slot.usage = reply.usage;
+      this.settle(slot, reply);
+    });
+    slot.worker.on("error", (err) => this.fail(err));
   }
 
   /**
@@ -87,9 +102,12 @@ export class EncoderPool {
   private settle(slot: Slot, reply: EncodeReply): void {
     slot.busy = false;
     if (reply.ok && reply.wasmBytes > this.recycleBytes && !this.closed) {
-      const at = this.slots.indexOf(slot);
+      // The slot lives on with a new worker, so its registered figures carry the old worker's.
       void slot.worker.terminate();
-      this.slots[at] = this.spawn();
+      slot.worker = new Worker(new URL("./worker.ts", import.meta.url), { workerData: this.workerData });
+      slot.retired = addUsage(slot.retired, slot.usage);
+      slot.usage = null;
+      this.listen(slot);
       this.recycled++;
     }
     const pending = this.inFlight.get(reply.id);

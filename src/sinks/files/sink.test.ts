@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { pino } from "pino";
 import { Metrics } from "../../core/metrics.ts";
+import { resetThreads, threadUsages } from "../../core/thread-usage.ts";
 import { assemble, SessionScript } from "../../../test/helpers/sessions.ts";
 import { fileSinkConfigSchema, type FileSinkConfigInput } from "./config.ts";
 import { DEFAULT_S3_OPTIONS } from "../shared/s3-options.ts";
@@ -196,12 +197,19 @@ describe("encoder pool", () => {
       metadata: {},
     } as const;
     const dir = join(scratch, "pool");
+    resetThreads();
     const pool = new EncoderPool(1, { warmUp: options, location: dir, s3: DEFAULT_S3_OPTIONS }, 1);
+    let cpu = 0;
     for (const id of ["a", "b", "c"]) {
       const done = await pool.run(`${id}.parquet`, session(id), options);
       assert.equal(done.outcome, "written");
+      cpu += done.usage.cpu_seconds;
     }
     assert.equal(pool.recycled, 3);
+    // The slot's figures are those of its three workers together.
+    const [usage] = threadUsages();
+    assert.equal(usage?.thread, "encoder 1");
+    assert.ok(Math.abs(usage.cpu_seconds - cpu) < 1e-9, `${usage.cpu_seconds} vs ${cpu}`);
     await pool.close();
     assert.deepEqual(
       (await readRows(join(dir, "c.parquet"))).map((r) => r.session_id),

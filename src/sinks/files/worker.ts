@@ -4,6 +4,7 @@
  * the store as they are made.
  */
 import { parentPort, workerData } from "node:worker_threads";
+import { ThreadMeter, type ThreadUsage } from "../../core/thread-usage.ts";
 import { emptyRow, type TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { S3Options } from "../shared/s3-options.ts";
 import { fromColumns, type ColumnBatch } from "./row-columns.ts";
@@ -44,8 +45,10 @@ export type EncodeReply =
       writeMs: number;
       /** Bytes of parquet-wasm memory this worker holds (it never shrinks; the pool recycles big ones). */
       wasmBytes: number;
+      /** This worker's CPU and memory so far (the run report's per-thread figures). */
+      usage: ThreadUsage;
     }
-  | { id: number; ok: false; error: { message: string; code?: string; stack?: string } };
+  | { id: number; ok: false; error: { message: string; code?: string; stack?: string }; usage: ThreadUsage };
 
 /**
  * One throwaway encode when the worker starts (while the consumer connects): the encoder's code (and
@@ -110,6 +113,8 @@ function timed(chunks: Iterable<Uint8Array>): { chunks: Iterable<Uint8Array>; ms
   };
 }
 
+const meter = new ThreadMeter();
+
 parentPort!.on("message", async (job: EncodeJob) => {
   try {
     await warm;
@@ -137,6 +142,7 @@ parentPort!.on("message", async (job: EncodeJob) => {
       encodeMs,
       writeMs: performance.now() - t0 - encodeMs,
       wasmBytes: wasmMemoryBytes(),
+      usage: meter.sample(),
     };
     parentPort!.postMessage(reply);
   } catch (err) {
@@ -145,6 +151,7 @@ parentPort!.on("message", async (job: EncodeJob) => {
       id: job.id,
       ok: false,
       error: { message: e.message, code: e.code, stack: e.stack },
+      usage: meter.sample(),
     };
     parentPort!.postMessage(reply);
   }

@@ -7,6 +7,7 @@
 import { Worker } from "node:worker_threads";
 import { TrajflowError } from "../../core/errors.ts";
 import type { RawRecord } from "../../core/records.ts";
+import { registerThread, type ThreadUsage } from "../../core/thread-usage.ts";
 import { decodeEvent, rejectedResult, type DecodeResult } from "./decode.ts";
 import type { DecodeJob, DecodeReply } from "./worker.ts";
 
@@ -25,7 +26,12 @@ export class DecodePool {
   constructor(size: number) {
     for (let i = 0; i < size; i++) {
       const worker = new Worker(new URL("./worker.ts", import.meta.url));
-      worker.on("message", (reply: DecodeReply) => this.settle(reply));
+      let usage: ThreadUsage | null = null;
+      registerThread(`decode ${i + 1}`, () => usage);
+      worker.on("message", (reply: DecodeReply) => {
+        usage = reply.usage;
+        this.settle(reply);
+      });
       worker.on("error", (err) => this.fail(err));
       // An idle pool must not keep the process alive.
       worker.unref();

@@ -6,6 +6,7 @@
 import { parentPort } from "node:worker_threads";
 import type { GatewayEvent, PolicyUpdateEvent } from "../../schemas/events.ts";
 import type { RoutedExperts } from "../../schemas/routed-experts.ts";
+import { ThreadMeter, type ThreadUsage } from "../../core/thread-usage.ts";
 import { ArrayArena, useArrayArena } from "../../schemas/tokens.ts";
 import { decodeOutcome, type Rejection } from "./decode.ts";
 
@@ -27,6 +28,8 @@ export type DecodedItem =
 export interface DecodeReply {
   id: number;
   items: DecodedItem[];
+  /** This worker's CPU and memory so far (the run report's per-thread figures). */
+  usage: ThreadUsage;
 }
 
 // Never read: rejections go back as reasons, and the ingest thread adds the real origin.
@@ -51,6 +54,7 @@ const isRoutedExperts = (v: unknown): v is RoutedExperts =>
 
 const arena = new ArrayArena();
 useArrayArena(arena);
+const meter = new ThreadMeter();
 
 parentPort!.on("message", (job: DecodeJob) => {
   const items: DecodedItem[] = [];
@@ -70,6 +74,6 @@ parentPort!.on("message", (job: DecodeJob) => {
     }
   }
   for (const block of arena.take()) transfer.push(block);
-  const reply: DecodeReply = { id: job.id, items };
+  const reply: DecodeReply = { id: job.id, items, usage: meter.sample() };
   parentPort!.postMessage(reply, transfer);
 });

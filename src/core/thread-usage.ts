@@ -1,0 +1,75 @@
+/**
+ * CPU and memory per thread, for the run report: which part of a run (the ingest thread, the decode
+ * workers, the encoders) spent the CPU and held the memory. The process's own figures (CPU of all threads,
+ * peak RSS) cannot say; operators sizing `--decode-workers` and `--encode-workers`, and the benchmarks'
+ * per-part accounting, need it by thread.
+ *
+ * Each thread measures itself (`ThreadMeter`); a worker sends its figures with each reply, and its pool
+ * registers them here under a name. What no thread here accounts for (V8's garbage-collection and
+ * compiler helper threads, libuv's thread pool) is the process's CPU minus the sum.
+ */
+
+export interface ThreadUsage {
+  /** CPU seconds (user + system) this thread has spent since it started. */
+  cpu_seconds: number;
+  /** The largest V8 heap (committed, young and old generations) seen on this thread. */
+  heap_peak_bytes: number;
+  /** The largest memory held outside the heap by this thread's objects (Buffers, typed arrays, WASM). */
+  external_peak_bytes: number;
+}
+
+/** Measures the thread it runs on: call `sample()` now and then (per job, on a timer); cheap (~µs). */
+export class ThreadMeter {
+  private heapPeak = 0;
+  private externalPeak = 0;
+
+  sample(): ThreadUsage {
+    const m = process.memoryUsage();
+    if (m.heapTotal > this.heapPeak) this.heapPeak = m.heapTotal;
+    // `external` includes `arrayBuffers`; both are this isolate's.
+    if (m.external > this.externalPeak) this.externalPeak = m.external;
+    const cpu = process.threadCpuUsage();
+    return {
+      cpu_seconds: (cpu.user + cpu.system) / 1e6,
+      heap_peak_bytes: this.heapPeak,
+      external_peak_bytes: this.externalPeak,
+    };
+  }
+}
+
+type Reader = () => ThreadUsage | null;
+const threads = new Map<string, Reader>();
+
+/**
+ * Registers a thread's figures under `name` ("decode 1", "encoder 2"); the reader returns the latest (or
+ * null before the thread reported anything). A name registered again replaces the first.
+ */
+export function registerThread(name: string, read: Reader): void {
+  threads.set(name, read);
+}
+
+/** Figures of one thread that has ended or been replaced, folded into a name that lives on. */
+export function addUsage(a: ThreadUsage | null, b: ThreadUsage | null): ThreadUsage | null {
+  if (a === null) return b;
+  if (b === null) return a;
+  return {
+    cpu_seconds: a.cpu_seconds + b.cpu_seconds,
+    heap_peak_bytes: Math.max(a.heap_peak_bytes, b.heap_peak_bytes),
+    external_peak_bytes: Math.max(a.external_peak_bytes, b.external_peak_bytes),
+  };
+}
+
+/** The registered threads' latest figures, by name, in registration order. */
+export function threadUsages(): Array<{ thread: string } & ThreadUsage> {
+  const out: Array<{ thread: string } & ThreadUsage> = [];
+  for (const [thread, read] of threads) {
+    const usage = read();
+    if (usage !== null) out.push({ thread, ...usage });
+  }
+  return out;
+}
+
+/** Forgets every registered thread (tests, and a process running several pipelines one after another). */
+export function resetThreads(): void {
+  threads.clear();
+}
