@@ -195,6 +195,7 @@ interface PeerRun {
   rows: number;
   seconds: number;
   first_file_at: number;
+  first_record_at: number;
   last_file_at: number;
   peak_rss: number;
   cpu_seconds: number;
@@ -212,6 +213,7 @@ async function runPeer(script: string, topic: string, out: string, n: number) {
   return {
     ...run,
     firstFileSeconds: run.first_file_at - spawned / 1000,
+    firstRecordSeconds: run.first_record_at - spawned / 1000,
     lastFileSeconds: run.last_file_at - spawned / 1000,
   };
 }
@@ -354,7 +356,8 @@ try {
       `| ${workload.name} | ${(ours.cpuSeconds / fast.cpu_seconds).toFixed(2)}x | ` +
         `${(replayed.cpuSeconds / fast.cpu_seconds).toFixed(2)}x | ` +
         `${(ours.peakRss / fast.peak_rss).toFixed(2)}x | ${(replayed.peakRss / fast.peak_rss).toFixed(2)}x | ` +
-        `${(fast.lastFileSeconds / ours.lastFileSeconds).toFixed(2)}x |`,
+        `${(fast.lastFileSeconds / ours.lastFileSeconds).toFixed(2)}x | ` +
+        `${ours.firstRecordSeconds.toFixed(2)} s | ${fast.firstRecordSeconds.toFixed(2)} s |`,
     );
     wire.push(`| ${workload.name} | ${fmt(wireBytes / workload.sessions / 1024, 1)} KiB |`);
     // What this host allows at best: every pipeline must at least read the topic and decode every event.
@@ -431,8 +434,8 @@ try {
     "",
     "The issue's targets, trajflow / fast peer (CPU and memory: at most 1x, replay's CPU at most 0.5x, peak RSS at most 1.2x; end to end, start → last file: fast peer / trajflow, at least 1.2x):",
     "",
-    "| workload | consume CPU | replay CPU | consume peak RSS | replay peak RSS | consume end to end |",
-    "| --- | --- | --- | --- | --- | --- |",
+    "| workload | consume CPU | replay CPU | consume peak RSS | replay peak RSS | consume end to end | trajflow: start → first record | fast peer: start → first record |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ...targets,
     "",
     "Where trajflow's CPU seconds and memory (MiB) went, by thread (the run's own report): main = the ingest " +

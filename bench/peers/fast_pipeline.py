@@ -10,7 +10,7 @@ committed after each file, up to the first message of the oldest session still o
 (at least once), as a production consumer must.
 
 usage: fast_pipeline.py <brokers> <topic> <out-dir> <expected-events> [--rows-per-file N] [--max-file-age S]
-Prints JSON: events, rows, seconds (first message to last file written), first_file_at and last_file_at (epoch seconds),
+Prints JSON: events, rows, seconds (first message to last file written), first_record_at, first_file_at and last_file_at (epoch seconds),
 peak RSS, CPU seconds (user + system, all threads), and the latency from each session's end to the file holding it written (p50, p99).
 """
 import argparse
@@ -178,6 +178,7 @@ def main():
     state = {"files": 0, "rows": 0, "first_file_at": None, "last_file_at": None}
     events = 0
     started = None
+    first_record_at = None
 
     def write(table, ended, path, offsets):
         pq.write_table(table, path, compression="zstd", use_dictionary=False)
@@ -214,6 +215,7 @@ def main():
                 continue
             if started is None:
                 started = time.perf_counter()
+                first_record_at = time.time()
             events += 1
             partition, offset = msg.partition(), msg.offset()
             positions[partition] = offset + 1
@@ -271,6 +273,7 @@ def main():
                 "rows": state["rows"],
                 "seconds": seconds,
                 "first_file_at": state["first_file_at"],
+                "first_record_at": first_record_at,
                 "last_file_at": state["last_file_at"],
                 "peak_rss": peak,
                 "cpu_seconds": usage.ru_utime + usage.ru_stime,

@@ -7,7 +7,7 @@ any other prompt starts a new row. Rows are written with pyarrow as Parquet (zst
 columns trajflow writes. Straightforward and idiomatic; not deliberately slow.
 
 usage: linear_merger.py <brokers> <topic> <out-dir> <expected-events> [--rows-per-file N] [--max-file-age S]
-Prints JSON: events, rows, seconds (first message to last file written), first_file_at, last_file_at (epoch
+Prints JSON: events, rows, seconds (first message to last file written), first_record_at, first_file_at, last_file_at (epoch
 seconds), peak RSS, CPU seconds (user + system, all threads), and the latency from
 each session's end (its session.end consumed) to the file holding it written (p50, p99).
 """
@@ -118,6 +118,7 @@ def main():
     events = 0
     rows_written = 0
     started = None
+    first_record_at = None
 
     def flush():
         nonlocal pending_rows, pending_ended, files, rows_written, first_file_at, last_file_at
@@ -142,6 +143,7 @@ def main():
                 continue
             if started is None:
                 started = time.perf_counter()
+                first_record_at = time.time()
             events += 1
             e = json.loads(msg.value())
             key = (e["uid"], e["session_id"])
@@ -190,6 +192,7 @@ def main():
                 "rows": rows_written,
                 "seconds": seconds,
                 "first_file_at": first_file_at,
+                "first_record_at": first_record_at,
                 "last_file_at": last_file_at,
                 "peak_rss": peak,
                 "cpu_seconds": usage.ru_utime + usage.ru_stime,
