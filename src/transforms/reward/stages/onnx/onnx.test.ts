@@ -6,6 +6,7 @@ import { after, describe, it } from "node:test";
 import { pino } from "pino";
 import { isTrajflowError } from "../../../../core/errors.ts";
 import { rewardItem } from "../../../../../test/helpers/reward-items.ts";
+import { cudaProviderMissing } from "./cuda.ts";
 import { onnxStageOptionsSchema } from "./options.ts";
 import { onnxStage } from "./stage.ts";
 import { referenceLogits, tinyRewardModel, tinyWeights } from "./tiny-model.ts";
@@ -103,9 +104,16 @@ describe("onnx reward stage", () => {
     if (cudaOnly === null) {
       assert.equal(stage.provider, "cpu");
       assert.match(warnings.join(""), /unavailable, using cpu/);
+      // Where the provider's libraries are absent (this project's install skips them), the warning and
+      // the error name the missing file and where the instructions are.
+      const missing = cudaProviderMissing();
+      if (missing !== null) assert.ok(warnings.join("").includes(missing), warnings.join(""));
       await assert.rejects(
         required,
-        (err: unknown) => isTrajflowError(err) && err.code === "REWARD_STAGE_UNAVAILABLE",
+        (err: unknown) =>
+          isTrajflowError(err) &&
+          err.code === "REWARD_STAGE_UNAVAILABLE" &&
+          (missing === null || err.message.includes("CUDA provider is not installed")),
       );
     } else {
       assert.equal(stage.provider, "cuda");

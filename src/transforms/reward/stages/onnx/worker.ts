@@ -4,6 +4,7 @@
  */
 import { parentPort, workerData } from "node:worker_threads";
 import ort from "onnxruntime-node";
+import { cudaProviderMissing } from "./cuda.ts";
 import type { OnnxStageOptions } from "./options.ts";
 
 export type OnnxJob = { id: number; sequences: Int32Array[] };
@@ -19,6 +20,12 @@ const port = parentPort!;
 async function open(): Promise<{ session: ort.InferenceSession; provider: string; warning: string | null }> {
   const errors: string[] = [];
   for (const provider of options.providers) {
+    const missing = provider === "cuda" ? cudaProviderMissing() : null;
+    if (missing !== null) {
+      errors.push(`cuda: ${missing}`);
+      if (options.require_cuda) break;
+      continue;
+    }
     try {
       const session = await ort.InferenceSession.create(options.model, {
         executionProviders: [provider],

@@ -1,0 +1,125 @@
+/**
+ * The torch reward server (test/fixtures/reward_server.py, issue 25 item 1) against the onnx stage: the
+ * same model (examples/rewards/tiny-reward.onnx) run by PyTorch behind KServe v2 and vLLM's /classify
+ * must give every row the score onnxruntime gives it on CPU. Runs on CPU here; on a GPU host the server
+ * picks CUDA (bench/gpu-rewards.ts measures it there).
+ */
+import { strict as assert } from "node:assert";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { after, before, describe, it } from "node:test";
+import { mulberry32 } from "../src/core/prng.ts";
+import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
+import { runCli } from "./helpers/cli.ts";
+import { PYTHON } from "./helpers/python.ts";
+import { SessionScript } from "./helpers/sessions.ts";
+
+const root = new URL("..", import.meta.url).pathname;
+const MODEL = join(root, "examples/rewards/tiny-reward.onnx");
+const SERVER = join(root, "test/fixtures/reward_server.py");
+const scratch = mkdtempSync(join(tmpdir(), "trajflow-reward-server-"));
+
+/** Starts the server on a free port; resolves once it listens (its first stdout line). */
+async function startServer(model: string): Promise<{ url: string; device: string; child: ChildProcess }> {
+  const child = spawn(PYTHON, [SERVER, model, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
+  let stderr = "";
+  child.stderr!.on("data", (b: Buffer) => (stderr += b.toString()));
+  const lines = createInterface({ input: child.stdout! });
+  const first = await new Promise<string>((resolve, reject) => {
+    lines.once("line", resolve);
+    child.once("exit", (code) => reject(new Error(`reward_server.py exited with ${code}: ${stderr}`)));
+  });
+  const { port, device } = JSON.parse(first) as { port: number; device: string };
+  return { url: `http://127.0.0.1:${port}`, device, child };
+}
+
+/** Sessions of varied lengths, ids across a real tokenizer's range (the example model hashes them). */
+function writeSessions(path: string): number {
+  const random = mulberry32(25);
+  const ids = (n: number) => Array.from({ length: n }, () => Math.floor(random() * 150_000));
+  const lines: string[] = [];
+  let rows = 0;
+  for (let s = 0; s < 40; s++) {
+    const script = new SessionScript(`u${s % 7}`, `s${s}`);
+    let prompt = ids(1 + Math.floor(random() * 300));
+    const turns = 1 + (s % 3);
+    for (let t = 0; t < turns; t++) {
+      const output = ids(1 + Math.floor(random() * 200));
+      script.call(`c${t}`, prompt, output);
+      prompt = [...prompt, ...output, ...ids(1 + Math.floor(random() * 20))];
+    }
+    lines.push(...script.end().lines());
+    rows++;
+  }
+  writeFileSync(path, `${lines.join("\n")}\n`);
+  return rows;
+}
+
+/** Replays `input` with one reward stage; returns each row's key → that stage's score. */
+async function scores(
+  input: string,
+  name: string,
+  stage: Record<string, unknown>,
+): Promise<Map<string, number>> {
+  const config = join(scratch, `${name}.json`);
+  writeFileSync(config, JSON.stringify({ stages: [{ name: "rm", ...stage, batch: { max_batch_size: 8 } }] }));
+  const out = join(scratch, `out-${name}`);
+  const result = await runCli(["replay", input, "--out", out, "--rewards", config]);
+  assert.equal(result.code, 0, result.stderr);
+  const byKey = new Map<string, number>();
+  const rows = (await Promise.all((await listDataFiles(out)).map((f) => readRows(f)))).flat();
+  for (const row of rows) {
+    const value = row.reward_values[0];
+    assert.equal(row.reward_names[0], "rm");
+    assert.equal(typeof value, "number", `${row.key}: ${row.reward_info}`);
+    byKey.set(row.key, value as number);
+  }
+  return byKey;
+}
+
+describe("the torch reward server", () => {
+  let server: Awaited<ReturnType<typeof startServer>>;
+  before(async () => {
+    server = await startServer(MODEL);
+  });
+  after(() => {
+    server?.child.kill();
+    rmSync(scratch, { recursive: true, force: true });
+  });
+
+  it("scores every row as the onnx stage does on CPU, through kserve and vllm_classify (1e-4)", async () => {
+    const input = join(scratch, "sessions.jsonl");
+    const rows = writeSessions(input);
+    const score = { kind: "softmax", class: 1 };
+    const reference = await scores(input, "onnx", {
+      type: "onnx",
+      options: { model: MODEL, providers: ["cpu"], score },
+    });
+    assert.equal(reference.size, rows);
+    for (const protocol of ["kserve", "vllm_classify"]) {
+      const served = await scores(input, protocol, {
+        type: "http",
+        options: { protocol, url: server.url, model: "tiny-reward", score },
+      });
+      assert.deepEqual([...served.keys()].sort(), [...reference.keys()].sort());
+      for (const [key, expected] of reference) {
+        const got = served.get(key)!;
+        assert.ok(Math.abs(got - expected) <= 1e-4, `${protocol} ${key}: ${got} vs onnxruntime ${expected}`);
+      }
+    }
+    // The scores are not all alike (a constant model would pass the comparison too).
+    assert.ok(new Set([...reference.values()].map((v) => v.toFixed(4))).size > rows / 2);
+    const stats = (await (await fetch(`${server.url}/stats`)).json()) as { items: number; device: string };
+    assert.equal(stats.items, rows * 2);
+    assert.equal(stats.device, server.device);
+  });
+
+  it("refuses a model file that is not the tiny reward model", async () => {
+    const other = join(scratch, "not-the-model.onnx");
+    writeFileSync(other, "not an onnx file");
+    await assert.rejects(startServer(other), /exited with 1/);
+  });
+});
