@@ -71,35 +71,25 @@ function workloads(): Workload[] {
   const groups = Math.round(120 * SCALE);
   const random = mulberry32(5);
   const turns = Array.from({ length: shortN }, () => 2 + Math.floor(random() * 3));
+  const short = (s: number, packed: boolean) =>
+    linearSession(
+      { initialPrompt: 1_024, turns: turns[s]!, outputTokens: 128, observationTokens: 64 },
+      "full",
+      { uid: `short-${s % 300}`, sessionId: `s${s}`, seed: s + 1, packed },
+    );
   return [
     {
       name: "short sessions (2-4 turns, 1k prompts)",
       linear: true,
       sessions: shortN,
-      events: many(shortN, (s) =>
-        linearSession(
-          { initialPrompt: 1_024, turns: turns[s]!, outputTokens: 128, observationTokens: 64 },
-          "full",
-          {
-            uid: `short-${s % 300}`,
-            sessionId: `s${s}`,
-            seed: s + 1,
-          },
-        ),
-      ),
+      events: many(shortN, (s) => short(s, false)),
     },
     {
       // The same sessions with token arrays sent packed (docs/events.md): no number parsing on either side.
       name: "short sessions, packed arrays (base64)",
       linear: true,
       sessions: shortN,
-      events: many(shortN, (s) =>
-        linearSession(
-          { initialPrompt: 1_024, turns: turns[s]!, outputTokens: 128, observationTokens: 64 },
-          "full",
-          { uid: `short-${s % 300}`, sessionId: `s${s}`, seed: s + 1, packed: true },
-        ),
-      ),
+      events: many(shortN, (s) => short(s, true)),
     },
     {
       name: "long sessions (48 turns to 32k), full prompts",
