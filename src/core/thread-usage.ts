@@ -42,10 +42,13 @@ const threads = new Map<string, Reader>();
 
 /**
  * Registers a thread's figures under `name` ("decode 1", "encoder 2"); the reader returns the latest (or
- * null before the thread reported anything). A name registered again replaces the first.
+ * null before the thread reported anything). A name already taken (two file sinks, each with its encoder
+ * 1) gets a suffix: "encoder 1 #2".
  */
 export function registerThread(name: string, read: Reader): void {
-  threads.set(name, read);
+  let unique = name;
+  for (let k = 2; threads.has(unique); k++) unique = `${name} #${k}`;
+  threads.set(unique, read);
 }
 
 /** Figures of one thread that has ended or been replaced, folded into a name that lives on. */

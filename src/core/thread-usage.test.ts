@@ -1,0 +1,34 @@
+import { strict as assert } from "node:assert";
+import { describe, it } from "node:test";
+import { addUsage, registerThread, resetThreads, ThreadMeter, threadUsages } from "./thread-usage.ts";
+
+describe("thread usage", () => {
+  it("measures this thread's CPU as it works, and keeps the heap and off-heap peaks", () => {
+    const meter = new ThreadMeter();
+    const before = meter.sample();
+    let x = 0;
+    for (let i = 0; i < 5e7; i++) x += i % 7;
+    const held = Buffer.alloc(32 * 2 ** 20, x % 2);
+    const after = meter.sample();
+    assert.ok(after.cpu_seconds > before.cpu_seconds, `${after.cpu_seconds} vs ${before.cpu_seconds}`);
+    assert.ok(after.external_peak_bytes >= held.length, String(after.external_peak_bytes));
+    assert.ok(after.heap_peak_bytes > 0);
+  });
+
+  it("lists registered threads in order, names made unique, and folds a replaced thread into its slot", () => {
+    resetThreads();
+    const a = { cpu_seconds: 1, heap_peak_bytes: 10, external_peak_bytes: 5 };
+    const b = { cpu_seconds: 2, heap_peak_bytes: 7, external_peak_bytes: 9 };
+    registerThread("main", () => a);
+    registerThread("encoder 1", () => addUsage(a, b));
+    registerThread("encoder 1", () => b);
+    registerThread("decode 1", () => null); // has not reported yet
+    assert.deepEqual(threadUsages(), [
+      { thread: "main", ...a },
+      { thread: "encoder 1", cpu_seconds: 3, heap_peak_bytes: 10, external_peak_bytes: 9 },
+      { thread: "encoder 1 #2", ...b },
+    ]);
+    resetThreads();
+    assert.deepEqual(threadUsages(), []);
+  });
+});
