@@ -21,28 +21,16 @@ import { replayPlan } from "../src/cli/presets.ts";
 import { mulberry32 } from "../src/core/prng.ts";
 import { Runtime } from "../src/runtime/runtime.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
+import { startTorchRewardServer } from "../test/helpers/torch-reward-server.ts";
 import { linearSession } from "./workloads.ts";
 
 const root = new URL("..", import.meta.url).pathname;
-const PYTHON = join(root, ".cache/python/bin/python");
 const MODEL = join(root, "examples/rewards/tiny-reward.onnx");
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 2_000);
 const SWEEP = (process.env.BENCH_SWEEP ?? "16x1,16x4,64x1,64x2,64x4,256x2,256x4,256x8")
   .split(",")
   .map((s) => s.split("x").map(Number) as [number, number]);
 const SCORE = { kind: "softmax", class: 1 };
-
-async function startServer(): Promise<{ url: string; device: string; child: ChildProcess }> {
-  const child = spawn(PYTHON, [join(root, "test/fixtures/reward_server.py"), MODEL, "--port", "0"], {
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const first = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).once("line", resolve);
-    child.once("exit", (code) => reject(new Error(`reward_server.py exited with ${code}`)));
-  });
-  const { port, device } = JSON.parse(first) as { port: number; device: string };
-  return { url: `http://127.0.0.1:${port}`, device, child };
-}
 
 /** Samples GPU utilisation (%) every 100 ms while running, where nvidia-smi exists. */
 function gpuSampler(): { stop(): number | null } {
@@ -91,7 +79,7 @@ async function scoredReplay(input: string, out: string, stage: Record<string, un
 }
 
 const dir = mkdtempSync(join(tmpdir(), "trajflow-bench-gpu-rewards-"));
-const server = await startServer();
+const server = await startTorchRewardServer(MODEL);
 try {
   const random = mulberry32(25);
   const lines: string[] = [];

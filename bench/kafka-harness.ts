@@ -10,6 +10,7 @@ import kafkajs from "kafkajs";
 import { pino } from "pino";
 import { produce } from "../src/cli/produce.ts";
 import type { Metrics, Timeline } from "../src/core/metrics.ts";
+import type { ThreadUsage } from "../src/core/thread-usage.ts";
 import { consumePlan } from "../src/cli/presets.ts";
 import { Runtime } from "../src/runtime/runtime.ts";
 import type { FileSinkConfigInput } from "../src/sinks/files/config.ts";
@@ -158,12 +159,7 @@ export interface ProcessRun {
   };
 }
 
-export interface ThreadReport {
-  thread: string;
-  cpu_seconds: number;
-  heap_peak_bytes: number;
-  external_peak_bytes: number;
-}
+export type ThreadReport = { thread: string } & ThreadUsage;
 
 type JsonReport = ProcessRun["report"] & {
   timeline: Timeline;

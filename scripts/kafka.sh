@@ -19,6 +19,8 @@
 # The broker's jars are always cached in .cache/kafka/libs, shared by every instance.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/pidfile.sh
+source scripts/pidfile.sh
 root=$(pwd)
 dir=${TRAJFLOW_KAFKA_DIR:-$root/.cache/kafka}
 port=${KAFKA_PORT:-39092}
@@ -40,7 +42,7 @@ fetch() {
 }
 
 running() {
-  [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
+  pid_running "$pidfile"
 }
 
 # A CA and a broker certificate for 127.0.0.1 and localhost signed by it (PKCS12 keystores, made once).
@@ -177,17 +179,7 @@ quota() {
 }
 
 stop() {
-  if running; then
-    local pid
-    pid=$(cat "$pidfile")
-    kill "$pid"
-    for _ in $(seq 1 60); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.5
-    done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$pidfile"
+  pid_stop "$pidfile" 30
 }
 
 case "${1:-}" in

@@ -15,6 +15,8 @@
 # The credentials are generated once and kept in $dir/credentials (test credentials for a local server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/pidfile.sh
+source scripts/pidfile.sh
 root=$(pwd)
 version=4.1.0
 dir=${TRAJFLOW_S3_DIR:-$root/.cache/s3proxy}
@@ -32,7 +34,7 @@ fetch() {
 }
 
 running() {
-  [ -f "$dir/$1.pid" ] && kill -0 "$(cat "$dir/$1.pid")" 2>/dev/null
+  pid_running "$dir/$1.pid"
 }
 
 credentials() {
@@ -93,17 +95,7 @@ start() {
 }
 
 stop_one() {
-  if running "$1"; then
-    local pid
-    pid=$(cat "$dir/$1.pid")
-    kill "$pid"
-    for _ in $(seq 1 40); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.25
-    done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$dir/$1.pid"
+  pid_stop "$dir/$1.pid" 10
 }
 
 case "${1:-}" in

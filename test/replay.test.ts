@@ -12,6 +12,7 @@ import { assemble, plain, plainWithTimes, SessionScript } from "./helpers/sessio
 import { runCli } from "./helpers/cli.ts";
 import { writeLines } from "./helpers/floods.ts";
 import { pythonReady, readWithPython } from "./helpers/python.ts";
+import type { ThreadUsage } from "../src/core/thread-usage.ts";
 import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
 import { readFileMetadata, readRows } from "../src/sinks/files/read.ts";
 
@@ -140,12 +141,7 @@ describe("replay", () => {
       timeline: Record<string, number>;
       peak_rss_bytes: number;
       cpu_seconds: { user: number; system: number };
-      threads: Array<{
-        thread: string;
-        cpu_seconds: number;
-        heap_peak_bytes: number;
-        external_peak_bytes: number;
-      }>;
+      threads: Array<{ thread: string } & ThreadUsage>;
     };
     assert.deepEqual(summary.metrics.dead_letters, { MALFORMED_JSON: 1, UNKNOWN_EVENT_TYPE: 1 });
     // The timeline is in order: process start, first record, first file, last file (one file here).

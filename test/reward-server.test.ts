@@ -5,36 +5,21 @@
  * picks CUDA (bench/gpu-rewards.ts measures it there).
  */
 import { strict as assert } from "node:assert";
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
 import { mulberry32 } from "../src/core/prng.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { runCli } from "./helpers/cli.ts";
 import { PYTHON } from "./helpers/python.ts";
 import { SessionScript } from "./helpers/sessions.ts";
+import { startTorchRewardServer, type TorchRewardServer } from "./helpers/torch-reward-server.ts";
 
 const root = new URL("..", import.meta.url).pathname;
 const MODEL = join(root, "examples/rewards/tiny-reward.onnx");
-const SERVER = join(root, "test/fixtures/reward_server.py");
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-reward-server-"));
-
-/** Starts the server on a free port; resolves once it listens (its first stdout line). */
-async function startServer(model: string): Promise<{ url: string; device: string; child: ChildProcess }> {
-  const child = spawn(PYTHON, [SERVER, model, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
-  let stderr = "";
-  child.stderr!.on("data", (b: Buffer) => (stderr += b.toString()));
-  const lines = createInterface({ input: child.stdout! });
-  const first = await new Promise<string>((resolve, reject) => {
-    lines.once("line", resolve);
-    child.once("exit", (code) => reject(new Error(`reward_server.py exited with ${code}: ${stderr}`)));
-  });
-  const { port, device } = JSON.parse(first) as { port: number; device: string };
-  return { url: `http://127.0.0.1:${port}`, device, child };
-}
 
 /** Sessions of varied lengths, ids across a real tokenizer's range (the example model hashes them). */
 function writeSessions(path: string): number {
@@ -81,9 +66,9 @@ async function scores(
 }
 
 describe("the torch reward server", () => {
-  let server: Awaited<ReturnType<typeof startServer>>;
+  let server: TorchRewardServer;
   before(async () => {
-    server = await startServer(MODEL);
+    server = await startTorchRewardServer(MODEL);
   });
   after(() => {
     server?.child.kill();
@@ -117,9 +102,23 @@ describe("the torch reward server", () => {
     assert.equal(stats.device, server.device);
   });
 
-  it("refuses a model file that is not the tiny reward model", async () => {
-    const other = join(scratch, "not-the-model.onnx");
-    writeFileSync(other, "not an onnx file");
-    await assert.rejects(startServer(other), /exited with 1/);
+  it("refuses a model file that is not the tiny reward model, and one that is not ONNX", async () => {
+    // A valid ONNX model of another graph (one Identity node), written by the onnx package.
+    const other = join(scratch, "identity.onnx");
+    execFileSync(PYTHON, [
+      "-c",
+      "import sys, onnx; from onnx import helper as h, TensorProto as T; " +
+        "g = h.make_graph([h.make_node('Identity', ['x'], ['y'])], 'g', " +
+        "[h.make_tensor_value_info('x', T.FLOAT, [1])], [h.make_tensor_value_info('y', T.FLOAT, [1])]); " +
+        "onnx.save(h.make_model(g), sys.argv[1])",
+      other,
+    ]);
+    await assert.rejects(
+      startTorchRewardServer(other),
+      /is not the tiny reward model \(ops: \['Identity'\]\)/,
+    );
+    const junk = join(scratch, "junk.onnx");
+    writeFileSync(junk, "not an onnx file");
+    await assert.rejects(startTorchRewardServer(junk), /cannot read .*junk\.onnx/);
   });
 });
