@@ -356,6 +356,10 @@ describe("replay", () => {
       /\[SINK_WRITE_FAILED\] cannot write dead letters to .*a-file.dl: .*not a directory/,
     );
     assert.deepEqual(readdirSync(out), [], "nothing was written");
+    // The outputs open side by side; with both unwritable the error is the same whichever fails first.
+    const both = await runCli(["replay", EXAMPLES, "--out", file, "--dead-letter-dir", join(file, "dl")]);
+    assert.equal(both.code, 1);
+    assert.match(both.stderr, /\[SINK_WRITE_FAILED\] cannot write trajectory files to .*a-file/);
   });
 
   // Regression: the CLI stopped at the first bad integer, before the other problems were checked.

@@ -114,6 +114,12 @@ export interface SourceTraits {
 }
 
 export interface Source {
+  /**
+   * Connects to the input without reading from it (a broker's handshake). The runtime calls it while the
+   * outputs open, so start-up waits for the slower of the two instead of both; `start` connects by itself
+   * when it was not called. Its failure surfaces from `start`.
+   */
+  connect?(): Promise<void>;
   /** Begins delivering records to `handler`. */
   start(handler: SourceHandler): Promise<void>;
   /** Resolves when the input is exhausted (a replay); never for an unbounded source. */

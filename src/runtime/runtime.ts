@@ -337,10 +337,12 @@ export class Runtime implements SourceHandler {
     await this.build();
     let opened = false;
     try {
-      // Outputs are checked before any input is read: an unwritable directory fails first.
-      for (const s of this.sinks) await s.open?.();
-      await this.deadLetters.open();
-      opened = true;
+      // Outputs are checked before any input is read: an unwritable directory fails first. The source
+      // connects meanwhile (reading nothing), and the outputs open side by side: start-up waits for the
+      // slowest of them, not their sum.
+      const connecting = this.source.connect?.();
+      connecting?.catch(() => {}); // reported by start(), after the outputs' checks
+      opened = await this.openOutputs();
       await this.source.start(this);
       const live = this.source.live;
       if (live !== undefined && live.idleAdvanceMs > 0)
@@ -439,6 +441,20 @@ export class Runtime implements SourceHandler {
   }
 
   /** After a failure: nothing more is written; connections and workers are closed. */
+  /**
+   * Opens every sink and the dead-letter output at once. On a failure the dead-letter output is closed
+   * again if it had opened, and the first failure in the order sinks, dead letters is thrown (the same
+   * error whichever finished first).
+   */
+  private async openOutputs(): Promise<true> {
+    const sinks = Promise.allSettled(this.sinks.map((s) => s.open?.()));
+    const deadLetters = await Promise.allSettled([this.deadLetters.open()]);
+    const failed = [...(await sinks), ...deadLetters].find((r) => r.status === "rejected");
+    if (failed === undefined) return true;
+    if (deadLetters[0]!.status === "fulfilled") await this.deadLetters.close().catch(() => {});
+    throw failed.reason;
+  }
+
   private async abort(opened: boolean): Promise<void> {
     this.stopClock();
     await this.source?.pause().catch(() => {});

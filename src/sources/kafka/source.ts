@@ -61,6 +61,7 @@ export class KafkaSource implements Source {
   private count = 0;
   /** The last batch handed to the runtime, settled (failures handled) once it is applied. */
   private previousBatch: Promise<void> = Promise.resolve();
+  private connecting: Promise<void> | null = null;
   /** Never resolves: a topic has no end. */
   readonly ended = new Promise<void>(() => {});
 
@@ -104,15 +105,25 @@ export class KafkaSource implements Source {
     return this.count;
   }
 
-  async start(handler: SourceHandler): Promise<void> {
-    this.handler = handler;
+  /** Both clients' handshakes at once (each probes the listener first); kept, so `start` awaits the same. */
+  connect(): Promise<void> {
+    if (this.connecting !== null) return this.connecting;
     const { config } = this;
     this.log.info(
       { ...describeConnection(config.connection), topic: config.topic, group: config.group_id },
       "Connecting to Kafka.",
     );
-    await connectClient(this.admin, config.connection);
-    await connectClient(this.consumer, config.connection);
+    this.connecting = Promise.all([
+      connectClient(this.admin, this.config.connection),
+      connectClient(this.consumer, this.config.connection),
+    ]).then(() => {});
+    return this.connecting;
+  }
+
+  async start(handler: SourceHandler): Promise<void> {
+    this.handler = handler;
+    const { config } = this;
+    await this.connect();
     await this.consumer.subscribe({ topic: config.topic, fromBeginning: config.from_beginning });
     this.consumer.on(this.consumer.events.GROUP_JOIN, (e) => {
       this.memberId = e.payload.memberId;
