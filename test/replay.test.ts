@@ -12,6 +12,7 @@ import { assemble, plain, plainWithTimes, SessionScript } from "./helpers/sessio
 import { runCli } from "./helpers/cli.ts";
 import { writeLines } from "./helpers/floods.ts";
 import { pythonReady, readWithPython } from "./helpers/python.ts";
+import type { HeldPart } from "../src/core/held-memory.ts";
 import type { ThreadUsage } from "../src/core/thread-usage.ts";
 import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
 import { readFileMetadata, readRows } from "../src/sinks/files/read.ts";
@@ -142,6 +143,7 @@ describe("replay", () => {
       peak_rss_bytes: number;
       cpu_seconds: { user: number; system: number };
       threads: Array<{ thread: string } & ThreadUsage>;
+      held_memory: HeldPart[];
     };
     assert.deepEqual(summary.metrics.dead_letters, { MALFORMED_JSON: 1, UNKNOWN_EVENT_TYPE: 1 });
     // The timeline is in order: process start, first record, first file, last file (one file here).
@@ -165,6 +167,18 @@ describe("replay", () => {
     }
     const threadCpu = summary.threads.reduce((sum, t) => sum + t.cpu_seconds, 0);
     assert.ok(threadCpu <= summary.cpu_seconds.user + summary.cpu_seconds.system, JSON.stringify(summary));
+    // What each part held: every part of this pipeline listed, none at the RSS peak above its own peak.
+    assert.deepEqual(
+      summary.held_memory.map((p) => p.part),
+      [
+        "records being decoded and applied",
+        "open sessions",
+        "rows waiting for a file",
+        "rows being written",
+        "dead letters waiting",
+      ],
+    );
+    for (const p of summary.held_memory) assert.ok(p.at_peak_rss_bytes <= p.peak_bytes, JSON.stringify(p));
     const letters = readFileSync(join(out, "_dead-letter", "dead-letters-00000.jsonl"), "utf8")
       .trimEnd()
       .split("\n")

@@ -47,6 +47,9 @@ export async function execute(plan: Plan, options: ExecuteOptions): Promise<RunR
       .heldByLane()
       .map(({ lane, held }) => ({ labels: { partition: lane.split("/").pop()! }, value: held })),
   );
+  ops.gauges.set("memory_held_bytes", () =>
+    Object.entries(runtime.holdings()).map(([part, value]) => ({ labels: { part }, value })),
+  );
   try {
     return await runtime.run(ops);
   } finally {

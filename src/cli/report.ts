@@ -51,9 +51,13 @@ function resources(result: RunResult): string[] {
   const listed = result.threads.reduce((sum, t) => sum + t.cpu_seconds, 0);
   const parts = result.threads.map((t) => `${t.thread} ${t.cpu_seconds.toFixed(2)}`);
   const heaps = result.threads.map((t) => `${t.thread} ${mib(t.heap_peak_bytes)}`);
+  const held = result.held
+    .filter((p) => p.peak_bytes > 0)
+    .map((p) => `${p.part} ${mib(p.at_peak_rss_bytes)} (peak ${mib(p.peak_bytes)})`);
   return [
     `  CPU           ${total.toFixed(2)} s: ${[...parts, `helper threads ${Math.max(0, total - listed).toFixed(2)}`].join(", ")}`,
     `  memory        peak RSS ${mib(peakRss())}; heap peaks: ${heaps.join(", ")}`,
+    ...(held.length === 0 ? [] : [`  held          at the peak RSS: ${held.join(", ")}`]),
   ];
 }
 
@@ -75,6 +79,8 @@ export function runReport(command: string, result: RunResult, json: boolean): st
         cpu_seconds: cpuSeconds(),
         // The same by thread, with each thread's peak heap and off-heap memory (thread-usage.ts).
         threads: result.threads,
+        // The data each part of the pipeline held: its peak and its value when the RSS peaked (held-memory.ts).
+        held_memory: result.held,
         metrics: m.snapshot(),
         ...(p50 === null ? {} : { session_durable_seconds: { p50, p99 } }),
       },

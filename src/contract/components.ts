@@ -8,6 +8,7 @@
  * *units*: one finished session, or a GRPO group of them, that must land together, carrying the acks
  * that hold their input offsets until every sink made them durable.
  */
+import type { Holdings } from "../core/held-memory.ts";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
 import type { DeadLetterOutput, RawRecord } from "../core/records.ts";
@@ -140,6 +141,8 @@ export interface Source {
   readonly live?: LiveSource;
   /** Bytes of input read so far (files), for a progress bar. */
   readonly progress?: { bytesRead: number };
+  /** Data it holds now by part (records handed over, not yet applied): memory accounting. */
+  heldBytes?(): Holdings;
 }
 
 /**
@@ -194,6 +197,8 @@ export interface IngestStage<Decoded = unknown> {
   readonly overLimits: boolean;
   /** Finalizes the oldest open session of any lane early; null when none is open. */
   cutOldest(): { lane: LaneIngest<Decoded>; units: Unit[] } | null;
+  /** Data it holds now by part (open sessions): memory accounting. */
+  heldBytes?(): Holdings;
   close(): Promise<void>;
 }
 
@@ -260,6 +265,8 @@ export interface SinkComponent {
   close(): Promise<void>;
   /** Files committed, for the report. */
   readonly files?: readonly string[];
+  /** Data it holds now by part (rows waiting for a file, rows being written): memory accounting. */
+  heldBytes?(): Holdings;
 }
 
 /** Where dead letters go: files or a topic. A letter holds `ack` (when given) until it is durable. */

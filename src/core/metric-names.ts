@@ -147,6 +147,11 @@ export const METRICS = {
     label: "partition",
     help: "Sessions and dead letters holding the partition's commit back.",
   },
+  memory_held_bytes: {
+    kind: "gauge",
+    label: "part",
+    help: "Bytes of data held by a part of the pipeline (open sessions, rows waiting for a file, ...).",
+  },
 } as const satisfies Record<
   string,
   { kind: "counter" | "histogram" | "gauge"; label?: string; help: string }

@@ -18,6 +18,7 @@ import type {
   TransformComponent,
 } from "../contract/components.ts";
 import { isTrajflowError, TrajflowError } from "../core/errors.ts";
+import { addHoldings, HeldMemory, type HeldPart, type Holdings } from "../core/held-memory.ts";
 import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
 import {
@@ -79,6 +80,8 @@ export interface RunResult {
   deadLetters: string;
   /** CPU and memory of each thread of the run: the ingest thread ("main"), decode workers, encoders. */
   threads: Array<{ thread: string } & ThreadUsage>;
+  /** The data each part held: its peak, and its share of the peak RSS (held-memory.ts). */
+  held: HeldPart[];
 }
 
 export class Runtime implements SourceHandler {
@@ -102,6 +105,8 @@ export class Runtime implements SourceHandler {
   // The ingest thread's figures, sampled as waitForEnd ticks (every 100 ms) and once more at the end.
   private readonly mainMeter = new ThreadMeter();
   private mainUsage = this.mainMeter.sample();
+  // What each part holds, sampled with the RSS at the same ticks.
+  private readonly held = new HeldMemory();
   private advancing = false;
   /** Set once the run stops or fails: no clock advance may forward anything after that. */
   private clockStopped = false;
@@ -117,6 +122,21 @@ export class Runtime implements SourceHandler {
 
   get openSessions(): number {
     return this.ingest?.openSessions ?? 0;
+  }
+
+  /** The data each part of the pipeline holds now (memory_held_bytes gauge, the run report). */
+  holdings(): Holdings {
+    const parts: Holdings = {};
+    addHoldings(parts, this.source?.heldBytes?.());
+    addHoldings(parts, this.ingest?.heldBytes?.());
+    for (const s of this.sinks) addHoldings(parts, s.heldBytes?.());
+    if (this.deadLetters !== undefined) parts["dead letters waiting"] = this.deadLetters.backlogBytes;
+    return parts;
+  }
+
+  private sampleUsage(): void {
+    this.mainUsage = this.mainMeter.sample();
+    this.held.sample(this.holdings(), process.memoryUsage.rss());
   }
 
   /** Held offsets per lane, for the offsets_held gauge. */
@@ -355,7 +375,7 @@ export class Runtime implements SourceHandler {
       const why = await this.waitForEnd();
       ops?.ready(false);
       await this.stop(why === "ended" || why === "idle");
-      this.mainUsage = this.mainMeter.sample();
+      this.sampleUsage();
     } catch (err) {
       ops?.ready(false);
       this.failure ??= err as Error;
@@ -372,6 +392,7 @@ export class Runtime implements SourceHandler {
       out: this.durable.location,
       deadLetters: this.deadLetters.location,
       threads: threadUsages(),
+      held: this.held.report(),
     };
   }
 
@@ -383,7 +404,7 @@ export class Runtime implements SourceHandler {
     for (;;) {
       const tick = new Promise<"tick">((r) => setTimeout(() => r("tick"), 100).unref());
       const why = await Promise.race([ended, tick, ...(signal === undefined ? [] : [signal])]);
-      this.mainUsage = this.mainMeter.sample();
+      this.sampleUsage();
       if (why !== "tick") return why;
       if (this.failure !== null) throw this.failure;
       const error = this.source.error;

@@ -7,6 +7,7 @@
  */
 import type { Lane, LaneSink, SessionSpan, SinkComponent, Unit } from "../../contract/components.ts";
 import { unitRows } from "../../contract/components.ts";
+import type { Holdings } from "../../core/held-memory.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { rangeFilePattern, rangeName, SESSIONS_KEY, writtenSessions } from "./recovery.ts";
@@ -47,6 +48,17 @@ export class FileSinkComponent implements SinkComponent {
   /** Files committed by every lane, in the order they were cut per lane. */
   get files(): string[] {
     return [...this.retired, ...this.sinks].flatMap((s) => s.files);
+  }
+
+  heldBytes(): Holdings {
+    let buffered = 0;
+    let writing = 0;
+    for (const sink of [...this.retired, ...this.sinks]) {
+      const held = sink.held;
+      buffered += held.buffered;
+      writing += held.writing;
+    }
+    return { "rows waiting for a file": buffered, "rows being written": writing };
   }
 
   /** Fails before anything is read when the output (a directory, an S3 prefix) cannot be written. */

@@ -12,7 +12,7 @@ import { fileSinkConfigSchema, type FileSinkConfigInput } from "./config.ts";
 import { DEFAULT_S3_OPTIONS } from "../shared/s3-options.ts";
 import { EncoderPool } from "./pool.ts";
 import { readRows } from "./read.ts";
-import { FileSink } from "./sink.ts";
+import { FileSink, rowBytes } from "./sink.ts";
 
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-sink-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
@@ -117,6 +117,21 @@ describe("file sink", () => {
         ["b", 40 * 1024],
       ],
     );
+  });
+
+  it("says what it holds: rows buffered for the next file, then being written, then nothing", async () => {
+    const { sink: s } = sink();
+    await s.open();
+    const rows = session("a");
+    const bytes = rows.reduce((sum, r) => sum + rowBytes(r), 0);
+    assert.ok(bytes > 0);
+    await s.write(rows);
+    assert.deepEqual(s.held, { buffered: bytes, writing: 0 });
+    await s.cut();
+    assert.deepEqual(s.held, { buffered: 0, writing: bytes });
+    await s.drain();
+    assert.deepEqual(s.held, { buffered: 0, writing: 0 });
+    await s.close();
   });
 
   it("acknowledges an empty write after the files before it, without an empty file", async () => {

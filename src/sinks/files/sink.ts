@@ -103,6 +103,8 @@ export class FileSink {
   private bufferedTokens = 0;
   /** rowBytes of the buffered rows. */
   private bufferedBytes = 0;
+  /** rowBytes of the rows cut and not yet landed (being encoded, written, uploaded). */
+  private writingBytes = 0;
   private oldestBuffered = 0;
   private cutIndex = 0;
   private rowsCut = 0;
@@ -191,6 +193,11 @@ export class FileSink {
     }
   }
 
+  /** Bytes of the rows' arrays it holds: buffered for the next file, and cut but not yet landed. */
+  get held(): { buffered: number; writing: number } {
+    return { buffered: this.bufferedBytes, writing: this.writingBytes };
+  }
+
   /** Cuts the buffered rows into file(s) now and dispatches them; waits while too many are in flight. */
   async cut(): Promise<void> {
     this.throwIfFailed();
@@ -200,6 +207,7 @@ export class FileSink {
     const rows = batches.flatMap((b) => b.rows);
     const callbacks = batches.map((b) => b.onDurable).filter((f) => f !== undefined);
     const tokens = this.bufferedTokens;
+    const bytes = this.bufferedBytes;
     this.bufferedRows = 0;
     this.bufferedTokens = 0;
     this.bufferedBytes = 0;
@@ -267,11 +275,13 @@ export class FileSink {
     const all = Promise.all(writes).then((landed) => {
       if (landed.every((l) => l)) for (const f of callbacks) f();
     });
+    this.writingBytes += bytes;
     const tracked: Promise<void> = all
       .catch((err: Error) => {
         this.failure ??= err;
       })
       .finally(() => {
+        this.writingBytes -= bytes;
         this.inFlight.delete(tracked);
         this.cutsInFlight.delete(cut);
       });

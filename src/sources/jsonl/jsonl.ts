@@ -9,6 +9,7 @@ import { createGunzip } from "node:zlib";
 import type { Readable } from "node:stream";
 import { z } from "zod";
 import { TrajflowError } from "../../core/errors.ts";
+import type { Holdings } from "../../core/held-memory.ts";
 import type { Lane, Source, SourceHandler } from "../../contract/components.ts";
 import { Ledger } from "../../contract/ledger.ts";
 import type { RawRecord } from "../../core/records.ts";
@@ -124,6 +125,8 @@ export class JsonlSource implements Source {
   private position: Origin | null = null;
   private paused = false;
   private count = 0;
+  /** Bytes of the lines of the batch being applied (one at a time: BATCH_RECORDS lines at most). */
+  private handedBytes = 0;
   private resolveEnded!: () => void;
   private rejectEnded!: (err: Error) => void;
   readonly ended: Promise<void>;
@@ -164,24 +167,31 @@ export class JsonlSource implements Source {
       await handler.assigned(lane);
       let records: RawRecord[] = [];
       let offsets: number[] = [];
+      let bytes = 0;
+      const apply = async () => {
+        this.position = records[records.length - 1]!.origin;
+        this.handedBytes = bytes;
+        await handler.records(lane, records, offsets, live);
+        this.handedBytes = 0;
+        records = [];
+        offsets = [];
+        bytes = 0;
+      };
       for await (const record of readJsonl(this.config, this.progress)) {
         if (this.paused) break;
         records.push(record);
         offsets.push(this.count++);
-        if (records.length >= BATCH_RECORDS) {
-          this.position = record.origin;
-          await handler.records(lane, records, offsets, live);
-          records = [];
-          offsets = [];
-        }
+        bytes += record.raw.length;
+        if (records.length >= BATCH_RECORDS) await apply();
       }
-      if (records.length > 0) {
-        this.position = records[records.length - 1]!.origin;
-        await handler.records(lane, records, offsets, live);
-      }
+      if (records.length > 0) await apply();
     };
     run().then(this.resolveEnded, this.rejectEnded);
     return Promise.resolve();
+  }
+
+  heldBytes(): Holdings {
+    return { "records being decoded and applied": this.handedBytes };
   }
 
   pause(): Promise<void> {

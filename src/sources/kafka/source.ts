@@ -13,6 +13,7 @@
  */
 import type { Lane, LaneFiles, LiveSource, Source, SourceHandler } from "../../contract/components.ts";
 import { Ledger } from "../../contract/ledger.ts";
+import type { Holdings } from "../../core/held-memory.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { RawRecord } from "../../core/records.ts";
@@ -62,6 +63,8 @@ export class KafkaSource implements Source {
   /** The last batch handed to the runtime, settled (failures handled) once it is applied. */
   private previousBatch: Promise<void> = Promise.resolve();
   private connecting: Promise<void> | null = null;
+  /** Bytes of message values handed to the pipeline and not yet applied (being decoded or assembled). */
+  private handedBytes = 0;
   /** Never resolves: a topic has no end. */
   readonly ended = new Promise<void>(() => {});
 
@@ -315,10 +318,13 @@ export class KafkaSource implements Source {
       // batch is fetched, decompressed and (with decode workers) decoded.
       const applied = this.handler.records(lane, records, offsets, live);
       const previous = this.previousBatch;
-      this.previousBatch = applied.then(
-        () => this.batchApplied(l, last),
-        (err: unknown) => this.batchFailed(l, err),
-      );
+      this.handedBytes += bytes;
+      this.previousBatch = applied
+        .finally(() => (this.handedBytes -= bytes))
+        .then(
+          () => this.batchApplied(l, last),
+          (err: unknown) => this.batchFailed(l, err),
+        );
       await previous;
       // kafkajs only needs resolved offsets to know where to fetch next. A batch that does not get
       // applied in full (a rebalance, a restart, a failure) restarts its lane from the committed offset,
@@ -368,6 +374,10 @@ export class KafkaSource implements Source {
       this.failure = setupError(err, this.config.connection) as Error;
       this.log.error({ err }, "The Kafka source failed.");
     }
+  }
+
+  heldBytes(): Holdings {
+    return { "records being decoded and applied": this.handedBytes };
   }
 
   lag(): Map<string, number> {

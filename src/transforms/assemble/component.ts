@@ -6,6 +6,7 @@
  */
 import type { Ack } from "../../contract/ledger.ts";
 import type { IngestStage, Lane, LaneIngest, SessionSpan, Unit } from "../../contract/components.ts";
+import type { Holdings } from "../../core/held-memory.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { makeDeadLetter, type DeadLetterOutput, type RawRecord } from "../../core/records.ts";
@@ -294,6 +295,10 @@ export class AssembleComponent implements IngestStage<DecodeResult> {
     const l = lane as LaneAssembler;
     l.drop();
     this.lanes.delete(l);
+  }
+
+  heldBytes(): Holdings {
+    return { "open sessions": this.bufferedBytes };
   }
 
   get openSessions(): number {
