@@ -13,7 +13,8 @@ import type { Ack } from "../../contract/ledger.ts";
 import { isTrajflowError, TrajflowError } from "../../core/errors.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { DeadLetter } from "../../schemas/dead-letter.ts";
-import { displayLocation, outputLocationSchema } from "../shared/location.ts";
+import { displayLocation } from "../shared/location.ts";
+import { outputLocationSchema } from "../shared/location-schema.ts";
 import { DEFAULT_S3_OPTIONS, s3OptionsSchema, type S3Options } from "../shared/s3-options.ts";
 import { openStore, type Store } from "../shared/store.ts";
 

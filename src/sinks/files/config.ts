@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { outputLocationSchema } from "../shared/location.ts";
+import { outputLocationSchema } from "../shared/location-schema.ts";
 import { s3OptionsSchema } from "../shared/s3-options.ts";
 import { ENGINE_CODECS } from "./encoders/types.ts";
 

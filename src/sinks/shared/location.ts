@@ -4,7 +4,6 @@
  * quietly becomes a local directory named `gs:`.
  */
 import { posix, resolve } from "node:path";
-import { z } from "zod";
 
 export type Location =
   | { kind: "local"; path: string }
@@ -72,12 +71,3 @@ export function childLocation(base: string, ...segments: string[]): string {
 export function keyOf(loc: Extract<Location, { kind: "s3" }>, ...segments: string[]): string {
   return posix.join(loc.prefix, ...segments.filter((s) => s !== ""));
 }
-
-/** An output directory, or `s3://bucket/prefix`; other URL schemes are refused. */
-export const outputLocationSchema = z
-  .string()
-  .min(1)
-  .superRefine((path, ctx) => {
-    const problem = locationProblem(path);
-    if (problem !== null) ctx.addIssue({ code: "custom", message: problem });
-  });

@@ -13,19 +13,10 @@
  * page indexes, bloom filters.
  */
 import { constants, gzipSync, zstdCompressSync } from "node:zlib";
-import {
-  DataType,
-  Precision,
-  Table,
-  tableToIPC,
-  type Field,
-  type Int,
-  type List,
-  type Schema,
-  type Struct,
-} from "apache-arrow";
 import * as snappy from "snappyjs";
 import { lz4Block, lz4LiteralBlock } from "../../../core/lz4-block.ts";
+import type { ColumnType, ValueKind } from "../../../schemas/trajectory.ts";
+import { arrowSchemaMessage } from "./arrow-schema.ts";
 import { CompactWriter } from "./thrift.ts";
 import type { Compression } from "./types.ts";
 
@@ -63,7 +54,13 @@ export interface ParquetTrajflowOptions {
   rowGroupSize: number;
 }
 
-type Kind = "bool" | "int32" | "int8" | "float32" | "float64" | "utf8" | "binary";
+type Kind = ValueKind;
+
+/** A column to write: its name and its type (schemas/trajectory.ts). */
+export interface ParquetColumn {
+  name: string;
+  type: ColumnType<unknown>;
+}
 
 /** One leaf column: a top-level field, the element of a top-level list, or a field of a list's struct element. */
 interface Leaf {
@@ -85,17 +82,6 @@ interface Leaf {
   maxRep: number;
 }
 
-function kindOf(type: DataType, where: string): Kind {
-  if (DataType.isBool(type)) return "bool";
-  if (DataType.isUtf8(type)) return "utf8";
-  if (DataType.isBinary(type)) return "binary";
-  if (DataType.isInt(type) && (type as Int).isSigned && (type as Int).bitWidth === 32) return "int32";
-  if (DataType.isInt(type) && (type as Int).isSigned && (type as Int).bitWidth === 8) return "int8";
-  if (DataType.isFloat(type) && type.precision === Precision.SINGLE) return "float32";
-  if (DataType.isFloat(type) && type.precision === Precision.DOUBLE) return "float64";
-  throw new Error(`parquet (trajflow engine): no writer for ${String(type)} (${where})`);
-}
-
 const PHYSICAL: Record<Kind, number> = {
   bool: Physical.BOOLEAN,
   int32: Physical.INT32,
@@ -106,33 +92,29 @@ const PHYSICAL: Record<Kind, number> = {
   binary: Physical.BYTE_ARRAY,
 };
 
-function leavesOf(schema: Schema, statsColumns: ReadonlySet<string>): Leaf[] {
-  return schema.fields.flatMap((f: Field): Leaf[] => {
-    const base = { name: f.name, nullable: f.nullable, structField: null, structWidth: 0 };
-    if (!DataType.isList(f.type)) {
-      const maxDef = f.nullable ? 1 : 0;
-      const kind = kindOf(f.type, f.name);
-      const stats = statsColumns.has(f.name);
-      return [
-        { ...base, kind, path: [f.name], list: false, elementNullable: false, stats, maxDef, maxRep: 0 },
-      ];
+function leavesOf(columns: readonly ParquetColumn[], statsColumns: ReadonlySet<string>): Leaf[] {
+  return columns.flatMap(({ name, type }): Leaf[] => {
+    const base = { name, nullable: type.nullable, structField: null, structWidth: 0 };
+    if (!type.list) {
+      const maxDef = type.nullable ? 1 : 0;
+      const kind = type.kind as Kind;
+      const stats = statsColumns.has(name);
+      return [{ ...base, kind, path: [name], list: false, elementNullable: false, stats, maxDef, maxRep: 0 }];
     }
     // A list's levels: the list itself (when nullable), its repeated entry, the element (when nullable).
-    const element = (f.type as List).children[0]!;
-    const listed = { ...base, list: true, elementNullable: element.nullable, stats: false, maxRep: 1 };
-    const maxDef = (f.nullable ? 1 : 0) + 1 + (element.nullable ? 1 : 0);
-    if (!DataType.isStruct(element.type)) {
-      const kind = kindOf(element.type, f.name);
-      return [{ ...listed, kind, path: [f.name, "list", "element"], maxDef }];
+    const listed = { ...base, list: true, elementNullable: type.elementNullable, stats: false, maxRep: 1 };
+    const maxDef = (type.nullable ? 1 : 0) + 1 + (type.elementNullable ? 1 : 0);
+    if (type.fields === null) {
+      return [{ ...listed, kind: type.kind as Kind, path: [name, "list", "element"], maxDef }];
     }
     // list<struct>: one leaf per field, each an optional scalar (one more level).
-    const fields = (element.type as Struct).children;
+    const fields = type.fields;
     return fields.map((field, i) => ({
       ...listed,
-      kind: kindOf(field.type, `${f.name}.${field.name}`),
+      kind: field.kind,
       structField: field.name,
       structWidth: i === 0 ? fields.length : 0,
-      path: [f.name, "list", "element", field.name],
+      path: [name, "list", "element", field.name],
       maxDef: maxDef + 1,
     }));
   });
@@ -538,23 +520,15 @@ function schemaElements(w: CompactWriter, leaves: readonly Leaf[]): void {
 }
 
 /** The Arrow schema as pyarrow and arrow-rs store it in `ARROW:schema`: one IPC schema message, base64. */
-function arrowSchemaValue(schema: Schema): string {
-  const stream = tableToIPC(new Table(schema), "stream");
-  const view = new DataView(stream.buffer, stream.byteOffset, stream.byteLength);
-  // Encapsulated message: 0xFFFFFFFF continuation, int32 metadata length, flatbuffer (padded).
-  const length = 8 + view.getInt32(4, true);
-  return Buffer.from(stream.subarray(0, length)).toString("base64");
-}
-
-const schemaValues = new WeakMap<Schema, string>();
+const schemaValues = new WeakMap<readonly ParquetColumn[], string>();
 
 export function encodeParquetTrajflow(
   rows: readonly object[],
-  schema: Schema,
+  columns: readonly ParquetColumn[],
   statsColumns: ReadonlySet<string>,
   options: ParquetTrajflowOptions,
 ): Uint8Array {
-  return Buffer.concat([...parquetTrajflowChunks(rows, schema, statsColumns, options)]);
+  return Buffer.concat([...parquetTrajflowChunks(rows, columns, statsColumns, options)]);
 }
 
 /**
@@ -563,15 +537,15 @@ export function encodeParquetTrajflow(
  */
 export function* parquetTrajflowChunks(
   rows: readonly object[],
-  schema: Schema,
+  columns: readonly ParquetColumn[],
   statsColumns: ReadonlySet<string>,
   options: ParquetTrajflowOptions,
 ): Generator<Uint8Array> {
-  const leaves = leavesOf(schema, statsColumns);
-  let arrowSchema = schemaValues.get(schema);
+  const leaves = leavesOf(columns, statsColumns);
+  let arrowSchema = schemaValues.get(columns);
   if (arrowSchema === undefined) {
-    arrowSchema = arrowSchemaValue(schema);
-    schemaValues.set(schema, arrowSchema);
+    arrowSchema = Buffer.from(arrowSchemaMessage(columns)).toString("base64");
+    schemaValues.set(columns, arrowSchema);
   }
   const records = rows as readonly Record<string, unknown>[];
   const parts: Uint8Array[] = [MAGIC];
