@@ -5,16 +5,28 @@
  * Unknown extra fields are stripped, not rejected: gateways add fields of their own.
  */
 import { z } from "zod";
+import {
+  CONTROL_EVENT_TYPES,
+  EVENT_TYPES,
+  INT32_MAX,
+  LOGPROBS_MODES,
+  MAX_TIME_MS,
+  PROTOCOL_VERSION,
+  type CodedIssueParams,
+  type EventType,
+} from "./event-constants.ts";
 import { decodeRoutedExperts } from "./routed-experts.ts";
 import { decodeLogprobs, decodeTokenIds } from "./tokens.ts";
 
-export const PROTOCOL_VERSION = 1;
-
-/** Issue params marking which stable error code a custom issue maps to. */
-export interface CodedIssueParams {
-  trajflowCode:
-    "INVALID_TOKENS" | "INVALID_LOGPROBS" | "INVALID_ROUTED_EXPERTS" | "ROUTED_EXPERTS_OUT_OF_RANGE";
-}
+export {
+  CONTROL_EVENT_TYPES,
+  EVENT_TYPES,
+  INT32_MAX,
+  MAX_TIME_MS,
+  PROTOCOL_VERSION,
+  type CodedIssueParams,
+  type EventType,
+};
 
 // Token and logprob fields are built per field (each with its description) and remembered here, so the
 // JSON Schema generator can describe their wire forms precisely.
@@ -88,7 +100,7 @@ export const samplingSettings = z
     min_p: z.number().min(0).max(1).optional(),
     repetition_penalty: z.number().positive().optional(),
     logprobs_mode: z
-      .enum(["raw", "processed"])
+      .enum(LOGPROBS_MODES)
       .optional()
       .describe(
         "raw: logprobs of the model's distribution; processed: after temperature, penalties, top-p/k",
@@ -107,10 +119,6 @@ export const chatMessage = z.looseObject({
   tool_calls: z.array(z.unknown()).optional(),
 });
 
-/** Columns holding these are int32: a larger value is rejected, never wrapped. */
-export const INT32_MAX = 2_147_483_647;
-/** The latest time a Date can hold (ms since the epoch): partitions by date need one. */
-export const MAX_TIME_MS = 8_640_000_000_000_000;
 const int32Count = () => z.int().nonnegative().max(INT32_MAX);
 
 const envelope = {
@@ -214,7 +222,6 @@ export const policyUpdateEvent = z.object({
   ts: envelope.ts,
 });
 export type PolicyUpdateEvent = z.output<typeof policyUpdateEvent>;
-export const CONTROL_EVENT_TYPES = ["policy.update"] as const;
 
 /** Per-type schemas, looked up by `type` before parsing (faster than trying a union). */
 export const eventSchemas = {
@@ -223,10 +230,7 @@ export const eventSchemas = {
   response: responseEvent,
   reward: rewardEvent,
   "session.end": sessionEndEvent,
-} as const;
-
-export type EventType = keyof typeof eventSchemas;
-export const EVENT_TYPES = Object.keys(eventSchemas) as EventType[];
+} as const satisfies Record<EventType, z.ZodType>;
 
 /** The whole protocol as one discriminated union (used to generate the JSON Schema). */
 export const gatewayEvent = z.discriminatedUnion("type", [

@@ -1,8 +1,8 @@
 import { strict as assert } from "node:assert";
 import { it } from "node:test";
 import { mulberry32 } from "../core/prng.ts";
-import { EVENT_TYPES, eventSchemas, type EventType } from "./events.ts";
-import { FAST_FIELDS, fastEvent } from "./fast-events.ts";
+import { EVENT_TYPES, eventSchemas, samplingSettings, type EventType } from "./events.ts";
+import { FAST_FIELDS, fastEvent, SAMPLING_KEYS } from "./fast-events.ts";
 import { packRoutedExperts } from "./routed-experts.ts";
 import { packLogprobs, packTokenIds } from "./tokens.ts";
 
@@ -14,6 +14,9 @@ it("knows every field of every event schema, and no other", () => {
       `${type}: a field was added to events.ts; teach fast-events.ts about it`,
     );
   }
+  // The zod-free constants and checks decode workers use (event-constants.ts) are the schemas' own.
+  assert.deepEqual(EVENT_TYPES, Object.keys(eventSchemas));
+  assert.deepEqual([...SAMPLING_KEYS].sort(), Object.keys(samplingSettings.shape).sort());
 });
 
 const envelope = { v: 1, session_id: "s", uid: "u", seq: 3, ts: 1_700_000_000_000 };
@@ -42,7 +45,11 @@ const good: Record<string, unknown[]> = {
     packRoutedExperts([5, 6], "int32", [1, 1, 2]),
     packRoutedExperts([], "uint16", [0, 3, 2]),
   ],
-  sampling: [{ temperature: 0.7, top_p: 0.95, logprobs_mode: "raw", engine: "vllm" }, {}],
+  sampling: [
+    { temperature: 0.7, top_p: 0.95, logprobs_mode: "raw", engine: "vllm" },
+    { temperature: 0, top_p: 1, top_k: -1, min_p: 0, repetition_penalty: 1.1, logprobs_mode: "processed" },
+    {},
+  ],
   finish_reason: ["stop", "abort", ""],
   text: ["hello", ""],
   tool_calls: [[{ id: "t" }], []],
@@ -81,6 +88,14 @@ const odd: unknown[] = [
   { temperature: -1 },
   { top_k: 1.5 },
   { logprobs_mode: "logits" },
+  { top_p: 0 },
+  { top_k: -2 },
+  { min_p: 1.5 },
+  { repetition_penalty: 0 },
+  { engine: 5 },
+  { temperature: null },
+  { temperature: 0.7, seed: 1 },
+  { constructor: 1 },
   packRoutedExperts([9], "int16", [1, 1, 1], 8),
   packRoutedExperts([-2], "int16", [1, 1, 1]),
   packRoutedExperts([255], "uint8", [1, 1, 1]),

@@ -12,7 +12,8 @@
  * Arrays and objects of free-form fields (messages, tools, tool_calls, metadata, info) are passed on as
  * JSON.parse made them, where zod copies them: equal values, one allocation less.
  */
-import { INT32_MAX, MAX_TIME_MS, samplingSettings, type EventType, type GatewayEvent } from "./events.ts";
+import { INT32_MAX, LOGPROBS_MODES, MAX_TIME_MS, type EventType } from "./event-constants.ts";
+import type { GatewayEvent } from "./events.ts";
 import { decodeRoutedExperts } from "./routed-experts.ts";
 import { decodeLogprobs, decodeTokenIds } from "./tokens.ts";
 
@@ -81,11 +82,28 @@ function routed(v: unknown): unknown {
   return decoded;
 }
 
-/** The sampling settings as zod returns them (a small object: its schema is the fast path too). */
+const isNumber = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v);
+
+/** Each sampling setting's check, as events.ts's `samplingSettings` has it (the test compares the keys). */
+const SAMPLING_CHECKS = new Map<string, (v: unknown) => boolean>([
+  ["temperature", (v) => isNumber(v) && v >= 0],
+  ["top_p", (v) => isNumber(v) && v > 0 && v <= 1],
+  ["top_k", (v) => Number.isSafeInteger(v) && (v as number) >= -1],
+  ["min_p", (v) => isNumber(v) && v >= 0 && v <= 1],
+  ["repetition_penalty", (v) => isNumber(v) && v > 0],
+  ["logprobs_mode", (v) => (LOGPROBS_MODES as readonly unknown[]).includes(v)],
+  ["engine", (v) => typeof v === "string"],
+]);
+export const SAMPLING_KEYS = [...SAMPLING_CHECKS.keys()];
+
+/** The sampling settings as zod returns them; anything unusual (an unknown key zod would strip) goes to zod. */
 function sampling(v: unknown): unknown {
-  const parsed = samplingSettings.safeParse(v);
-  if (!parsed.success) throw SLOW;
-  return parsed.data;
+  if (!isObject(v)) throw SLOW;
+  for (const key in v) {
+    const check = SAMPLING_CHECKS.get(key);
+    if (check === undefined || !check(v[key])) throw SLOW;
+  }
+  return v;
 }
 
 const isString = (v: unknown) => typeof v === "string";

@@ -25,6 +25,10 @@ const lines = [
   },
   { ...envelope, seq: 3, type: "response", call_id: "c1", output_ids: [-1], finish_reason: "stop" },
   { v: 1, type: "policy.update", weight_version: 3, ts: 5 },
+  // Handed over by the fast path: zod strips the unknown setting, and rejects the other with its message
+  // (workers do not load zod: the ingest thread decodes these two again).
+  { ...envelope, seq: 5, type: "request", call_id: "c2", prompt_ids: [1], sampling: { top_k: 5, seed: 7 } },
+  { ...envelope, seq: 6, type: "request", call_id: "c3", prompt_ids: [1], sampling: { top_p: 0 } },
   { ...envelope, seq: 4, type: "session.end", status: "ok" },
 ].map((e) => JSON.stringify(e));
 
@@ -53,7 +57,19 @@ for (const size of [0, 1, 2]) {
     assert.equal(got.length, want.length);
     assert.deepEqual(
       got.map((r) => r.kind),
-      ["event", "event", "event", "rejected", "control", "event", "rejected", "rejected", "event"],
+      [
+        "event",
+        "event",
+        "event",
+        "rejected",
+        "control",
+        "event",
+        "rejected",
+        "event",
+        "rejected",
+        "rejected",
+        "event",
+      ],
     );
     for (let i = 0; i < want.length; i++) {
       // Dead letters name the real origin: the worker sends the reason, the ingest thread adds where.
@@ -64,7 +80,7 @@ for (const size of [0, 1, 2]) {
     assert.ok(response.value.event.output_ids instanceof Int32Array);
     assert.deepEqual([...response.value.event.logprobs!], [-0.5, -0.25]);
     // The same bytes, read as a string or as bytes, have the same digest (redeliveries are recognised).
-    const [asBytes, asString] = [got[1]!, got[8]!];
+    const [asBytes, asString] = [got[1]!, got[10]!];
     assert.ok(asBytes.kind === "event" && asString.kind === "event");
     assert.equal(asBytes.value.digest, asString.value.digest);
   });

@@ -86,7 +86,8 @@ export class DecodePool {
       const record = pending.records[i]!;
       if ("rejection" in item) results[i] = rejectedResult(item.rejection, record);
       else if ("event" in item) results[i] = { kind: "event", value: { ...item, record } };
-      else results[i] = { kind: "control", control: item.control, record };
+      else if ("control" in item) results[i] = { kind: "control", control: item.control, record };
+      else results[i] = decodeEvent(record); // needs the zod schemas, which workers do not load
     }
     pending.resolve(results);
   }

@@ -8,7 +8,7 @@ import type { GatewayEvent, PolicyUpdateEvent } from "../../schemas/events.ts";
 import type { RoutedExperts } from "../../schemas/routed-experts.ts";
 import { ThreadMeter, type ThreadUsage } from "../../core/thread-usage.ts";
 import { ArrayArena, useArrayArena } from "../../schemas/tokens.ts";
-import { decodeOutcome, type Rejection } from "./decode.ts";
+import { decodeOutcome, type Rejection } from "./decode-core.ts";
 
 export interface DecodeJob {
   id: number;
@@ -20,10 +20,14 @@ export interface DecodeJob {
 
 /**
  * Per event: the decoded event and its digest, a control event, or why it was rejected (the ingest
- * thread, which knows where the event came from, makes the dead letter).
+ * thread, which knows where the event came from, makes the dead letter); `schema`: an event the fast path
+ * handed over, which the ingest thread decodes again with the zod schemas (this thread never loads zod).
  */
 export type DecodedItem =
-  { event: GatewayEvent; digest: string } | { control: PolicyUpdateEvent } | { rejection: Rejection };
+  | { event: GatewayEvent; digest: string }
+  | { control: PolicyUpdateEvent }
+  | { rejection: Rejection }
+  | { schema: true };
 
 export interface DecodeReply {
   id: number;
@@ -62,15 +66,17 @@ parentPort!.on("message", (job: DecodeJob) => {
   let start = 0;
   for (let i = 0; i < job.ends.length; i++) {
     const end = job.ends[i]!;
-    const result = decodeOutcome({ raw: job.bytes.subarray(start, end), origin: ORIGIN });
+    const result = decodeOutcome({ raw: job.bytes.subarray(start, end), origin: ORIGIN }, null);
     start = end;
     if (result.kind === "event") {
       items.push({ event: result.value.event, digest: result.value.digest });
       addBuffers(result.value.event, transfer);
     } else if (result.kind === "control") {
       items.push({ control: result.control });
-    } else {
+    } else if (result.kind === "rejection") {
       items.push({ rejection: result.rejection });
+    } else {
+      items.push({ schema: true });
     }
   }
   for (const block of arena.take()) transfer.push(block);
