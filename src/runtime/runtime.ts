@@ -461,7 +461,6 @@ export class Runtime implements SourceHandler {
     this.log[say]("Stopped.");
   }
 
-  /** After a failure: nothing more is written; connections and workers are closed. */
   /**
    * Opens every sink and the dead-letter output at once. On a failure the dead-letter output is closed
    * again if it had opened, and the first failure in the order sinks, dead letters is thrown (the same
@@ -476,6 +475,7 @@ export class Runtime implements SourceHandler {
     throw failed.reason;
   }
 
+  /** After a failure: nothing more is written; connections and workers are closed. */
   private async abort(opened: boolean): Promise<void> {
     this.stopClock();
     await this.source?.pause().catch(() => {});
