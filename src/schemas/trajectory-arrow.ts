@@ -21,7 +21,9 @@ import {
   type DataType,
 } from "apache-arrow";
 import {
+  arrowShape,
   ROW_COLUMNS,
+  type ArrowShape,
   type ColumnType,
   type StructField,
   type TrajectoryRow,
@@ -47,18 +49,20 @@ function leafType(kind: ValueKind): DataType {
   }
 }
 
-/** A column's Arrow type. Lists use `element` children so Parquet gets the standard LIST. */
-function arrowType(type: ColumnType<unknown>): DataType {
-  const leaf =
-    type.fields === null
-      ? leafType(type.kind as ValueKind)
-      : new Struct(type.fields.map((f) => new Field(f.name, leafType(f.kind), true)));
-  return type.list ? new List(new Field("element", leaf, type.elementNullable)) : leaf;
+/** An Arrow field of a column's shape (trajectory.ts's arrowShape). */
+function arrowField(shape: ArrowShape): Field {
+  const type =
+    shape.type === "list"
+      ? new List(arrowField(shape.children[0]!))
+      : shape.type === "struct"
+        ? new Struct(shape.children.map(arrowField))
+        : leafType(shape.type);
+  return new Field(shape.name, type, shape.nullable);
 }
 
 /** The Arrow schema of trajectory rows, from ROW_COLUMNS. */
 export const trajectoryArrowSchema = new Schema(
-  ROW_COLUMNS.map((c) => new Field(c.name, arrowType(c.type), c.type.nullable)),
+  ROW_COLUMNS.map((c) => arrowField(arrowShape(c.name, c.type))),
 );
 
 const encoder = new TextEncoder();

@@ -119,6 +119,37 @@ export const ColumnTypes = {
   float64NullableList: list<Array<number | null>>("float64", () => [], true),
 };
 
+/**
+ * A column's shape in Arrow, without apache-arrow (encoder threads write the schema message from it):
+ * a list holds one `element` field, so Parquet gets the standard LIST; a struct's fields may be null.
+ * trajectory-arrow.ts builds its Arrow fields from this, arrow-schema.ts serializes it.
+ */
+export interface ArrowShape {
+  name: string;
+  nullable: boolean;
+  type: ValueKind | "list" | "struct";
+  children: ArrowShape[];
+}
+
+export function arrowShape(name: string, type: ColumnType<unknown>): ArrowShape {
+  const leaf: ArrowShape =
+    type.fields === null
+      ? { name: type.list ? "element" : name, nullable: false, type: type.kind as ValueKind, children: [] }
+      : {
+          name: "element",
+          nullable: false,
+          type: "struct",
+          children: type.fields.map((f) => ({ name: f.name, nullable: true, type: f.kind, children: [] })),
+        };
+  if (!type.list) return { ...leaf, nullable: type.nullable };
+  return {
+    name,
+    nullable: type.nullable,
+    type: "list",
+    children: [{ ...leaf, nullable: type.elementNullable }],
+  };
+}
+
 /** A list of structs whose elements may be null; a row holds an array of objects with every field's key. */
 export const structList = <V>(fields: readonly StructField[]): ColumnType<Array<V | null>> => ({
   kind: "struct",

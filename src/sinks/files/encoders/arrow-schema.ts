@@ -9,7 +9,7 @@
  * message back with apache-arrow and compares it with trajectory-arrow.ts's schema.
  */
 import { Builder } from "flatbuffers";
-import type { ColumnType, ValueKind } from "../../../schemas/trajectory.ts";
+import { arrowShape, type ArrowShape, type ColumnType } from "../../../schemas/trajectory.ts";
 
 // Message.fbs / Schema.fbs enums and union tags.
 const METADATA_V5 = 4;
@@ -17,36 +17,8 @@ const HEADER_SCHEMA = 1;
 const TYPE = { Int: 2, FloatingPoint: 3, Binary: 4, Utf8: 5, Bool: 6, List: 12, Struct: 13 } as const;
 const PRECISION = { SINGLE: 1, DOUBLE: 2 } as const;
 
-interface FieldSpec {
-  name: string;
-  nullable: boolean;
-  /** A leaf kind, or a list / struct with children. */
-  type: ValueKind | "list" | "struct";
-  children: FieldSpec[];
-}
-
-/** A column as Arrow types it (trajectory-arrow.ts's arrowType): lists hold an `element` field. */
-function fieldOf(name: string, type: ColumnType<unknown>): FieldSpec {
-  const leaf: FieldSpec =
-    type.fields === null
-      ? { name: type.list ? "element" : name, nullable: false, type: type.kind as ValueKind, children: [] }
-      : {
-          name: "element",
-          nullable: false,
-          type: "struct",
-          children: type.fields.map((f) => ({ name: f.name, nullable: true, type: f.kind, children: [] })),
-        };
-  if (!type.list) return { ...leaf, nullable: type.nullable };
-  return {
-    name,
-    nullable: type.nullable,
-    type: "list",
-    children: [{ ...leaf, nullable: type.elementNullable }],
-  };
-}
-
 /** The type table of a field: [union tag, offset]. */
-function typeTable(b: Builder, type: FieldSpec["type"]): [number, number] {
+function typeTable(b: Builder, type: ArrowShape["type"]): [number, number] {
   const int = (bits: number): number => {
     b.startObject(2);
     b.addFieldInt32(0, bits, 0);
@@ -94,7 +66,7 @@ function offsetVector(b: Builder, offsets: number[]): number {
  * A field table. The order of creation and of the adds is apache-arrow's (ipc/metadata/message.ts), so
  * the bytes are the ones it writes: files stay byte for byte what earlier versions wrote.
  */
-function writeField(b: Builder, field: FieldSpec): number {
+function writeField(b: Builder, field: ArrowShape): number {
   const [tag, type] = typeTable(b, field.type);
   const children = offsetVector(
     b,
@@ -117,7 +89,7 @@ export function arrowSchemaMessage(
   const b = new Builder(1024);
   const fields = offsetVector(
     b,
-    columns.map((c) => writeField(b, fieldOf(c.name, c.type))),
+    columns.map((c) => writeField(b, arrowShape(c.name, c.type))),
   );
   b.startObject(4);
   b.addFieldOffset(1, fields, 0);
