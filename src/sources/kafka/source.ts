@@ -260,7 +260,9 @@ export class KafkaSource implements Source {
 
   private async onBatch(payload: EachBatchPayload): Promise<void> {
     const { batch, heartbeat, isRunning, isStale } = payload;
-    if (batch.messages.length === 0) return;
+    // A stop came first (a signal during start-up, while the group join was still in flight): kafkajs can
+    // still hand over a batch as it disconnects. Nothing is taken, no lane opens; the next owner reads it.
+    if (batch.messages.length === 0 || this.stopping) return;
     const first = Number(batch.messages[0]!.offset);
     const lastOffset = batch.messages[batch.messages.length - 1]!.offset;
     const last = Number(lastOffset);
@@ -287,6 +289,7 @@ export class KafkaSource implements Source {
         lane = this.laneFor(batch.partition, first);
         this.lanes.set(batch.partition, lane);
         await this.handler.assigned(lane);
+        if (this.stopping) return;
         this.log.info({ partition: batch.partition, offset: lane.ledger.next }, "Started a partition.");
       }
       const l = lane;
