@@ -1,0 +1,106 @@
+/**
+ * The contract between the gateway and one inference engine's HTTP API (vLLM, SGLang, llama.cpp): what to
+ * add to the agent's request so the engine returns token ids and logprobs, how to read them back from its
+ * answer (whole or streamed), and what to take out of the answer again so the agent sees only what it asked
+ * for. The gateway owns sessions, routing, the HTTP exchange and events; an adapter owns field names.
+ *
+ * A new engine is one file beside this one and its test.
+ */
+import type { RoutedExperts } from "../../schemas/routed-experts.ts";
+
+export const ENGINE_NAMES = ["vllm", "sglang", "llamacpp"] as const;
+export type EngineName = (typeof ENGINE_NAMES)[number];
+
+/** The OpenAI route the agent called. */
+export type AgentRoute = "chat" | "completions";
+
+/** What the agent asked for itself, so the gateway knows what to strip from the answer. */
+export interface Asked {
+  /** The agent set `logprobs` (chat: `logprobs: true`; completions: a number). */
+  logprobs: boolean;
+  /** The agent asked for top alternatives (chat `top_logprobs`, completions `logprobs` > 0). */
+  topLogprobs: number;
+  /** The agent set the engine's token-id flag itself (vLLM/SGLang `return_token_ids`). */
+  tokenIds: boolean;
+}
+
+/** One HTTP exchange with the upstream beyond the call itself (llama.cpp's /tokenize, say). */
+export type UpstreamJson = (path: string, body: unknown, signal?: AbortSignal) => Promise<unknown>;
+
+/** The request to send upstream. */
+export interface PreparedCall {
+  /** Path on the upstream, e.g. `/v1/chat/completions`. */
+  path: string;
+  /** The JSON body to send (the agent's body with the capture fields added). */
+  body: Record<string, unknown>;
+  asked: Asked;
+  /** Prompt ids the adapter already knows before the call (from a token prompt or a tokenize round trip). */
+  promptIds?: Int32Array;
+  /** Adapter-private state carried from `prepare` to reading the answer. */
+  state?: unknown;
+}
+
+/** What one choice of one call sampled, as the engine reported it. */
+export interface Capture {
+  /** The choice's `index` in the answer (0 unless the agent asked for n > 1). */
+  choiceIndex: number;
+  /** The prompt's token ids, when the engine returned them (else the gateway uses PreparedCall.promptIds). */
+  promptIds?: Int32Array;
+  outputIds: Int32Array;
+  /**
+   * One logprob per output id, or undefined when the engine gave none at all. NaN marks a token the engine
+   * gave no logprob for (never filled in: the event builder turns it into a missing value).
+   */
+  logprobs?: Float32Array;
+  /** The engine's raw finish reason (`stop`, `length`, `tool_calls`, `abort`, ...), never normalised. */
+  finishReason: string;
+  /** The policy version the engine reports for this answer, when it reports one. */
+  weightVersion?: number;
+  /** Per output token versions, when the engine reports spans (a rollout resumed across an update). */
+  outputVersions?: Int32Array;
+  routedExperts?: RoutedExperts;
+  promptRoutedExperts?: RoutedExperts;
+  /** The decoded output text and parsed tool calls, as the agent sees them. */
+  text?: string;
+  toolCalls?: unknown[];
+}
+
+/** Reads a streamed answer chunk by chunk. */
+export interface StreamReader {
+  /**
+   * Takes one parsed SSE `data:` object; returns what to forward to the agent (the same object, possibly
+   * with the capture fields removed), or undefined to forward nothing for this chunk.
+   */
+  chunk(data: Record<string, unknown>): Record<string, unknown> | undefined;
+  /**
+   * The captures so far. `finished` is false when the stream ended early (the agent disconnected, the
+   * upstream broke): choices without a finish reason then get `abort`.
+   */
+  captures(finished: boolean): Capture[];
+}
+
+export interface EngineAdapter {
+  readonly name: EngineName;
+  /**
+   * Adds what the engine needs to report token ids and logprobs to the agent's body (a fresh object; the
+   * input is not changed). May call the upstream (`upstream`) first, e.g. to tokenize the prompt.
+   */
+  prepare(
+    route: AgentRoute,
+    body: Record<string, unknown>,
+    upstream: UpstreamJson,
+    signal?: AbortSignal,
+  ): Promise<PreparedCall>;
+  /** Reads a whole (non-streamed) answer: the captures, and the answer to give the agent. */
+  answer(
+    prepared: PreparedCall,
+    json: Record<string, unknown>,
+  ): { captures: Capture[]; forAgent: Record<string, unknown> };
+  /** A reader for one streamed answer. */
+  stream(prepared: PreparedCall): StreamReader;
+  /**
+   * Completes captures after the answer when the engine needs another round trip (llama.cpp's token ids
+   * for an output it reported as text). Optional.
+   */
+  complete?(prepared: PreparedCall, captures: Capture[], upstream: UpstreamJson): Promise<void>;
+}
