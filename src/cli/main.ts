@@ -21,6 +21,7 @@ Usage:
   trajflow inspect <file|dir> [--uid <uid>] [--session <id>] [--limit <n>] [--tokens]
   trajflow produce <events.jsonl[.gz]...> --topic <t> [--brokers <list>] [--compression <c>]
   trajflow consume --topic <t> --group <g> --out <dir> [--brokers <list>] [options]
+  trajflow gateway --upstream <url> [--engine vllm|sglang|llamacpp] (--out <dir> | --topic <t>) [options]
   trajflow <command> --help
 
 Exit codes: 0 success, 1 the run failed, 2 usage or configuration error.
@@ -49,6 +50,8 @@ export async function main(argv: string[]): Promise<number> {
         return await (await import("./commands/produce.ts")).runProduce(rest);
       case "consume":
         return await (await import("./commands/consume.ts")).runConsume(rest);
+      case "gateway":
+        return await (await import("./commands/gateway.ts")).runGateway(rest);
       case "validate":
       case "run":
         return await (await import("./commands/pipeline.ts")).runPipelineCommand(command, rest);

@@ -123,6 +123,11 @@ export const ErrorCodes = {
     retryable: true,
     summary: "the S3 endpoint of an output could not be reached",
   },
+  EVENT_OUTPUT_FAILED: {
+    retryable: true,
+    summary:
+      "the gateway could not record a call's events (the event log could not be written, or Kafka refused them)",
+  },
   FILE_CONFLICT: {
     retryable: false,
     summary: "an output file already exists with different content (a second writer of the same range)",

@@ -135,7 +135,60 @@ export const METRICS = {
     help: "Consumers restarted after a crash while the broker was away.",
   },
   kafka_produce_retries: { kind: "counter", help: "Produce requests retried (dead letters)." },
+  // Gateway
+  gateway_calls: {
+    kind: "counter",
+    label: "outcome",
+    help: "Model calls the gateway handled, by outcome: recorded, upstream_error, bad_request, busy, output_unavailable, no_upstream, not_recorded.",
+  },
+  gateway_route_calls: {
+    kind: "counter",
+    label: "route",
+    help: "Model calls by OpenAI route (chat, completions, models).",
+  },
+  gateway_lifecycle: {
+    kind: "counter",
+    label: "action",
+    help: "Session lifecycle requests: start, reward, end, delete, weights.",
+  },
+  gateway_sampled_tokens: { kind: "counter", help: "Sampled tokens the gateway recorded." },
+  gateway_missing_logprobs: {
+    kind: "counter",
+    help: "Sampled tokens recorded without a logprob (the engine gave none; never filled in).",
+  },
+  gateway_delta_prompts: {
+    kind: "counter",
+    help: "Calls recorded in the delta form (extending a branch tip).",
+  },
+  gateway_client_disconnects: {
+    kind: "counter",
+    help: "Streamed calls the agent left before the end: the upstream is cancelled, the partial output recorded as abort.",
+  },
+  gateway_upstream_retries: {
+    kind: "counter",
+    help: "Calls sent to another upstream after one refused the connection before any byte.",
+  },
+  gateway_event_resends: {
+    kind: "counter",
+    help: "Events sent again after an append with an unknown outcome (the pipeline ignores exact redeliveries).",
+  },
+  gateway_added_seconds: {
+    kind: "histogram",
+    help: "Time the gateway added to a call: its whole time minus the upstream's and the events' acknowledgement.",
+  },
+  gateway_upstream_seconds: { kind: "histogram", help: "From sending a call upstream to its last byte." },
+  gateway_ack_seconds: {
+    kind: "histogram",
+    help: "From appending a call's events to their acknowledgement (fsync or the in-sync replicas).",
+  },
   // Gauges (read when /metrics is scraped)
+  gateway_open_sessions: { kind: "gauge", help: "Sessions the gateway holds in memory." },
+  gateway_in_flight: { kind: "gauge", help: "Calls forwarded and not yet answered." },
+  gateway_upstream_healthy: {
+    kind: "gauge",
+    label: "upstream",
+    help: "1 if the upstream answers, 0 while it is probed.",
+  },
   open_sessions: { kind: "gauge", help: "Sessions being assembled." },
   consumer_lag: {
     kind: "gauge",

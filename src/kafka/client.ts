@@ -97,7 +97,15 @@ function logCreator(logger: Logger) {
     };
 }
 
-export function createKafka(connection: KafkaConnection, logger: Logger): InstanceType<typeof Kafka> {
+/**
+ * A client for `connection`. `retry` replaces the default retries (10, up to 5 s apart: about half a
+ * minute before a request gives up) where a caller must know sooner that no broker answers.
+ */
+export function createKafka(
+  connection: KafkaConnection,
+  logger: Logger,
+  retry: { retries: number; maxRetryTime: number } = { retries: 10, maxRetryTime: 5_000 },
+): InstanceType<typeof Kafka> {
   registerKafkaCodecs();
   fixKafkajsRequestQueue();
   const config: KafkaConfig = {
@@ -106,7 +114,7 @@ export function createKafka(connection: KafkaConnection, logger: Logger): Instan
     connectionTimeout: connection.connection_timeout_ms,
     logLevel: logLevel.WARN,
     logCreator: logCreator(logger.child({ component: "kafkajs" })),
-    retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 5_000 },
+    retry: { initialRetryTime: 200, ...retry },
   };
   if (connection.ssl !== undefined) config.ssl = tlsOptions(connection.ssl);
   if (connection.sasl !== undefined) config.sasl = connection.sasl as KafkaConfig["sasl"];

@@ -178,6 +178,16 @@ function firstOutOfRange(
   return null;
 }
 
+/** Packs decoded routed experts back into their wire form (their bytes are already little-endian). */
+export function encodeRoutedExperts(r: RoutedExperts): Record<string, unknown> {
+  return {
+    b64: Buffer.from(r.data.buffer, r.data.byteOffset, r.data.byteLength).toString("base64"),
+    dtype: r.dtype,
+    shape: [r.tokens, r.layers, r.top_k],
+    ...(r.num_experts !== undefined ? { num_experts: r.num_experts } : {}),
+  };
+}
+
 /** Packs ids for the wire (producers, tests, the example generator). */
 export function packRoutedExperts(
   ids: ArrayLike<number>,

@@ -1,0 +1,169 @@
+/**
+ * The events of one recorded call, as the gateway writes them: a `request` (the prompt, in the delta form
+ * when it extends a branch tip of the session, the messages and tools as sent, the sampling settings, the
+ * policy version at dispatch) and a `response` (the sampled ids, their logprobs, the raw finish reason, the
+ * version at completion, routed experts), token arrays packed. Lifecycle events (start, reward, end) come
+ * from here too, so every event the gateway writes has one shape and one seq counter.
+ */
+import type { SamplingSettings } from "../schemas/events.ts";
+import { encodeRoutedExperts } from "../schemas/routed-experts.ts";
+import { packLogprobs, packTokenIds } from "../schemas/tokens.ts";
+import type { Capture } from "./engines/engine.ts";
+import type { EventRecord } from "./outputs/output.ts";
+import type { GatewaySession } from "./sessions.ts";
+
+export interface RecordedCall {
+  callId: string;
+  /** Set when the agent asked for several choices (n > 1): each is a deliberate sample. */
+  choiceIndex?: number;
+  prompt: Int32Array;
+  capture: Capture;
+  messages?: unknown[];
+  tools?: unknown[];
+  sampling?: SamplingSettings;
+  /** The policy version when the call was sent upstream. */
+  dispatchVersion?: number;
+  /** The policy version when its answer came back (the engine's own, where it reports one). */
+  completionVersion?: number;
+  /** When the call was sent upstream and when it came back (ms since the epoch). */
+  sentAt: number;
+  doneAt: number;
+}
+
+/** What recording one call found: the events, and how many logprobs the engine did not give. */
+export interface CallEvents {
+  records: EventRecord[];
+  missingLogprobs: number;
+  delta: boolean;
+}
+
+function record(s: GatewaySession, event: Record<string, unknown>): EventRecord {
+  return { key: s.uid, value: JSON.stringify(event) };
+}
+
+function base(s: GatewaySession, type: string, ts: number) {
+  return { v: 1, type, uid: s.uid, session_id: s.id, seq: s.takeSeq(1), ts };
+}
+
+/** session.start, written before a session's first other event. */
+export function startEvent(s: GatewaySession, ts: number): EventRecord {
+  s.started = true;
+  return record(s, {
+    ...base(s, "session.start", ts),
+    ...(s.sampleIndex !== undefined ? { sample_index: s.sampleIndex } : {}),
+    ...(s.groupSize !== undefined ? { group_size: s.groupSize } : {}),
+    ...(s.metadata !== undefined ? { metadata: s.metadata } : {}),
+  });
+}
+
+/**
+ * The request and response events of one call (and the session.start before them when the session has
+ * none yet). Updates the session's tips: call this in the order the events are appended.
+ */
+export function callEvents(s: GatewaySession, call: RecordedCall): CallEvents {
+  const records: EventRecord[] = [];
+  if (!s.started) records.push(startEvent(s, call.sentAt));
+  const c = call.capture;
+  const parent = s.parentOf(call.prompt);
+  const prompt =
+    parent === null
+      ? { prompt_ids: packTokenIds(call.prompt) }
+      : {
+          parent_call_id: parent.callId,
+          prompt_delta_ids: packTokenIds(call.prompt.subarray(parent.tokens.length)),
+        };
+  records.push(
+    record(s, {
+      ...base(s, "request", call.sentAt),
+      call_id: call.callId,
+      ...prompt,
+      ...(call.messages !== undefined ? { messages: call.messages } : {}),
+      ...(call.tools !== undefined ? { tools: call.tools } : {}),
+      ...(call.choiceIndex !== undefined ? { choice_index: call.choiceIndex } : {}),
+      ...(call.dispatchVersion !== undefined ? { weight_version: call.dispatchVersion } : {}),
+      ...(call.sampling !== undefined ? { sampling: call.sampling } : {}),
+      ...(c.promptRoutedExperts !== undefined
+        ? { prompt_routed_experts: encodeRoutedExperts(c.promptRoutedExperts) }
+        : {}),
+    }),
+  );
+  const missing = c.logprobs === undefined ? 0 : countNaN(c.logprobs);
+  // A logprob the engine did not give is never filled in: the protocol has one value per token or none,
+  // so a call with a hole carries no logprobs and its rows say `missing_logprobs` (counted per token).
+  const logprobs = c.logprobs !== undefined && missing === 0 ? { logprobs: packLogprobs(c.logprobs) } : {};
+  const version = c.weightVersion ?? call.completionVersion;
+  records.push(
+    record(s, {
+      ...base(s, "response", call.doneAt),
+      call_id: call.callId,
+      output_ids: packTokenIds(c.outputIds),
+      ...logprobs,
+      finish_reason: c.finishReason,
+      ...(version !== undefined ? { weight_version: version } : {}),
+      ...(c.outputVersions !== undefined ? { output_versions: packTokenIds(c.outputVersions) } : {}),
+      ...(c.routedExperts !== undefined ? { routed_experts: encodeRoutedExperts(c.routedExperts) } : {}),
+      ...(c.text !== undefined ? { text: c.text } : {}),
+      ...(c.toolCalls !== undefined && c.toolCalls.length > 0 ? { tool_calls: c.toolCalls } : {}),
+    }),
+  );
+  s.addTip(call.callId, call.prompt, c.outputIds, parent?.callId ?? null);
+  s.calls++;
+  s.sampledTokens += c.outputIds.length;
+  return {
+    records,
+    missingLogprobs: c.logprobs === undefined ? c.outputIds.length : missing,
+    delta: parent !== null,
+  };
+}
+
+function countNaN(values: Float32Array): number {
+  let n = 0;
+  for (let i = 0; i < values.length; i++) if (values[i] !== values[i]) n++;
+  return n;
+}
+
+/** A reward for the session or one of its calls. */
+export function rewardEvent(
+  s: GatewaySession,
+  ts: number,
+  fields: {
+    value: number;
+    target?: string;
+    stage?: string;
+    key?: string;
+    finished?: boolean;
+    info?: Record<string, unknown>;
+  },
+): EventRecord[] {
+  const records = s.started ? [] : [startEvent(s, ts)];
+  records.push(record(s, { ...base(s, "reward", ts), ...fields }));
+  return records;
+}
+
+/** session.end. */
+export function endEvent(s: GatewaySession, ts: number, status: "ok" | "aborted" | "failed"): EventRecord[] {
+  const records = s.started ? [] : [startEvent(s, ts)];
+  records.push(record(s, { ...base(s, "session.end", ts), status }));
+  return records;
+}
+
+/**
+ * The sampling settings the agent sent, as the protocol carries them: a value outside the protocol's range
+ * is left out (the engine judged it; the pipeline would otherwise reject the whole call).
+ */
+export function samplingOf(body: Record<string, unknown>, engine: string): SamplingSettings {
+  const out: SamplingSettings = { engine };
+  const num = (k: string) =>
+    typeof body[k] === "number" && Number.isFinite(body[k]) ? (body[k] as number) : undefined;
+  const t = num("temperature");
+  if (t !== undefined && t >= 0) out.temperature = t;
+  const p = num("top_p");
+  if (p !== undefined && p > 0 && p <= 1) out.top_p = p;
+  const k = num("top_k");
+  if (k !== undefined && Number.isInteger(k) && k >= -1) out.top_k = k;
+  const m = num("min_p");
+  if (m !== undefined && m >= 0 && m <= 1) out.min_p = m;
+  const r = num("repetition_penalty");
+  if (r !== undefined && r > 0) out.repetition_penalty = r;
+  return out;
+}

@@ -1,0 +1,378 @@
+/**
+ * One model call through the gateway: checked, sent to the session's upstream with what the engine needs
+ * to report token ids and logprobs, answered (whole, or streamed chunk by chunk as it arrives), and
+ * recorded as events. The answer, or a stream's last chunks, are released only once the events are
+ * durable. A streamed call the agent leaves early cancels the upstream request and is recorded with the
+ * output sampled so far and finish reason `abort`.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { isTrajflowError } from "../core/errors.ts";
+import type { Logger } from "../core/logger.ts";
+import type { Metrics } from "../core/metrics.ts";
+import { callEvents, samplingOf, type RecordedCall } from "./call-events.ts";
+import type { AgentRoute, Capture, EngineAdapter, PreparedCall } from "./engines/engine.ts";
+import { sendError, sendJson, SseSplitter, sseData } from "./http.ts";
+import type { Recorder } from "./recorder.ts";
+import type { GatewaySession } from "./sessions.ts";
+import { ConnectFailed, readAll, type Upstream, type UpstreamPool } from "./upstreams.ts";
+
+/** What a call needs from the gateway around it. */
+export interface CallContext {
+  adapter: EngineAdapter;
+  pool: UpstreamPool;
+  recorder: Recorder;
+  metrics: Metrics;
+  logger: Logger;
+  upstreamTimeoutMs: number;
+  /** The policy version now (the last POST /weights), or undefined when no trainer told the gateway. */
+  version(): number | undefined;
+  /** A fresh call id, unique across the gateway's restarts. */
+  nextCallId(): string;
+}
+
+const ADDED_BUCKETS = [0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
+
+/** Forwards one chat or completions call of session `s` whose JSON body is `body`. */
+export async function forwardCall(
+  ctx: CallContext,
+  s: GatewaySession,
+  route: AgentRoute,
+  body: Record<string, unknown>,
+  res: ServerResponse,
+): Promise<void> {
+  const began = performance.now();
+  const controller = new AbortController();
+  const signal = AbortSignal.any([controller.signal, AbortSignal.timeout(ctx.upstreamTimeoutMs)]);
+  let upstream = stickyUpstream(ctx.pool, s);
+  if (upstream === null) return refuseNoUpstream(ctx, res);
+  const dispatchVersion = ctx.version();
+  const callId = ctx.nextCallId();
+  const sentAt = Date.now();
+  let prepared: PreparedCall;
+  let answer: IncomingMessage;
+  const tried = new Set<number>();
+  for (;;) {
+    upstream.inFlight++;
+    try {
+      const up = upstream;
+      prepared = await ctx.adapter.prepare(
+        route,
+        body,
+        (path, payload, sig) => ctx.pool.json(up, path, payload, sig),
+        signal,
+      );
+      answer = await ctx.pool.send(
+        upstream,
+        "POST",
+        prepared.path,
+        Buffer.from(JSON.stringify(prepared.body)),
+        {
+          "content-type": "application/json",
+          accept: prepared.body.stream === true ? "text/event-stream" : "application/json",
+        },
+        signal,
+      );
+      break;
+    } catch (err) {
+      upstream.inFlight--;
+      if (err instanceof ConnectFailed) {
+        // Nothing reached the engine: nothing was sampled, so another upstream may take the call.
+        tried.add(upstream.index);
+        const next = ctx.pool.pick(tried);
+        if (next !== null) {
+          ctx.metrics.inc("gateway_upstream_retries");
+          upstream = next;
+          s.upstream = next.index;
+          continue;
+        }
+        return refuseNoUpstream(ctx, res);
+      }
+      return upstreamFailure(ctx, s, res, err);
+    }
+  }
+  try {
+    const status = answer.statusCode ?? 502;
+    if (status >= 400) return await passError(ctx, s, answer, res);
+    const streamed = (answer.headers["content-type"] ?? "").includes("text/event-stream");
+    const timing = { began, upstreamMs: 0, ackMs: 0 };
+    const call: Omit<RecordedCall, "prompt" | "capture" | "doneAt"> = {
+      callId,
+      sentAt,
+      ...(Array.isArray(body.messages) ? { messages: body.messages } : {}),
+      ...(Array.isArray(body.tools) ? { tools: body.tools } : {}),
+      sampling: samplingOf(body, ctx.adapter.name),
+      ...(dispatchVersion !== undefined ? { dispatchVersion } : {}),
+    };
+    if (streamed) await relayStream(ctx, s, prepared, call, answer, res, controller, upstream, timing);
+    else await relayWhole(ctx, s, prepared, call, answer, res, upstream, timing);
+    const added = performance.now() - timing.began - timing.upstreamMs - timing.ackMs;
+    ctx.metrics.observe("gateway_added_seconds", Math.max(0, added) / 1000, ADDED_BUCKETS);
+    ctx.metrics.observe("gateway_upstream_seconds", timing.upstreamMs / 1000);
+  } catch (err) {
+    upstreamFailure(ctx, s, res, err);
+  } finally {
+    upstream.inFlight--;
+  }
+}
+
+function stickyUpstream(pool: UpstreamPool, s: GatewaySession): Upstream | null {
+  const current = s.upstream >= 0 ? pool.upstreams[s.upstream] : undefined;
+  if (current !== undefined && current.healthy) return current;
+  const picked = pool.pick();
+  if (picked !== null) s.upstream = picked.index;
+  return picked;
+}
+
+function refuseNoUpstream(ctx: CallContext, res: ServerResponse): void {
+  ctx.metrics.inc("gateway_calls", "no_upstream");
+  sendError(res, 503, "no_upstream", "no inference server answers; retry shortly", { "retry-after": "1" });
+}
+
+function upstreamFailure(ctx: CallContext, s: GatewaySession, res: ServerResponse, err: unknown): void {
+  s.failedCalls++;
+  if (isTrajflowError(err) && err.code === "EVENT_OUTPUT_FAILED") {
+    // The engine answered but its events could not be made durable: the agent must not use the answer.
+    ctx.metrics.inc("gateway_calls", "output_unavailable");
+    if (!res.headersSent)
+      sendError(res, 503, "output_unavailable", `the call could not be recorded: ${err.message}`, {
+        "retry-after": "1",
+      });
+    ctx.logger.warn(
+      { session_id: s.id, err: err.message },
+      "A call's events could not be recorded; its answer was withheld.",
+    );
+    return;
+  }
+  const timeout = (err as Error).name === "TimeoutError";
+  if (!res.headersSent) {
+    ctx.metrics.inc("gateway_calls", timeout ? "upstream_timeout" : "upstream_error");
+    if (timeout) sendError(res, 504, "upstream_timeout", "the inference server did not answer in time");
+    else sendError(res, 502, "upstream_failed", `the inference server failed: ${(err as Error).message}`);
+  } else if (!res.writableEnded) res.destroy(err as Error);
+  ctx.logger.warn(
+    { session_id: s.id, err: (err as Error).message },
+    "A call failed upstream; nothing was recorded.",
+  );
+}
+
+/** An engine's error answer goes to the agent as it is; nothing was sampled, so nothing is recorded. */
+async function passError(
+  ctx: CallContext,
+  s: GatewaySession,
+  answer: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  const body = await readAll(answer);
+  s.failedCalls++;
+  ctx.metrics.inc("gateway_calls", "upstream_error");
+  res.writeHead(answer.statusCode ?? 502, {
+    "content-type": answer.headers["content-type"] ?? "application/json",
+    "content-length": String(body.length),
+  });
+  res.end(body);
+}
+
+interface Timing {
+  began: number;
+  upstreamMs: number;
+  ackMs: number;
+}
+
+async function relayWhole(
+  ctx: CallContext,
+  s: GatewaySession,
+  prepared: PreparedCall,
+  call: Omit<RecordedCall, "prompt" | "capture" | "doneAt">,
+  answer: IncomingMessage,
+  res: ServerResponse,
+  upstream: Upstream,
+  timing: Timing,
+): Promise<void> {
+  const upStart = performance.now();
+  const text = await readAll(answer);
+  timing.upstreamMs = performance.now() - upStart;
+  const json = JSON.parse(text.toString("utf8")) as Record<string, unknown>;
+  const { captures, forAgent } = ctx.adapter.answer(prepared, json);
+  await ctx.adapter.complete?.(prepared, captures, (path, payload, sig) =>
+    ctx.pool.json(upstream, path, payload, sig),
+  );
+  const ackStart = performance.now();
+  const ids = await record(ctx, s, prepared, call, captures);
+  timing.ackMs = performance.now() - ackStart;
+  if (ids === null) return refuseUnrecorded(ctx, res);
+  sendJson(res, 200, forAgent, { "x-trajflow-call-id": ids.join(","), "x-trajflow-session-id": s.id });
+}
+
+async function relayStream(
+  ctx: CallContext,
+  s: GatewaySession,
+  prepared: PreparedCall,
+  call: Omit<RecordedCall, "prompt" | "capture" | "doneAt">,
+  answer: IncomingMessage,
+  res: ServerResponse,
+  controller: AbortController,
+  upstream: Upstream,
+  timing: Timing,
+): Promise<void> {
+  const upStart = performance.now();
+  const reader = ctx.adapter.stream(prepared);
+  const splitter = new SseSplitter();
+  let left = false;
+  const onClose = () => {
+    if (!res.writableFinished) {
+      left = true;
+      controller.abort();
+    }
+  };
+  res.once("close", onClose);
+  res.writeHead(200, {
+    "content-type": "text/event-stream",
+    "cache-control": "no-cache",
+    "x-trajflow-call-id": call.callId,
+    "x-trajflow-session-id": s.id,
+  });
+  // From the first chunk that finishes a choice on, chunks wait until the events are durable: the agent
+  // acts on a finished answer only after it is recorded.
+  const held: string[] = [];
+  let holding = false;
+  let finished = false;
+  let broken: unknown = null;
+  try {
+    for await (const chunk of answer as AsyncIterable<Buffer>) {
+      for (const ev of splitter.push(chunk)) {
+        const out = relayEvent(reader, ev.raw, ev.data);
+        if (out === null) continue;
+        if (out.done) finished = true;
+        if (out.finishes) holding = true;
+        if (holding || out.done) held.push(out.text);
+        else res.write(out.text);
+      }
+    }
+    for (const ev of splitter.end()) {
+      const out = relayEvent(reader, ev.raw, ev.data);
+      if (out !== null) held.push(out.text);
+    }
+  } catch (err) {
+    if (!left) broken = err;
+  }
+  res.off("close", onClose);
+  timing.upstreamMs = performance.now() - upStart;
+  if (left) ctx.metrics.inc("gateway_client_disconnects");
+  const captures = reader.captures(finished && !left && broken === null);
+  await ctx.adapter.complete?.(prepared, captures, (path, payload, sig) =>
+    ctx.pool.json(upstream, path, payload, sig),
+  );
+  const ackStart = performance.now();
+  let ids: string[] | null;
+  try {
+    ids = await record(ctx, s, prepared, call, captures);
+  } catch (err) {
+    // The answer was not recorded: the agent must not take it as given.
+    if (!left && !res.writableEnded)
+      res.end(sseData(JSON.stringify({ error: errorBody("output_unavailable", (err as Error).message) })));
+    throw err;
+  }
+  timing.ackMs = performance.now() - ackStart;
+  if (left || res.writableEnded) return;
+  if (ids === null) {
+    res.end(
+      sseData(
+        JSON.stringify({
+          error: errorBody("not_recorded", "the engine's answer had no token ids; see docs/engines.md"),
+        }),
+      ),
+    );
+    return;
+  }
+  if (broken !== null) {
+    res.destroy(broken as Error);
+    return;
+  }
+  res.end(held.join(""));
+}
+
+function errorBody(code: string, message: string) {
+  return { message, type: "server_error", param: null, code };
+}
+
+/** One SSE event through the adapter's reader: the text to forward, or null to forward nothing. */
+function relayEvent(
+  reader: ReturnType<EngineAdapter["stream"]>,
+  raw: Buffer,
+  data: string | null,
+): { text: string; finishes: boolean; done: boolean } | null {
+  if (data === null) return { text: raw.toString("utf8"), finishes: false, done: false };
+  if (data.trim() === "[DONE]") return { text: raw.toString("utf8"), finishes: true, done: true };
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(data);
+  } catch {
+    return { text: raw.toString("utf8"), finishes: false, done: false };
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+    return { text: raw.toString("utf8"), finishes: false, done: false };
+  const out = reader.chunk(parsed as Record<string, unknown>);
+  if (out === undefined) return null;
+  return { text: sseData(JSON.stringify(out)), finishes: finishesAChoice(out), done: false };
+}
+
+function finishesAChoice(chunk: Record<string, unknown>): boolean {
+  const choices = chunk.choices;
+  if (!Array.isArray(choices)) return false;
+  return choices.some(
+    (c) => typeof c === "object" && c !== null && (c as { finish_reason?: unknown }).finish_reason != null,
+  );
+}
+
+/**
+ * Records the call's captures (one call per choice); resolves with their call ids once durable, or null
+ * when the engine gave no prompt ids (nothing can be trained from such a call: counted, answered 502).
+ */
+async function record(
+  ctx: CallContext,
+  s: GatewaySession,
+  prepared: PreparedCall,
+  call: Omit<RecordedCall, "prompt" | "capture" | "doneAt">,
+  captures: Capture[],
+): Promise<string[] | null> {
+  const doneAt = Date.now();
+  const completionVersion = ctx.version();
+  const calls: RecordedCall[] = [];
+  for (const c of captures) {
+    const prompt = c.promptIds ?? prepared.promptIds;
+    if (prompt === undefined) return null;
+    calls.push({
+      ...call,
+      callId: captures.length > 1 ? `${call.callId}.${c.choiceIndex}` : call.callId,
+      ...(captures.length > 1 ? { choiceIndex: c.choiceIndex } : {}),
+      prompt,
+      capture: c,
+      doneAt,
+      ...(completionVersion !== undefined ? { completionVersion } : {}),
+    });
+  }
+  if (calls.length === 0) return null;
+  await ctx.recorder.record(s, () => {
+    const records = [];
+    for (const c of calls) {
+      const events = callEvents(s, c);
+      records.push(...events.records);
+      ctx.metrics.inc("gateway_sampled_tokens", "", c.capture.outputIds.length);
+      if (events.missingLogprobs > 0) ctx.metrics.inc("gateway_missing_logprobs", "", events.missingLogprobs);
+      if (events.delta) ctx.metrics.inc("gateway_delta_prompts");
+    }
+    return { records };
+  });
+  ctx.metrics.inc("gateway_calls", "recorded");
+  return calls.map((c) => c.callId);
+}
+
+function refuseUnrecorded(ctx: CallContext, res: ServerResponse): void {
+  ctx.metrics.inc("gateway_calls", "not_recorded");
+  sendError(
+    res,
+    502,
+    "not_recorded",
+    "the engine's answer had no prompt token ids, so the call cannot be recorded; check the engine and its flags (docs/engines.md)",
+  );
+}

@@ -1,0 +1,114 @@
+/**
+ * The gateway's settings: the `gateway` section of a pipeline file, and what `trajflow gateway`'s flags
+ * build. Strict (an unknown key is a typo and fails), every field described where it is defined.
+ */
+import { z } from "zod";
+import { kafkaConnectionSchema } from "../kafka/connection.ts";
+import { ENGINE_NAMES } from "./engines/engine.ts";
+
+const upstreamUrl = z
+  .string()
+  .url()
+  .refine((u) => /^https?:\/\//.test(u), "an upstream is an http:// or https:// URL")
+  .transform((u) => u.replace(/\/+$/, "").replace(/\/v1$/, ""));
+
+export const logOutputSchema = z.strictObject({
+  type: z.literal("log"),
+  dir: z
+    .string()
+    .min(1)
+    .describe(
+      "Directory of the local event log (segments events-NNNNNNNN.jsonl). A call's events are fsynced " +
+        "here before its answer is released; the embedded pipeline follows the log.",
+    ),
+  segment_bytes: z
+    .int()
+    .positive()
+    .default(256 * 1024 * 1024)
+    .describe("A segment is closed and a new one begun once it holds this many bytes."),
+});
+
+export const kafkaOutputSchema = z.strictObject({
+  type: z.literal("kafka"),
+  topic: z.string().min(1).describe("The topic events are produced to, keyed by uid."),
+  connection: kafkaConnectionSchema,
+  ack: z
+    .enum(["all", "async"])
+    .default("all")
+    .describe(
+      "all: a call's answer is released once the in-sync replicas acknowledged its events. async: the " +
+        "answer is released at once and the events are sent from a bounded buffer (a crash loses what it holds).",
+    ),
+  async_buffer_events: z
+    .int()
+    .positive()
+    .default(10_000)
+    .describe("With ack async: events waiting to be acknowledged before new calls are refused with 503."),
+  restore_window_ms: z
+    .int()
+    .nonnegative()
+    .default(10 * 60_000)
+    .describe(
+      "At start, events this recent are read back from the topic to rebuild open sessions (their seq " +
+        "counters and branch tips). Match the pipeline's --idle-timeout-ms: an older session is finalized there anyway.",
+    ),
+});
+
+export const gatewayConfigSchema = z.strictObject({
+  listen: z.string().min(1).default("127.0.0.1:8000").describe("host:port the gateway serves on."),
+  upstreams: z
+    .array(upstreamUrl)
+    .min(1)
+    .describe("Base URLs of the inference servers (a trailing /v1 is dropped). A session sticks to one."),
+  engine: z
+    .enum(ENGINE_NAMES)
+    .default("vllm")
+    .describe("Which engine the upstreams run: vllm, sglang or llamacpp."),
+  output: z.discriminatedUnion("type", [logOutputSchema, kafkaOutputSchema]).describe("Where events go."),
+  implicit_sessions: z
+    .boolean()
+    .default(true)
+    .describe("A call for a session nobody started with POST /sessions starts it; false answers 404."),
+  max_body_bytes: z
+    .int()
+    .positive()
+    .default(32 * 1024 * 1024)
+    .describe("Largest request body accepted; a larger one is refused with 413."),
+  max_in_flight: z
+    .int()
+    .positive()
+    .default(1024)
+    .describe("Calls forwarded at once over all sessions; more are refused with 429 and Retry-After."),
+  max_in_flight_per_session: z
+    .int()
+    .positive()
+    .default(64)
+    .describe("Calls of one session forwarded at once; more are refused with 429 and Retry-After."),
+  max_sessions: z
+    .int()
+    .positive()
+    .default(100_000)
+    .describe(
+      "Open sessions kept in memory; past it, the longest idle one is forgotten (its next call uses the full prompt form).",
+    ),
+  session_idle_ms: z
+    .int()
+    .positive()
+    .default(60 * 60_000)
+    .describe("A session with no call for this long is forgotten by the gateway (not ended)."),
+  upstream_timeout_ms: z
+    .int()
+    .positive()
+    .default(10 * 60_000)
+    .describe("Longest a call may take upstream before it is cancelled and answered 504."),
+  max_tips_per_session: z
+    .int()
+    .positive()
+    .default(8)
+    .describe("Branch tips remembered per session for the delta form; older tips fall back to full prompts."),
+});
+
+export type GatewayConfig = z.output<typeof gatewayConfigSchema>;
+export type GatewayConfigInput = z.input<typeof gatewayConfigSchema>;
+export type LogOutputConfig = z.output<typeof logOutputSchema>;
+export type KafkaOutputConfig = z.output<typeof kafkaOutputSchema>;

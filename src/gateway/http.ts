@@ -1,0 +1,113 @@
+/**
+ * HTTP plumbing the gateway's routes share: JSON answers, errors in OpenAI's shape, and splitting a
+ * server-sent-events stream into its events without copying the bytes more than once.
+ */
+import type { ServerResponse } from "node:http";
+
+/** Answers with a JSON body. */
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    "content-type": "application/json",
+    "content-length": String(Buffer.byteLength(text)),
+    ...headers,
+  });
+  res.end(text);
+}
+
+/** The gateway's own error codes in answers (`error.code`), documented in docs/gateway.md. */
+export type GatewayErrorCode =
+  | "invalid_json"
+  | "invalid_request"
+  | "body_too_large"
+  | "no_session"
+  | "unknown_session"
+  | "session_ended"
+  | "session_exists"
+  | "too_many_calls"
+  | "output_unavailable"
+  | "no_upstream"
+  | "upstream_timeout"
+  | "upstream_failed"
+  | "not_recorded"
+  | "not_found";
+
+/** An error answer in OpenAI's shape, so the agent's client raises its usual exception. */
+export function sendError(
+  res: ServerResponse,
+  status: number,
+  code: GatewayErrorCode,
+  message: string,
+  headers: Record<string, string> = {},
+): void {
+  const type = status === 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error";
+  sendJson(res, status, { error: { message, type, param: null, code } }, headers);
+}
+
+/** One server-sent event: its raw bytes (up to and including the blank line) and its data, if any. */
+export interface SseEvent {
+  raw: Buffer;
+  /** The joined `data:` lines, or null for an event without data (a comment, a keep-alive). */
+  data: string | null;
+}
+
+/**
+ * Splits a byte stream into server-sent events (separated by a blank line; lines end in \n or \r\n).
+ * Bytes of an unfinished event wait for the next chunk.
+ */
+export class SseSplitter {
+  private rest: Buffer | null = null;
+
+  push(chunk: Buffer): SseEvent[] {
+    const buf = this.rest === null ? chunk : Buffer.concat([this.rest, chunk]);
+    const events: SseEvent[] = [];
+    let start = 0;
+    for (;;) {
+      const end = blankLine(buf, start);
+      if (end < 0) break;
+      const raw = buf.subarray(start, end);
+      events.push({ raw, data: dataOf(raw) });
+      start = end;
+    }
+    this.rest = start < buf.length ? buf.subarray(start) : null;
+    return events;
+  }
+
+  /** What is left at the end of the stream (an event without its blank line), as a last event. */
+  end(): SseEvent[] {
+    if (this.rest === null || this.rest.toString("utf8").trim() === "") return [];
+    const raw = this.rest;
+    this.rest = null;
+    return [{ raw, data: dataOf(raw) }];
+  }
+}
+
+/** The index just past the first blank line at or after `from` (\n\n or \r\n\r\n), or -1. */
+function blankLine(buf: Buffer, from: number): number {
+  for (let i = buf.indexOf(0x0a, from); i >= 0; i = buf.indexOf(0x0a, i + 1)) {
+    const next = buf[i + 1];
+    if (next === 0x0a) return i + 2;
+    if (next === 0x0d && buf[i + 2] === 0x0a) return i + 3;
+  }
+  return -1;
+}
+
+function dataOf(raw: Buffer): string | null {
+  let data: string | null = null;
+  for (const line of raw.toString("utf8").split(/\r?\n/)) {
+    if (!line.startsWith("data:")) continue;
+    const value = line.slice(line[5] === " " ? 6 : 5);
+    data = data === null ? value : `${data}\n${value}`;
+  }
+  return data;
+}
+
+/** An SSE event carrying `data` as JSON text. */
+export function sseData(text: string): string {
+  return `data: ${text}\n\n`;
+}

@@ -1,0 +1,102 @@
+/**
+ * Events to a Kafka topic, keyed by uid (all sessions of a GRPO group in one partition), through an
+ * idempotent producer. With `ack: all` a call's answer waits for the in-sync replicas; with `ack: async`
+ * it does not, and events wait in a bounded buffer instead (a crash loses what the buffer holds).
+ *
+ * While no broker answers, `accepting()` is false and the gateway refuses calls with 503 before forwarding
+ * them; a probe every second finds the broker back.
+ */
+import { TrajflowError } from "../../core/errors.ts";
+import type { Logger } from "../../core/logger.ts";
+import { KeyedProducer, readTopicSince } from "../../kafka/keyed-producer.ts";
+import type { KafkaOutputConfig } from "../config.ts";
+import type { EventOutput, EventRecord } from "./output.ts";
+
+export class KafkaEventOutput implements EventOutput {
+  readonly where: string;
+  private readonly config: KafkaOutputConfig;
+  private readonly producer: KeyedProducer;
+  private readonly logger: Logger;
+  private healthy = true;
+  private probing: NodeJS.Timeout | null = null;
+  /** ack async: events sent and not yet acknowledged, and the sends in order. */
+  private buffered = 0;
+  private tail: Promise<void> = Promise.resolve();
+
+  private constructor(config: KafkaOutputConfig, producer: KeyedProducer, logger: Logger) {
+    this.config = config;
+    this.producer = producer;
+    this.logger = logger;
+    this.where = `Kafka topic ${config.topic}`;
+  }
+
+  static async open(config: KafkaOutputConfig, logger: Logger): Promise<KafkaEventOutput> {
+    const producer = await KeyedProducer.connect(config.connection, config.topic, logger);
+    return new KafkaEventOutput(config, producer, logger);
+  }
+
+  accepting(): boolean {
+    return this.healthy && (this.config.ack === "all" || this.buffered < this.config.async_buffer_events);
+  }
+
+  append(records: EventRecord[]): Promise<void> {
+    if (this.config.ack === "all") return this.sendNow(records);
+    this.buffered += records.length;
+    // Sends stay in order: one after the other, each retried until the broker takes it.
+    this.tail = this.tail.then(async () => {
+      for (;;) {
+        try {
+          await this.sendNow(records);
+          break;
+        } catch {
+          await new Promise((r) => setTimeout(r, 1_000));
+        }
+      }
+      this.buffered -= records.length;
+    });
+    return Promise.resolve();
+  }
+
+  private async sendNow(records: EventRecord[]): Promise<void> {
+    try {
+      await this.producer.send(records);
+    } catch (err) {
+      this.markDown(err);
+      throw new TrajflowError(
+        "EVENT_OUTPUT_FAILED",
+        `Kafka did not acknowledge the events: ${(err as Error).message}`,
+        {
+          cause: err,
+        },
+      );
+    }
+  }
+
+  private markDown(err: unknown): void {
+    if (!this.healthy) return;
+    this.healthy = false;
+    this.logger.warn(
+      { err: (err as Error).message, topic: this.config.topic },
+      "Kafka does not acknowledge events; calls are refused until a broker answers.",
+    );
+    this.probing = setInterval(() => {
+      void this.producer.probe().then((ok) => {
+        if (!ok || this.healthy) return;
+        this.healthy = true;
+        clearInterval(this.probing!);
+        this.probing = null;
+        this.logger.info({ topic: this.config.topic }, "Kafka answers again; calls are taken.");
+      });
+    }, 1_000);
+  }
+
+  restore(sinceMs: number): AsyncIterable<Uint8Array> {
+    return readTopicSince(this.config.connection, this.config.topic, sinceMs, this.logger);
+  }
+
+  async close(): Promise<void> {
+    if (this.probing !== null) clearInterval(this.probing);
+    await this.tail;
+    await this.producer.close();
+  }
+}

@@ -1,0 +1,30 @@
+/**
+ * Where the gateway's events go: one contract, two implementations (a local event log, a Kafka topic).
+ * `append` resolves only once the events are durable (fsynced, or acknowledged by the in-sync replicas),
+ * and the gateway releases a call's answer only then.
+ */
+
+/** One event as it travels: the key (its uid) and its JSON text. */
+export interface EventRecord {
+  key: string;
+  value: string;
+}
+
+export interface EventOutput {
+  /** Human-readable destination, for logs (never a secret). */
+  readonly where: string;
+  /**
+   * Whether a new call can be recorded now. False while the output cannot write (a broker unreachable, a
+   * full buffer): the gateway then refuses calls before forwarding them, so no sample is generated that
+   * could not be recorded.
+   */
+  accepting(): boolean;
+  /** Appends the events of one call (or one lifecycle change); resolves once they are durable. */
+  append(records: EventRecord[]): Promise<void>;
+  /**
+   * The events written since `sinceMs` (event time, approximately: a log may give older ones too), to
+   * rebuild the sessions the gateway had open before a restart.
+   */
+  restore(sinceMs: number): AsyncIterable<Uint8Array>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,549 @@
+/**
+ * The gateway's HTTP server: routes, how a call finds its session, and the session lifecycle.
+ *
+ * Sessions, in each convention the field uses (docs/gateway.md):
+ * - path: the agent's base URL is `/sessions/{id}/v1`;
+ * - per-session key: `POST /sessions` returns an `api_key`; `Authorization: Bearer <key>` on `/v1/...`;
+ * - header: `X-Session-Id` (with `X-Trajflow-Uid`, `X-Trajflow-Sample-Index`, `X-Trajflow-Group-Size`).
+ * Lifecycle: `POST /sessions`, `GET|DELETE /sessions/{id}`, `POST /sessions/{id}/reward`,
+ * `POST /sessions/{id}/end`; the trainer's `POST /weights`; `/metrics`, `/healthz`, `/readyz`.
+ */
+import { randomBytes } from "node:crypto";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Logger } from "../core/logger.ts";
+import type { Metrics } from "../core/metrics.ts";
+import { prometheusText, type Gauge } from "../core/status-server.ts";
+import { endEvent, rewardEvent, startEvent } from "./call-events.ts";
+import { forwardCall, type CallContext } from "./call.ts";
+import type { GatewayConfig } from "./config.ts";
+import type { AgentRoute, EngineAdapter } from "./engines/engine.ts";
+import { sendError, sendJson } from "./http.ts";
+import type { EventOutput } from "./outputs/output.ts";
+import { Recorder } from "./recorder.ts";
+import { SessionTable, type GatewaySession } from "./sessions.ts";
+import { BodyTooLarge, readAll, UpstreamPool } from "./upstreams.ts";
+
+const SESSION_PATH = /^\/sessions\/([^/]+)(\/.*)?$/;
+const SAFE_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
+
+export interface GatewayParts {
+  config: GatewayConfig;
+  adapter: EngineAdapter;
+  output: EventOutput;
+  metrics: Metrics;
+  logger: Logger;
+}
+
+export class GatewayServer {
+  readonly sessions: SessionTable;
+  readonly metrics: Metrics;
+  readonly pool: UpstreamPool;
+  private readonly config: GatewayConfig;
+  private readonly adapter: EngineAdapter;
+  private readonly output: EventOutput;
+  private readonly logger: Logger;
+  private readonly recorder: Recorder;
+  private readonly ctx: CallContext;
+  private readonly gauges = new Map<string, Gauge>();
+  private server: Server | null = null;
+  private inFlight = 0;
+  private weightVersion: number | undefined;
+  private ready = false;
+  private stopping = false;
+  /** Call ids are `<boot>-<n>`: unique across restarts without remembering a counter. */
+  private readonly boot = randomBytes(4).toString("hex");
+  private callCounter = 0;
+
+  constructor(parts: GatewayParts) {
+    this.config = parts.config;
+    this.adapter = parts.adapter;
+    this.output = parts.output;
+    this.metrics = parts.metrics;
+    this.logger = parts.logger;
+    this.sessions = new SessionTable({
+      maxSessions: parts.config.max_sessions,
+      idleMs: parts.config.session_idle_ms,
+      maxTips: parts.config.max_tips_per_session,
+    });
+    this.pool = new UpstreamPool(parts.config.upstreams, parts.logger);
+    this.recorder = new Recorder(parts.output, parts.metrics);
+    this.ctx = {
+      adapter: this.adapter,
+      pool: this.pool,
+      recorder: this.recorder,
+      metrics: this.metrics,
+      logger: this.logger,
+      upstreamTimeoutMs: parts.config.upstream_timeout_ms,
+      version: () => this.weightVersion,
+      nextCallId: () => `${this.boot}-${++this.callCounter}`,
+    };
+    this.gauges.set("gateway_open_sessions", () => this.sessions.size);
+    this.gauges.set("gateway_in_flight", () => this.inFlight);
+    this.gauges.set("gateway_upstream_healthy", () =>
+      this.pool.upstreams.map((u) => ({ labels: { upstream: u.url.origin }, value: u.healthy ? 1 : 0 })),
+    );
+  }
+
+  /** Rebuilds the sessions open before a restart from the output's recent events. */
+  async restore(sinceMs: number): Promise<number> {
+    let events = 0;
+    for await (const line of this.output.restore(sinceMs)) {
+      this.sessions.restoreFrom(line);
+      events++;
+    }
+    this.sessions.restored();
+    return events;
+  }
+
+  /** Listens on `host:port`; resolves with the bound address. */
+  async listen(address: string): Promise<string> {
+    const at = address.lastIndexOf(":");
+    const host = address.slice(0, at).replace(/^\[|\]$/g, "");
+    const port = Number(address.slice(at + 1));
+    this.server = createServer((req, res) => void this.handle(req, res));
+    this.server.keepAliveTimeout = 65_000;
+    await new Promise<void>((resolve, reject) => {
+      this.server!.once("error", reject);
+      this.server!.listen(port, host, () => resolve());
+    });
+    const bound = this.server.address() as AddressInfo;
+    this.ready = true;
+    return `${bound.family === "IPv6" ? `[${bound.address}]` : bound.address}:${bound.port}`;
+  }
+
+  /** Stops taking calls, waits for those in flight (and their events), then closes. */
+  async close(): Promise<void> {
+    this.stopping = true;
+    this.ready = false;
+    if (this.server !== null) {
+      const closed = new Promise<void>((r) => this.server!.close(() => r()));
+      this.server.closeIdleConnections();
+      while (this.inFlight > 0) await new Promise((r) => setTimeout(r, 20));
+      this.server.closeAllConnections();
+      await closed;
+      this.server = null;
+    }
+    this.pool.close();
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    try {
+      await this.route(req, res);
+    } catch (err) {
+      this.logger.error({ err }, "The gateway failed to handle a request.");
+      if (!res.headersSent)
+        sendError(res, 500, "upstream_failed", `the gateway failed: ${(err as Error).message}`);
+      else res.destroy();
+    }
+  }
+
+  private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? "/").split("?")[0]!;
+    const method = req.method ?? "GET";
+    if (method === "GET" && path === "/healthz") return sendText(res, 200, "ok\n");
+    if (method === "GET" && path === "/readyz") {
+      const ok = this.ready && this.output.accepting() && this.pool.anyHealthy();
+      return sendText(res, ok ? 200 : 503, ok ? "ready\n" : "not ready\n");
+    }
+    if (method === "GET" && path === "/metrics") {
+      res.writeHead(200, { "content-type": "text/plain; version=0.0.4" });
+      return void res.end(prometheusText(this.metrics, this.gauges));
+    }
+    if (method === "POST" && path === "/weights") return this.setWeights(req, res);
+    if (method === "POST" && path === "/sessions") return this.startSession(req, res);
+    if (path.startsWith("/v1/")) return this.model(req, res, path.slice(3), null);
+    const m = SESSION_PATH.exec(path);
+    if (m !== null) {
+      const id = decodeURIComponent(m[1]!);
+      const rest = m[2] ?? "";
+      if (rest.startsWith("/v1/")) return this.model(req, res, rest.slice(3), id);
+      if (rest === "" && method === "GET") return this.describe(res, id);
+      if (rest === "" && method === "DELETE") return this.deleteSession(res, id);
+      if (rest === "/reward" && method === "POST") return this.reward(req, res, id);
+      if (rest === "/end" && method === "POST") return this.end(req, res, id);
+    }
+    sendError(
+      res,
+      404,
+      "not_found",
+      `no route ${method} ${path} (docs/gateway.md lists the gateway's routes)`,
+    );
+  }
+
+  /** Reads and parses a JSON object body; answers 400/413 itself and returns null when it is not one. */
+  private async jsonBody(req: IncomingMessage, res: ServerResponse): Promise<Record<string, unknown> | null> {
+    let buf: Buffer;
+    const declared = Number(req.headers["content-length"] ?? "0");
+    if (declared > this.config.max_body_bytes) {
+      req.resume();
+      sendError(
+        res,
+        413,
+        "body_too_large",
+        `the request body is larger than ${this.config.max_body_bytes} bytes`,
+      );
+      return null;
+    }
+    try {
+      buf = await readAll(req, this.config.max_body_bytes);
+    } catch (err) {
+      if (err instanceof BodyTooLarge) sendError(res, 413, "body_too_large", err.message);
+      else res.destroy();
+      return null;
+    }
+    let value: unknown;
+    try {
+      value = buf.length === 0 ? {} : JSON.parse(buf.toString("utf8"));
+    } catch (err) {
+      sendError(res, 400, "invalid_json", `the request body is not valid JSON: ${(err as Error).message}`);
+      return null;
+    }
+    if (typeof value !== "object" || value === null || Array.isArray(value)) {
+      sendError(res, 400, "invalid_json", "the request body must be a JSON object");
+      return null;
+    }
+    return value as Record<string, unknown>;
+  }
+
+  /** The session a model call belongs to, created when implicit; answers the error itself when none. */
+  private sessionFor(
+    req: IncomingMessage,
+    res: ServerResponse,
+    pathId: string | null,
+  ): GatewaySession | null {
+    let id = pathId;
+    if (id === null) {
+      const auth = req.headers.authorization;
+      const key = auth !== undefined && /^Bearer /i.test(auth) ? auth.slice(7).trim() : null;
+      const byKey = key !== null ? this.sessions.byApiKey(key) : undefined;
+      if (byKey !== undefined) return this.open(byKey, res);
+      const header = req.headers["x-session-id"];
+      id = typeof header === "string" && header !== "" ? header : null;
+      if (id === null) {
+        sendError(
+          res,
+          400,
+          "no_session",
+          "this call names no session: use the base URL /sessions/{id}/v1, a session's API key from POST /sessions, or an X-Session-Id header",
+        );
+        return null;
+      }
+    }
+    if (!SAFE_ID.test(id)) {
+      sendError(res, 400, "invalid_request", "a session id is 1-200 letters, digits and . _ : @ -");
+      return null;
+    }
+    const known = this.sessions.get(id);
+    if (known !== undefined) return this.open(known, res);
+    if (!this.config.implicit_sessions) {
+      sendError(res, 404, "unknown_session", `no session ${id}: start it with POST /sessions first`);
+      return null;
+    }
+    const uid = header(req, "x-trajflow-uid") ?? id;
+    if (!SAFE_ID.test(uid)) {
+      sendError(res, 400, "invalid_request", "X-Trajflow-Uid is 1-200 letters, digits and . _ : @ -");
+      return null;
+    }
+    const sampleIndex = intHeader(req, "x-trajflow-sample-index");
+    const groupSize = intHeader(req, "x-trajflow-group-size");
+    this.metrics.inc("gateway_lifecycle", "start");
+    return this.sessions.create({
+      uid,
+      sessionId: id,
+      ...(sampleIndex !== undefined ? { sampleIndex } : {}),
+      ...(groupSize !== undefined && groupSize > 0 ? { groupSize } : {}),
+    });
+  }
+
+  private open(s: GatewaySession, res: ServerResponse): GatewaySession | null {
+    if (s.state === "ended") {
+      sendError(res, 409, "session_ended", `session ${s.id} has ended (${s.endStatus}); start a new session`);
+      return null;
+    }
+    return s;
+  }
+
+  private async model(
+    req: IncomingMessage,
+    res: ServerResponse,
+    path: string,
+    pathId: string | null,
+  ): Promise<void> {
+    const method = req.method ?? "GET";
+    if (method === "GET" && path === "/models") return this.models(res);
+    const route: AgentRoute | null =
+      method === "POST" && path === "/chat/completions"
+        ? "chat"
+        : method === "POST" && path === "/completions"
+          ? "completions"
+          : null;
+    if (route === null) return sendError(res, 404, "not_found", `no route ${method} /v1${path}`);
+    this.metrics.inc("gateway_route_calls", route);
+    if (this.stopping) return this.refuse(res, 503, "output_unavailable", "the gateway is stopping");
+    const body = await this.jsonBody(req, res);
+    if (body === null) return void this.metrics.inc("gateway_calls", "bad_request");
+    const problem = route === "chat" ? chatProblem(body) : completionProblem(body);
+    if (problem !== null) {
+      this.metrics.inc("gateway_calls", "bad_request");
+      return sendError(res, 400, "invalid_request", problem);
+    }
+    const s = this.sessionFor(req, res, pathId);
+    if (s === null) return void this.metrics.inc("gateway_calls", "bad_request");
+    if (this.inFlight >= this.config.max_in_flight)
+      return this.refuse(
+        res,
+        429,
+        "too_many_calls",
+        `${this.inFlight} calls are in flight (max_in_flight); retry shortly`,
+      );
+    if (s.inFlight >= this.config.max_in_flight_per_session)
+      return this.refuse(
+        res,
+        429,
+        "too_many_calls",
+        `session ${s.id} has ${s.inFlight} calls in flight (max_in_flight_per_session)`,
+      );
+    // A sample nobody could record is never generated: refuse before forwarding.
+    if (!this.output.accepting())
+      return this.refuse(
+        res,
+        503,
+        "output_unavailable",
+        `events cannot be recorded now (${this.output.where}); retry shortly`,
+      );
+    this.inFlight++;
+    s.inFlight++;
+    this.sessions.touch(s);
+    try {
+      await forwardCall(this.ctx, s, route, body, res);
+    } finally {
+      this.inFlight--;
+      s.inFlight--;
+      s.lastActive = Date.now();
+    }
+  }
+
+  private refuse(
+    res: ServerResponse,
+    status: number,
+    code: "too_many_calls" | "output_unavailable",
+    message: string,
+  ): void {
+    this.metrics.inc("gateway_calls", status === 429 ? "busy" : "output_unavailable");
+    sendError(res, status, code, message, { "retry-after": "1" });
+  }
+
+  private async models(res: ServerResponse): Promise<void> {
+    const upstream = this.pool.pick();
+    if (upstream === null)
+      return sendError(res, 503, "no_upstream", "no inference server answers", { "retry-after": "1" });
+    this.metrics.inc("gateway_route_calls", "models");
+    const answer = await this.pool.send(upstream, "GET", "/v1/models", null, {}, AbortSignal.timeout(10_000));
+    const body = await readAll(answer);
+    res.writeHead(answer.statusCode ?? 502, {
+      "content-type": answer.headers["content-type"] ?? "application/json",
+    });
+    res.end(body);
+  }
+
+  private async startSession(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.jsonBody(req, res);
+    if (body === null) return;
+    const problems: string[] = [];
+    const id = body.session_id === undefined ? `s-${randomBytes(9).toString("base64url")}` : body.session_id;
+    if (typeof id !== "string" || !SAFE_ID.test(id))
+      problems.push("session_id is 1-200 letters, digits and . _ : @ -");
+    const uid = body.uid === undefined ? id : body.uid;
+    if (typeof uid !== "string" || !SAFE_ID.test(uid))
+      problems.push("uid is 1-200 letters, digits and . _ : @ -");
+    const sampleIndex = optionalCount(body.sample_index, "sample_index", problems, 0);
+    const groupSize = optionalCount(body.group_size, "group_size", problems, 1);
+    const metadata = body.metadata;
+    if (
+      metadata !== undefined &&
+      (typeof metadata !== "object" || metadata === null || Array.isArray(metadata))
+    )
+      problems.push("metadata must be an object");
+    if (problems.length > 0) return sendError(res, 400, "invalid_request", problems.join("; "));
+    if (this.sessions.get(id as string) !== undefined)
+      return sendError(res, 409, "session_exists", `session ${id as string} exists already`);
+    if (!this.output.accepting())
+      return this.refuse(
+        res,
+        503,
+        "output_unavailable",
+        `events cannot be recorded now (${this.output.where})`,
+      );
+    const s = this.sessions.create({
+      uid: uid as string,
+      sessionId: id as string,
+      ...(sampleIndex !== undefined ? { sampleIndex } : {}),
+      ...(groupSize !== undefined ? { groupSize } : {}),
+      ...(metadata !== undefined ? { metadata: metadata as Record<string, unknown> } : {}),
+    });
+    const key = this.sessions.issueKey(s);
+    try {
+      await this.recorder.record(s, () => ({ records: [startEvent(s, Date.now())] }));
+    } catch (err) {
+      this.sessions.drop(s);
+      return this.refuse(
+        res,
+        503,
+        "output_unavailable",
+        `the session could not be recorded: ${(err as Error).message}`,
+      );
+    }
+    this.metrics.inc("gateway_lifecycle", "start");
+    const host = req.headers.host ?? "127.0.0.1";
+    sendJson(res, 201, {
+      session_id: s.id,
+      uid: s.uid,
+      base_url: `http://${host}/sessions/${encodeURIComponent(s.id)}/v1`,
+      api_key: key,
+    });
+  }
+
+  private describe(res: ServerResponse, id: string): void {
+    const s = this.sessions.get(id);
+    if (s === undefined)
+      return sendError(res, 404, "unknown_session", `no session ${id} in this gateway's memory`);
+    sendJson(res, 200, s.describe());
+  }
+
+  private async reward(req: IncomingMessage, res: ServerResponse, id: string): Promise<void> {
+    const body = await this.jsonBody(req, res);
+    if (body === null) return;
+    const s = this.sessions.get(id);
+    if (s === undefined)
+      return sendError(res, 404, "unknown_session", `no session ${id} in this gateway's memory`);
+    const problems: string[] = [];
+    if (typeof body.value !== "number" || !Number.isFinite(body.value))
+      problems.push("value must be a finite number");
+    for (const k of ["target", "stage", "key"] as const)
+      if (body[k] !== undefined && (typeof body[k] !== "string" || body[k] === ""))
+        problems.push(`${k} must be a non-empty string`);
+    if (body.finished !== undefined && typeof body.finished !== "boolean")
+      problems.push("finished must be true or false");
+    if (
+      body.info !== undefined &&
+      (typeof body.info !== "object" || body.info === null || Array.isArray(body.info))
+    )
+      problems.push("info must be an object");
+    if (problems.length > 0) return sendError(res, 400, "invalid_request", problems.join("; "));
+    const fields = {
+      value: body.value as number,
+      ...(body.target !== undefined ? { target: body.target as string } : {}),
+      ...(body.stage !== undefined ? { stage: body.stage as string } : {}),
+      ...(body.key !== undefined ? { key: body.key as string } : {}),
+      ...(body.finished !== undefined ? { finished: body.finished as boolean } : {}),
+      ...(body.info !== undefined ? { info: body.info as Record<string, unknown> } : {}),
+    };
+    await this.lifecycle(res, s, "reward", () => rewardEvent(s, Date.now(), fields));
+  }
+
+  private async end(req: IncomingMessage, res: ServerResponse, id: string): Promise<void> {
+    const body = await this.jsonBody(req, res);
+    if (body === null) return;
+    const s = this.sessions.get(id);
+    if (s === undefined)
+      return sendError(res, 404, "unknown_session", `no session ${id} in this gateway's memory`);
+    const status = body.status ?? "ok";
+    if (status !== "ok" && status !== "aborted" && status !== "failed")
+      return sendError(res, 400, "invalid_request", "status must be ok, aborted or failed");
+    if (s.state === "ended")
+      return sendError(res, 409, "session_ended", `session ${s.id} has ended already (${s.endStatus})`);
+    s.state = "ended";
+    s.endStatus = status;
+    await this.lifecycle(res, s, "end", () => endEvent(s, Date.now(), status));
+  }
+
+  private async deleteSession(res: ServerResponse, id: string): Promise<void> {
+    const s = this.sessions.get(id);
+    if (s === undefined)
+      return sendError(res, 404, "unknown_session", `no session ${id} in this gateway's memory`);
+    if (s.state !== "ended") {
+      s.state = "ended";
+      s.endStatus = "aborted";
+      const ok = await this.lifecycle(null, s, "delete", () => endEvent(s, Date.now(), "aborted"));
+      if (!ok) return this.refuse(res, 503, "output_unavailable", "the session's end could not be recorded");
+    }
+    this.sessions.drop(s);
+    sendJson(res, 200, { ...s.describe(), deleted: true });
+  }
+
+  /** Records a lifecycle change and answers with the session; false (and a 503) when it could not be recorded. */
+  private async lifecycle(
+    res: ServerResponse | null,
+    s: GatewaySession,
+    action: string,
+    build: () => Array<{ key: string; value: string }>,
+  ): Promise<boolean> {
+    try {
+      await this.recorder.record(s, () => ({ records: build() }));
+    } catch (err) {
+      if (res !== null)
+        this.refuse(res, 503, "output_unavailable", `could not be recorded: ${(err as Error).message}`);
+      return false;
+    }
+    this.metrics.inc("gateway_lifecycle", action);
+    if (res !== null) sendJson(res, 200, s.describe());
+    return true;
+  }
+
+  private async setWeights(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.jsonBody(req, res);
+    if (body === null) return;
+    const v = body.version;
+    if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > 2147483647)
+      return sendError(res, 400, "invalid_request", "version must be an integer 0..2147483647");
+    this.weightVersion = v;
+    this.metrics.inc("gateway_lifecycle", "weights");
+    this.logger.info({ version: v }, "The policy version is now this one.");
+    sendJson(res, 200, { version: v });
+  }
+}
+
+function sendText(res: ServerResponse, status: number, text: string): void {
+  res.writeHead(status, { "content-type": "text/plain" });
+  res.end(text);
+}
+
+function header(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return typeof v === "string" && v !== "" ? v : undefined;
+}
+
+function intHeader(req: IncomingMessage, name: string): number | undefined {
+  const v = header(req, name);
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  return Number.isInteger(n) && n >= 0 && n <= 2147483647 ? n : undefined;
+}
+
+function optionalCount(v: unknown, name: string, problems: string[], min: number): number | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > 2147483647) {
+    problems.push(`${name} must be an integer ≥ ${min}`);
+    return undefined;
+  }
+  return v;
+}
+
+function chatProblem(body: Record<string, unknown>): string | null {
+  if (!Array.isArray(body.messages) || body.messages.length === 0)
+    return "messages must be a non-empty array";
+  for (const [i, m] of body.messages.entries())
+    if (typeof m !== "object" || m === null || typeof (m as { role?: unknown }).role !== "string")
+      return `messages[${i}] must be an object with a role`;
+  if (body.tools !== undefined && !Array.isArray(body.tools)) return "tools must be an array";
+  return null;
+}
+
+function completionProblem(body: Record<string, unknown>): string | null {
+  const p = body.prompt;
+  if (typeof p === "string") return null;
+  if (Array.isArray(p) && p.length > 0 && p.every((t) => Number.isInteger(t) && (t as number) >= 0))
+    return null;
+  return "prompt must be a string or an array of token ids (one prompt per call)";
+}

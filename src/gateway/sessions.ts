@@ -1,0 +1,303 @@
+/**
+ * The gateway's sessions: how a call finds its session (path, per-session API key, header), what the
+ * gateway remembers of each (its seq counter, its branch tips for the delta form, its upstream, counts),
+ * and how that state is rebuilt from the events after a restart.
+ *
+ * A branch tip is a call's prompt ++ output. A new call whose prompt starts with a tip is sent in the delta
+ * form against that call; the tip is then replaced by the new call's (which contains it). Only
+ * `maxTips` tips are kept per session: a call that extends a forgotten one is sent in the full form, which
+ * is always correct, only larger.
+ */
+import { randomBytes } from "node:crypto";
+import { decodeTokenIds } from "../schemas/tokens.ts";
+
+export interface Tip {
+  callId: string;
+  tokens: Int32Array;
+}
+
+export type SessionState = "open" | "ended";
+
+export interface SessionInit {
+  uid: string;
+  sessionId: string;
+  sampleIndex?: number;
+  groupSize?: number;
+  metadata?: Record<string, unknown>;
+}
+
+export class GatewaySession {
+  readonly uid: string;
+  readonly id: string;
+  readonly sampleIndex: number | undefined;
+  readonly groupSize: number | undefined;
+  readonly metadata: Record<string, unknown> | undefined;
+  apiKey: string | null = null;
+  /** The upstream this session sticks to (its KV cache lives there); -1 before its first call. */
+  upstream = -1;
+  state: SessionState = "open";
+  endStatus: string | null = null;
+  /** The next event's seq. */
+  seq = 0;
+  /** Whether a session.start was written (a session restored without one never gets a second). */
+  started = false;
+  calls = 0;
+  failedCalls = 0;
+  sampledTokens = 0;
+  inFlight = 0;
+  lastActive = Date.now();
+  /**
+   * The session's appends, one after another: events are built (their seq taken) only when the previous
+   * append settled, so a failed append can be sent again first and seq never has a gap.
+   */
+  chain: Promise<void> = Promise.resolve();
+  /**
+   * Events whose append failed with an unknown outcome (a broker that may have written them): sent again,
+   * byte for byte, before the session's next events. The pipeline ignores an exact redelivery.
+   */
+  unsettled: Array<{ key: string; value: string }> = [];
+  private readonly tips: Tip[] = [];
+  private readonly maxTips: number;
+
+  constructor(init: SessionInit, maxTips: number) {
+    this.uid = init.uid;
+    this.id = init.sessionId;
+    this.sampleIndex = init.sampleIndex;
+    this.groupSize = init.groupSize;
+    this.metadata = init.metadata;
+    this.maxTips = maxTips;
+  }
+
+  /** Takes the next `n` seq numbers. */
+  takeSeq(n: number): number {
+    const first = this.seq;
+    this.seq += n;
+    return first;
+  }
+
+  /** The longest tip the prompt starts with, or null (a prompt equal to a tip is a delta of nothing). */
+  parentOf(prompt: Int32Array): Tip | null {
+    let best: Tip | null = null;
+    for (const tip of this.tips) {
+      const t = tip.tokens;
+      if (t.length > prompt.length || (best !== null && t.length <= best.tokens.length)) continue;
+      if (startsWith(prompt, t)) best = tip;
+    }
+    return best;
+  }
+
+  /** Records a call's prompt ++ output as a tip, replacing the tip it extended. */
+  addTip(callId: string, prompt: Int32Array, output: Int32Array, parent: string | null): void {
+    const tokens = new Int32Array(prompt.length + output.length);
+    tokens.set(prompt, 0);
+    tokens.set(output, prompt.length);
+    if (parent !== null) {
+      const at = this.tips.findIndex((t) => t.callId === parent);
+      if (at >= 0) this.tips.splice(at, 1);
+    }
+    this.tips.push({ callId, tokens });
+    if (this.tips.length > this.maxTips) this.tips.shift();
+  }
+
+  /** The tokens of a remembered tip. */
+  tipOf(callId: string): Int32Array | undefined {
+    return this.tips.find((t) => t.callId === callId)?.tokens;
+  }
+
+  tipCallIds(): string[] {
+    return this.tips.map((t) => t.callId);
+  }
+
+  /** Bytes the tips hold (for the gateway's memory gauge). */
+  tipBytes(): number {
+    let n = 0;
+    for (const t of this.tips) n += t.tokens.byteLength;
+    return n;
+  }
+
+  /** What GET /sessions/{id} answers. */
+  describe(): Record<string, unknown> {
+    return {
+      session_id: this.id,
+      uid: this.uid,
+      state: this.state,
+      ...(this.endStatus !== null ? { status: this.endStatus } : {}),
+      calls: this.calls,
+      failed_calls: this.failedCalls,
+      sampled_tokens: this.sampledTokens,
+      in_flight: this.inFlight,
+      ...(this.sampleIndex !== undefined ? { sample_index: this.sampleIndex } : {}),
+      ...(this.groupSize !== undefined ? { group_size: this.groupSize } : {}),
+      ...(this.metadata !== undefined ? { metadata: this.metadata } : {}),
+    };
+  }
+}
+
+function startsWith(a: Int32Array, prefix: Int32Array): boolean {
+  for (let i = 0; i < prefix.length; i++) if (a[i] !== prefix[i]) return false;
+  return true;
+}
+
+/** Sessions by id and by API key, with the bounds that keep the table's memory fixed. */
+export class SessionTable {
+  private readonly byId = new Map<string, GatewaySession>();
+  private readonly byKey = new Map<string, GatewaySession>();
+  private readonly maxSessions: number;
+  private readonly idleMs: number;
+  private readonly maxTips: number;
+  /** Sessions forgotten for the bounds (their next call starts over in the full prompt form). */
+  forgotten = 0;
+
+  constructor(options: { maxSessions: number; idleMs: number; maxTips: number }) {
+    this.maxSessions = options.maxSessions;
+    this.idleMs = options.idleMs;
+    this.maxTips = options.maxTips;
+  }
+
+  get size(): number {
+    return this.byId.size;
+  }
+
+  get(id: string): GatewaySession | undefined {
+    return this.byId.get(id);
+  }
+
+  byApiKey(key: string): GatewaySession | undefined {
+    return this.byKey.get(key);
+  }
+
+  /** Creates a session (the caller checked the id is free). */
+  create(init: SessionInit): GatewaySession {
+    const s = new GatewaySession(init, this.maxTips);
+    this.byId.set(s.id, s);
+    this.evict();
+    return s;
+  }
+
+  /** Gives the session a fresh API key (returned once, to POST /sessions' caller). */
+  issueKey(s: GatewaySession): string {
+    const key = `tf-${randomBytes(24).toString("base64url")}`;
+    s.apiKey = key;
+    this.byKey.set(key, s);
+    return key;
+  }
+
+  /** Removes a session from memory (DELETE, or ended and idle). */
+  drop(s: GatewaySession): void {
+    this.byId.delete(s.id);
+    if (s.apiKey !== null) this.byKey.delete(s.apiKey);
+  }
+
+  /** Forgets idle sessions and, past the size bound, the longest idle ones; never one with a call in flight. */
+  evict(now = Date.now()): void {
+    for (const s of this.byId.values()) {
+      if (s.inFlight === 0 && now - s.lastActive > this.idleMs) {
+        this.drop(s);
+        this.forgotten++;
+      }
+    }
+    if (this.byId.size <= this.maxSessions) return;
+    // Map order is insertion order; touch() re-inserts, so the first entries are the longest idle.
+    for (const s of this.byId.values()) {
+      if (this.byId.size <= this.maxSessions) break;
+      if (s.inFlight > 0) continue;
+      this.drop(s);
+      this.forgotten++;
+    }
+  }
+
+  /** Marks a session as just used (it moves to the end of the eviction order). */
+  touch(s: GatewaySession): void {
+    s.lastActive = Date.now();
+    this.byId.delete(s.id);
+    this.byId.set(s.id, s);
+  }
+
+  /** Bytes the tips of every session hold. */
+  tipBytes(): number {
+    let n = 0;
+    for (const s of this.byId.values()) n += s.tipBytes();
+    return n;
+  }
+
+  /**
+   * Rebuilds sessions from events written before a restart: each session's next seq, whether it started
+   * or ended, and its branch tips, so its next call continues it (in the delta form where a tip is known).
+   * Lines that are not events of the protocol are skipped: the gateway wrote them, the pipeline judges them.
+   */
+  restoreFrom(line: Uint8Array): void {
+    let ev: Record<string, unknown>;
+    try {
+      ev = JSON.parse(Buffer.from(line.buffer, line.byteOffset, line.byteLength).toString("utf8")) as Record<
+        string,
+        unknown
+      >;
+    } catch {
+      return;
+    }
+    const { uid, session_id: id, seq, type } = ev;
+    if (typeof uid !== "string" || typeof id !== "string" || typeof seq !== "number") return;
+    let s = this.byId.get(id);
+    if (s === undefined) {
+      s = this.create({
+        uid,
+        sessionId: id,
+        ...(typeof ev.sample_index === "number" ? { sampleIndex: ev.sample_index } : {}),
+        ...(typeof ev.group_size === "number" ? { groupSize: ev.group_size } : {}),
+      });
+    }
+    if (seq + 1 > s.seq) s.seq = seq + 1;
+    if (type === "session.start") s.started = true;
+    else if (type === "session.end") {
+      s.state = "ended";
+      s.endStatus = typeof ev.status === "string" ? ev.status : null;
+    } else if (type === "request") this.restoreRequest(s, ev);
+    else if (type === "response") this.restoreResponse(s, ev);
+  }
+
+  /** Prompts of restored requests, until their responses come: call id → prompt tokens. */
+  private readonly restoring = new Map<string, { prompt: Int32Array; parent: string | null }>();
+
+  private restoreRequest(s: GatewaySession, ev: Record<string, unknown>): void {
+    if (typeof ev.call_id !== "string") return;
+    const prompt = this.promptOf(s, ev);
+    if (prompt !== null) this.restoring.set(`${s.id}\u0000${ev.call_id}`, prompt);
+  }
+
+  private restoreResponse(s: GatewaySession, ev: Record<string, unknown>): void {
+    if (typeof ev.call_id !== "string") return;
+    const key = `${s.id}\u0000${ev.call_id}`;
+    const prompt = this.restoring.get(key) ?? this.promptOf(s, ev);
+    this.restoring.delete(key);
+    const output = decodeTokenIds(ev.output_ids);
+    s.calls++;
+    if (prompt === null || typeof output === "string") return;
+    s.sampledTokens += output.length;
+    s.addTip(ev.call_id, prompt.prompt, output, prompt.parent);
+  }
+
+  /** The full prompt of a restored request or response, from its own ids or its parent's tip. */
+  private promptOf(
+    s: GatewaySession,
+    ev: Record<string, unknown>,
+  ): { prompt: Int32Array; parent: string | null } | null {
+    if (ev.prompt_ids !== undefined) {
+      const ids = decodeTokenIds(ev.prompt_ids);
+      return typeof ids === "string" ? null : { prompt: ids, parent: null };
+    }
+    if (typeof ev.parent_call_id !== "string") return null;
+    const delta = decodeTokenIds(ev.prompt_delta_ids);
+    const parent = s.tipOf(ev.parent_call_id);
+    if (parent === undefined || typeof delta === "string") return null;
+    const prompt = new Int32Array(parent.length + delta.length);
+    prompt.set(parent, 0);
+    prompt.set(delta, parent.length);
+    return { prompt, parent: ev.parent_call_id };
+  }
+
+  /** Ends the restore: prompts of requests whose responses never came are dropped. */
+  restored(): void {
+    this.restoring.clear();
+    this.evict();
+  }
+}

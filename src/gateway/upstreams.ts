@@ -1,0 +1,181 @@
+/**
+ * The inference servers behind the gateway: pooled keep-alive connections to each, which one a new
+ * session goes to (the least loaded healthy one), and health: an upstream that refused a connection is
+ * marked down and probed (`GET /health`, else `/v1/models`) until it answers again.
+ */
+import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
+import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import type { Logger } from "../core/logger.ts";
+
+export interface Upstream {
+  readonly index: number;
+  readonly url: URL;
+  healthy: boolean;
+  inFlight: number;
+}
+
+/** A connection that failed before any byte was sent or received: safe to try on another upstream. */
+export class ConnectFailed extends Error {
+  readonly upstream: Upstream;
+  constructor(upstream: Upstream, cause: unknown) {
+    super(`upstream ${upstream.url.origin} refused the connection: ${(cause as Error).message}`, { cause });
+    this.upstream = upstream;
+  }
+}
+
+const CONNECT_ERRORS = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+]);
+
+export class UpstreamPool {
+  readonly upstreams: Upstream[];
+  private readonly httpAgent = new HttpAgent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 256 });
+  private readonly httpsAgent = new HttpsAgent({
+    keepAlive: true,
+    maxSockets: Infinity,
+    maxFreeSockets: 256,
+  });
+  private readonly logger: Logger;
+  private probeTimer: NodeJS.Timeout | null = null;
+
+  constructor(urls: string[], logger: Logger) {
+    this.upstreams = urls.map((u, index) => ({ index, url: new URL(u), healthy: true, inFlight: 0 }));
+    this.logger = logger;
+  }
+
+  /** The upstream for a new session: the healthy one with the fewest calls in flight (lowest index on ties). */
+  pick(exclude: ReadonlySet<number> = new Set()): Upstream | null {
+    let best: Upstream | null = null;
+    for (const u of this.upstreams) {
+      if (!u.healthy || exclude.has(u.index)) continue;
+      if (best === null || u.inFlight < best.inFlight) best = u;
+    }
+    return best;
+  }
+
+  anyHealthy(): boolean {
+    return this.upstreams.some((u) => u.healthy);
+  }
+
+  /**
+   * Sends one request; resolves with the response once its headers arrived. A connection refused before
+   * any byte marks the upstream down and rejects with ConnectFailed (the caller may try another).
+   */
+  send(
+    upstream: Upstream,
+    method: string,
+    path: string,
+    body: Buffer | null,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<IncomingMessage> {
+    const url = new URL(path, upstream.url);
+    const https = url.protocol === "https:";
+    return new Promise((resolve, reject) => {
+      let sentAny = false;
+      const req = (https ? httpsRequest : httpRequest)(
+        url,
+        {
+          method,
+          agent: https ? this.httpsAgent : this.httpAgent,
+          headers: { ...headers, ...(body !== null ? { "content-length": String(body.length) } : {}) },
+          signal,
+        },
+        (res) => resolve(res),
+      );
+      req.on("socket", (socket) => {
+        // A reused keep-alive socket has already carried bytes; a fresh one has not until it connects.
+        if (!socket.connecting) sentAny = true;
+        else socket.once("connect", () => (sentAny = true));
+      });
+      req.on("error", (err: NodeJS.ErrnoException) => {
+        if (!sentAny && err.code !== undefined && CONNECT_ERRORS.has(err.code)) {
+          this.markDown(upstream, err);
+          reject(new ConnectFailed(upstream, err));
+        } else reject(err);
+      });
+      req.end(body ?? undefined);
+    });
+  }
+
+  /** POSTs JSON and parses the JSON answer (the adapters' extra round trips). */
+  async json(upstream: Upstream, path: string, payload: unknown, signal?: AbortSignal): Promise<unknown> {
+    const res = await this.send(
+      upstream,
+      "POST",
+      path,
+      Buffer.from(JSON.stringify(payload)),
+      { "content-type": "application/json" },
+      signal ?? new AbortController().signal,
+    );
+    const text = await readAll(res);
+    if ((res.statusCode ?? 500) >= 400)
+      throw new Error(
+        `upstream ${upstream.url.origin}${path} answered ${res.statusCode}: ${text.toString("utf8").slice(0, 300)}`,
+      );
+    return JSON.parse(text.toString("utf8"));
+  }
+
+  private markDown(upstream: Upstream, err: Error): void {
+    if (!upstream.healthy) return;
+    upstream.healthy = false;
+    this.logger.warn(
+      { upstream: upstream.url.origin, err: err.message },
+      "An upstream refused a connection; it is probed until it answers.",
+    );
+    this.probeTimer ??= setInterval(() => void this.probe(), 1000);
+    this.probeTimer.unref();
+  }
+
+  private async probe(): Promise<void> {
+    const down = this.upstreams.filter((u) => !u.healthy);
+    if (down.length === 0) {
+      clearInterval(this.probeTimer!);
+      this.probeTimer = null;
+      return;
+    }
+    for (const u of down) {
+      try {
+        const res = await this.send(u, "GET", "/health", null, {}, AbortSignal.timeout(2000));
+        res.resume();
+        if ((res.statusCode ?? 500) < 500) {
+          u.healthy = true;
+          this.logger.info({ upstream: u.url.origin }, "An upstream answers again.");
+        }
+      } catch {
+        // still down
+      }
+    }
+  }
+
+  close(): void {
+    if (this.probeTimer !== null) clearInterval(this.probeTimer);
+    this.httpAgent.destroy();
+    this.httpsAgent.destroy();
+  }
+}
+
+/** Reads a whole message body. */
+export async function readAll(stream: IncomingMessage, limit = Infinity): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of stream as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > limit) throw new BodyTooLarge(limit);
+    chunks.push(chunk);
+  }
+  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+}
+
+export class BodyTooLarge extends Error {
+  readonly limit: number;
+  constructor(limit: number) {
+    super(`the request body is larger than ${limit} bytes`);
+    this.limit = limit;
+  }
+}

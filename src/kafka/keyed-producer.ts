@@ -1,0 +1,138 @@
+/**
+ * What the gateway needs of Kafka: a keyed producer whose sends are acknowledged by the in-sync replicas,
+ * a cheap check that a broker answers (so calls are refused before they are forwarded while none does),
+ * and a reader of a topic's recent messages (to rebuild sessions after a restart).
+ */
+import { randomBytes } from "node:crypto";
+import type { Logger } from "../core/logger.ts";
+import {
+  connectClient,
+  createKafka,
+  createOrderedProducer,
+  disconnectWithin,
+  type Producer,
+} from "./client.ts";
+import type { KafkaConnection } from "./connection.ts";
+
+export class KeyedProducer {
+  private readonly kafka: ReturnType<typeof createKafka>;
+  private readonly producer: Producer;
+  private readonly probeClient: ReturnType<typeof createKafka>;
+  readonly topic: string;
+
+  private constructor(connection: KafkaConnection, topic: string, logger: Logger) {
+    // Short retries: a call waits for its events, so a broker that is away must be found out in seconds
+    // (the call is then answered 503), not after the client's usual half minute.
+    this.kafka = createKafka(connection, logger, { retries: 3, maxRetryTime: 1_000 });
+    this.probeClient = createKafka(connection, logger, { retries: 0, maxRetryTime: 500 });
+    this.producer = createOrderedProducer(this.kafka, { allowAutoTopicCreation: true });
+    this.topic = topic;
+  }
+
+  static async connect(connection: KafkaConnection, topic: string, logger: Logger): Promise<KeyedProducer> {
+    const p = new KeyedProducer(connection, topic, logger);
+    await connectClient(p.producer, connection);
+    const admin = p.kafka.admin();
+    await connectClient(admin, connection);
+    try {
+      const existing = await admin.listTopics();
+      if (!existing.includes(topic)) await admin.createTopics({ topics: [{ topic }], waitForLeaders: true });
+    } finally {
+      await disconnectWithin(admin, 5_000);
+    }
+    return p;
+  }
+
+  /** Sends keyed messages; resolves once the in-sync replicas acknowledged them (acks = all). */
+  async send(records: Array<{ key: string; value: string }>): Promise<void> {
+    await this.producer.send({ topic: this.topic, acks: -1, messages: records });
+  }
+
+  /** Whether a broker answers a metadata request for the topic now. */
+  async probe(): Promise<boolean> {
+    const admin = this.probeClient.admin();
+    try {
+      await admin.connect();
+      await admin.fetchTopicMetadata({ topics: [this.topic] });
+      return true;
+    } catch {
+      return false;
+    } finally {
+      await disconnectWithin(admin, 2_000);
+    }
+  }
+
+  async close(): Promise<void> {
+    await disconnectWithin(this.producer, 10_000);
+  }
+}
+
+/**
+ * The values of `topic`'s messages written at or after `sinceMs` (the broker's timestamps), up to the end
+ * each partition had when this began. Read by a throwaway consumer group that commits nothing.
+ */
+export async function* readTopicSince(
+  connection: KafkaConnection,
+  topic: string,
+  sinceMs: number,
+  logger: Logger,
+): AsyncIterable<Uint8Array> {
+  const kafka = createKafka(connection, logger);
+  const admin = kafka.admin();
+  await connectClient(admin, connection);
+  let starts: Array<{ partition: number; offset: string }>;
+  let ends: Map<number, bigint>;
+  try {
+    if (!(await admin.listTopics()).includes(topic)) return;
+    starts = await admin.fetchTopicOffsetsByTimestamp(topic, sinceMs);
+    ends = new Map((await admin.fetchTopicOffsets(topic)).map((p) => [p.partition, BigInt(p.high)]));
+  } finally {
+    await disconnectWithin(admin, 5_000);
+  }
+  // A partition with nothing since then answers -1 (or its end).
+  const todo = new Map<number, bigint>();
+  for (const s of starts) {
+    const end = ends.get(s.partition) ?? 0n;
+    const from = s.offset === "-1" ? end : BigInt(s.offset);
+    if (from < end) todo.set(s.partition, from);
+  }
+  if (todo.size === 0) return;
+  const consumer = kafka.consumer({ groupId: `trajflow-gateway-restore-${randomBytes(6).toString("hex")}` });
+  const queue: Uint8Array[][] = [];
+  let wake: (() => void) | null = null;
+  let failed: unknown = null;
+  const remaining = new Set(todo.keys());
+  await connectClient(consumer, connection);
+  try {
+    await consumer.subscribe({ topic, fromBeginning: true });
+    await consumer.run({
+      autoCommit: false,
+      eachBatch: async ({ batch }) => {
+        const end = ends.get(batch.partition) ?? 0n;
+        const values: Uint8Array[] = [];
+        for (const m of batch.messages) {
+          if (BigInt(m.offset) >= end) break;
+          if (m.value !== null) values.push(m.value);
+        }
+        if (values.length > 0) queue.push(values);
+        const last = batch.messages.at(-1);
+        if (last !== undefined && BigInt(last.offset) + 1n >= end) remaining.delete(batch.partition);
+        wake?.();
+      },
+    });
+    for (const [partition, offset] of todo) consumer.seek({ topic, partition, offset: offset.toString() });
+    consumer.on(consumer.events.CRASH, (e) => {
+      failed = e.payload.error;
+      wake?.();
+    });
+    for (;;) {
+      while (queue.length > 0) yield* queue.shift()!;
+      if (failed !== null) throw failed;
+      if (remaining.size === 0) break;
+      await new Promise<void>((r) => (wake = r));
+      wake = null;
+    }
+  } finally {
+    await disconnectWithin(consumer, 10_000);
+  }
+}

@@ -1,0 +1,253 @@
+/**
+ * The gateway's own behaviour, in front of an upstream that answers at once in vLLM's shapes
+ * (helpers/instant-engine.ts): sessions in each convention, the events it writes (exactly), streaming,
+ * a client that leaves mid-stream, bad input and limits, upstream errors, a restart, several upstreams.
+ * The end-to-end tests against a real engine (llama.cpp) and the official OpenAI client are in
+ * gateway-llamacpp.test.ts.
+ */
+import { strict as assert } from "node:assert";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { createLogger } from "../src/core/logger.ts";
+import { gatewayConfigSchema, type GatewayConfigInput } from "../src/gateway/config.ts";
+import { startGateway } from "../src/gateway/gateway.ts";
+import { decodeLogprobs, decodeTokenIds } from "../src/schemas/tokens.ts";
+import {
+  logprobAt,
+  outputIds,
+  renderPrompt,
+  startInstantEngine,
+  type InstantEngine,
+} from "./helpers/instant-engine.ts";
+import { runCli } from "./helpers/cli.ts";
+
+const logger = createLogger({ level: "silent" });
+const scratch = mkdtempSync(join(tmpdir(), "trajflow-gateway-"));
+after(() => rmSync(scratch, { recursive: true, force: true }));
+
+let n = 0;
+async function gateway(
+  engine: InstantEngine | string[],
+  extra: Partial<GatewayConfigInput> = {},
+  dir?: string,
+) {
+  const logDir = dir ?? join(scratch, `log-${++n}`);
+  const config = gatewayConfigSchema.parse({
+    listen: "127.0.0.1:0",
+    upstreams: Array.isArray(engine) ? engine : [engine.url],
+    engine: "vllm",
+    output: { type: "log", dir: logDir },
+    ...extra,
+  });
+  const gw = await startGateway(config, logger);
+  return { gw, logDir, base: `http://${gw.address}` };
+}
+
+type Event = Record<string, unknown>;
+function events(logDir: string): Event[] {
+  return readdirSync(logDir)
+    .filter((f) => f.endsWith(".jsonl"))
+    .sort()
+    .flatMap((f) =>
+      readFileSync(join(logDir, f), "utf8")
+        .split("\n")
+        .filter((l) => l !== "")
+        .map((l) => JSON.parse(l) as Event),
+    );
+}
+const ids = (v: unknown) => [...(decodeTokenIds(v) as Int32Array)];
+const lps = (v: unknown) => [...(decodeLogprobs(v) as Float32Array)];
+
+async function chat(
+  url: string,
+  messages: unknown[],
+  init: { headers?: Record<string, string>; extra?: object } = {},
+) {
+  const res = await fetch(`${url}/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...init.headers },
+    body: JSON.stringify({ model: "m", messages, ...init.extra }),
+  });
+  // The answers' shapes are what the test asserts; reading them loosely keeps the assertions short.
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  return { status: res.status, headers: res.headers, body: (await res.json()) as Record<string, any> };
+}
+
+describe("gateway in front of an engine that answers at once", () => {
+  let engine: InstantEngine;
+  before(async () => {
+    engine = await startInstantEngine();
+  });
+  after(() => engine.close());
+
+  it("records a multi-turn session exactly: start, full then delta prompts, ids, logprobs, finish reasons", async () => {
+    const { gw, logDir, base } = await gateway(engine);
+    try {
+      const url = `${base}/sessions/s1/v1`;
+      const history: Array<{ role: string; content: string }> = [{ role: "user", content: "hi" }];
+      const a = await chat(url, history, { headers: { "x-trajflow-uid": "task-7" } });
+      assert.equal(a.status, 200);
+      const reply1 = a.body.choices[0].message.content as string;
+      // The agent asked for neither ids nor logprobs: it gets vLLM's answer without them.
+      assert.equal(a.body.prompt_token_ids, null);
+      assert.equal(a.body.choices[0].token_ids, null);
+      assert.equal(a.body.choices[0].logprobs, null);
+      const call1 = a.headers.get("x-trajflow-call-id")!;
+      history.push({ role: "assistant", content: reply1 }, { role: "user", content: "more" });
+      const b = await chat(url, history);
+      const call2 = b.headers.get("x-trajflow-call-id")!;
+      const evs = events(logDir);
+      assert.deepEqual(
+        evs.map((e) => [e.type, e.seq, e.uid, e.session_id]),
+        [
+          ["session.start", 0, "task-7", "s1"],
+          ["request", 1, "task-7", "s1"],
+          ["response", 2, "task-7", "s1"],
+          ["request", 3, "task-7", "s1"],
+          ["response", 4, "task-7", "s1"],
+        ],
+      );
+      const prompt1 = renderPrompt([{ role: "user", content: "hi" }]);
+      const out1 = outputIds(reply1);
+      assert.equal(evs[1]!.call_id, call1);
+      assert.deepEqual(ids(evs[1]!.prompt_ids), prompt1);
+      assert.deepEqual(evs[1]!.messages, [{ role: "user", content: "hi" }]);
+      assert.deepEqual(ids(evs[2]!.output_ids), out1);
+      assert.deepEqual(
+        lps(evs[2]!.logprobs),
+        out1.map((_, i) => Math.fround(logprobAt(i))),
+      );
+      assert.equal(evs[2]!.finish_reason, "stop");
+      // The second prompt extends the first call's prompt + output: the delta form, against call 1.
+      const prompt2 = renderPrompt(history);
+      assert.equal(evs[3]!.call_id, call2);
+      assert.equal(evs[3]!.parent_call_id, call1);
+      assert.equal(evs[3]!.prompt_ids, undefined);
+      assert.deepEqual(ids(evs[3]!.prompt_delta_ids), prompt2.slice(prompt1.length + out1.length));
+      const state = await (await fetch(`${base}/sessions/s1`)).json();
+      assert.deepEqual(state, {
+        session_id: "s1",
+        uid: "task-7",
+        state: "open",
+        calls: 2,
+        failed_calls: 0,
+        sampled_tokens: out1.length + outputIds(b.body.choices[0].message.content).length,
+        in_flight: 0,
+      });
+    } finally {
+      await gw.close();
+    }
+  });
+
+  it("starts sessions by POST /sessions (the key selects them), records rewards and ends, and turns the log into rows", async () => {
+    const { gw, logDir, base } = await gateway(engine, { implicit_sessions: false });
+    try {
+      const created = await fetch(`${base}/sessions`, {
+        method: "POST",
+        body: JSON.stringify({
+          uid: "math-1",
+          session_id: "r0",
+          sample_index: 0,
+          group_size: 1,
+          metadata: { answer: "4" },
+        }),
+      });
+      assert.equal(created.status, 201);
+      const s = (await created.json()) as { session_id: string; base_url: string; api_key: string };
+      assert.equal(s.session_id, "r0");
+      assert.equal(s.base_url, `${base}/sessions/r0/v1`);
+      // An unknown session is refused when sessions must be started first.
+      assert.equal((await chat(`${base}/sessions/nope/v1`, [{ role: "user", content: "x" }])).status, 404);
+      // The per-session key on the plain routes.
+      const a = await chat(`${base}/v1`, [{ role: "user", content: "2+2?" }], {
+        headers: { authorization: `Bearer ${s.api_key}` },
+      });
+      assert.equal(a.status, 200);
+      const callId = a.headers.get("x-trajflow-call-id")!;
+      const turn = await fetch(`${base}/sessions/r0/reward`, {
+        method: "POST",
+        body: JSON.stringify({ value: 0.5, target: callId, key: "k1" }),
+      });
+      assert.equal(turn.status, 200);
+      await fetch(`${base}/sessions/r0/reward`, { method: "POST", body: JSON.stringify({ value: 1 }) });
+      const ended = await fetch(`${base}/sessions/r0/end`, {
+        method: "POST",
+        body: JSON.stringify({ status: "ok" }),
+      });
+      assert.equal(((await ended.json()) as { state: string }).state, "ended");
+      assert.equal((await chat(`${base}/sessions/r0/v1`, [{ role: "user", content: "x" }])).status, 409);
+      const evs = events(logDir);
+      assert.deepEqual(
+        evs.map((e) => [e.type, e.seq]),
+        [
+          ["session.start", 0],
+          ["request", 1],
+          ["response", 2],
+          ["reward", 3],
+          ["reward", 4],
+          ["session.end", 5],
+        ],
+      );
+      assert.deepEqual(evs[0], { ...evs[0], sample_index: 0, group_size: 1, metadata: { answer: "4" } });
+      assert.deepEqual([evs[3]!.value, evs[3]!.target, evs[3]!.key], [0.5, callId, "k1"]);
+      assert.equal(evs[5]!.status, "ok");
+      // The log is what replay reads: one row, the sampled tokens masked 1 with the engine's logprobs.
+      const out = join(scratch, `rows-${n}`);
+      const run = await runCli(["replay", join(logDir, readdirSync(logDir)[0]!), "--out", out, "--json"]);
+      assert.equal(run.code, 0, run.stderr);
+      const report = JSON.parse(run.stdout) as { metrics: Record<string, unknown> };
+      assert.equal(report.metrics.rows_written as number, 1);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  it("selects a session by X-Session-Id and answers bad input in OpenAI's error shape", async () => {
+    const { gw, base } = await gateway(engine, { max_body_bytes: 2048 });
+    try {
+      const ok = await chat(`${base}/v1`, [{ role: "user", content: "a" }], {
+        headers: { "x-session-id": "h1", "x-trajflow-uid": "u9" },
+      });
+      assert.equal(ok.status, 200);
+      assert.equal(ok.headers.get("x-trajflow-session-id"), "h1");
+      const post = (body: string, headers: Record<string, string> = {}) =>
+        fetch(`${base}/sessions/h1/v1/chat/completions`, { method: "POST", headers, body });
+      const bad = await post("{not json");
+      assert.equal(bad.status, 400);
+      assert.equal(((await bad.json()) as { error: { code: string } }).error.code, "invalid_json");
+      const noMessages = await post(JSON.stringify({ model: "m" }));
+      assert.equal(noMessages.status, 400);
+      assert.match(((await noMessages.json()) as { error: { message: string } }).error.message, /messages/);
+      const big = await post(JSON.stringify({ messages: [{ role: "user", content: "x".repeat(5000) }] }));
+      assert.equal(big.status, 413);
+      const none = await chat(`${base}/v1`, [{ role: "user", content: "a" }]);
+      assert.equal(none.status, 400);
+      assert.equal(none.body.error.code, "no_session");
+      const state = (await (await fetch(`${base}/sessions/h1`)).json()) as Record<string, unknown>;
+      assert.equal(state.uid, "u9");
+      assert.equal(state.calls, 1);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  it("passes an engine's error to the agent and records nothing for it", async () => {
+    const failing = await startInstantEngine({
+      fail: { trigger: "boom", status: 400, body: { error: { message: "bad things", code: 400 } } },
+    });
+    const { gw, logDir, base } = await gateway(failing);
+    try {
+      const r = await chat(`${base}/sessions/e1/v1`, [{ role: "user", content: "boom" }]);
+      assert.equal(r.status, 400);
+      assert.deepEqual(r.body, { error: { message: "bad things", code: 400 } });
+      const state = (await (await fetch(`${base}/sessions/e1`)).json()) as Record<string, unknown>;
+      assert.deepEqual([state.calls, state.failed_calls], [0, 1]);
+      assert.deepEqual(events(logDir), []);
+    } finally {
+      await gw.close();
+      await failing.close();
+    }
+  });
+});
