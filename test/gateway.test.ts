@@ -251,3 +251,169 @@ describe("gateway in front of an engine that answers at once", () => {
     }
   });
 });
+
+/** Reads an SSE answer's data lines (the JSON chunks and the final [DONE]). */
+async function streamed(res: Response): Promise<string[]> {
+  const text = await res.text();
+  return text
+    .split("\n\n")
+    .filter((e) => e.startsWith("data: "))
+    .map((e) => e.slice(6));
+}
+
+describe("gateway: streaming, disconnects, restarts and upstreams", () => {
+  it("relays a stream chunk by chunk and records it; the agent's own logprobs request is kept", async () => {
+    const engine = await startInstantEngine({ reply: () => "héllo" });
+    const { gw, logDir, base } = await gateway(engine);
+    try {
+      const res = await fetch(`${base}/sessions/st/v1/chat/completions`, {
+        method: "POST",
+        body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], stream: true, logprobs: true }),
+      });
+      assert.equal(res.headers.get("content-type"), "text/event-stream");
+      const data = await streamed(res);
+      assert.equal(data.at(-1), "[DONE]");
+      const chunks = data.slice(0, -1).map((d) => JSON.parse(d) as Record<string, any>); // eslint-disable-line @typescript-eslint/no-explicit-any
+      const out = outputIds("héllo");
+      // The first chunk (role) and one per token; ids hidden (not asked), logprobs kept (asked).
+      assert.equal(chunks.length, 1 + out.length);
+      assert.ok(chunks.every((c) => c.prompt_token_ids === null || c.prompt_token_ids === undefined));
+      assert.deepEqual(
+        chunks.slice(1).map((c) => c.choices[0].logprobs.content[0].logprob),
+        out.map((_, i) => logprobAt(i)),
+      );
+      assert.equal(chunks.at(-1)!.choices[0].finish_reason, "stop");
+      const evs = events(logDir);
+      assert.deepEqual(
+        evs.map((e) => e.type),
+        ["session.start", "request", "response"],
+      );
+      assert.deepEqual(ids(evs[2]!.output_ids), out);
+      assert.equal(evs[2]!.finish_reason, "stop");
+      assert.deepEqual(ids(evs[1]!.prompt_ids), renderPrompt([{ role: "user", content: "hi" }]));
+    } finally {
+      await gw.close();
+      await engine.close();
+    }
+  });
+
+  it("records a stream the agent leaves early as abort with the tokens sampled so far, and cancels the upstream", async () => {
+    const engine = await startInstantEngine({
+      reply: () => "a long answer that takes a while",
+      tokenDelayMs: 15,
+    });
+    const { gw, logDir, base } = await gateway(engine);
+    try {
+      const controller = new AbortController();
+      const res = await fetch(`${base}/sessions/dc/v1/chat/completions`, {
+        method: "POST",
+        body: JSON.stringify({ messages: [{ role: "user", content: "go" }], stream: true }),
+        signal: controller.signal,
+      });
+      const reader = res.body!.getReader();
+      let seen = "";
+      while ((seen.match(/data: /g) ?? []).length < 4)
+        seen += new TextDecoder().decode((await reader.read()).value);
+      controller.abort();
+      await waitUntil(() => events(logDir).some((e) => e.type === "response"));
+      const response = events(logDir).find((e) => e.type === "response")!;
+      assert.equal(response.finish_reason, "abort");
+      const got = ids(response.output_ids);
+      const full = outputIds("a long answer that takes a while");
+      assert.ok(got.length >= 3 && got.length < full.length, `${got.length} tokens recorded`);
+      assert.deepEqual(got, full.slice(0, got.length));
+      assert.equal(lps(response.logprobs).length, got.length);
+      await waitUntil(() => engine.cancelled === 1);
+      assert.equal(gw.server.metrics.get("gateway_client_disconnects"), 1);
+    } finally {
+      await gw.close();
+      await engine.close();
+    }
+  });
+
+  it("continues a session after a restart: seq goes on and the next prompt is a delta of the restored tip", async () => {
+    const engine = await startInstantEngine();
+    const dir = join(scratch, "restart");
+    const history = [{ role: "user", content: "one" }];
+    let first = await gateway(engine, {}, dir);
+    const a = await chat(`${first.base}/sessions/rs/v1`, history);
+    const call1 = a.headers.get("x-trajflow-call-id")!;
+    await first.gw.close();
+    first = await gateway(engine, {}, dir);
+    try {
+      assert.equal(first.gw.restoredEvents, 3);
+      history.push(
+        { role: "assistant", content: a.body.choices[0].message.content },
+        { role: "user", content: "two" },
+      );
+      const b = await chat(`${first.base}/sessions/rs/v1`, history);
+      assert.equal(b.status, 200);
+      assert.notEqual(b.headers.get("x-trajflow-call-id"), call1);
+      const evs = events(dir);
+      assert.deepEqual(
+        evs.map((e) => [e.type, e.seq]),
+        [
+          ["session.start", 0],
+          ["request", 1],
+          ["response", 2],
+          ["request", 3],
+          ["response", 4],
+        ],
+      );
+      assert.equal(evs[3]!.parent_call_id, call1);
+    } finally {
+      await first.gw.close();
+      await engine.close();
+    }
+  });
+
+  it("sends a session to one upstream, a new session to the least loaded, and past one that refuses connections", async () => {
+    const e1 = await startInstantEngine();
+    const e2 = await startInstantEngine();
+    const dead = "http://127.0.0.1:1"; // nothing listens on port 1
+    const { gw, base } = await gateway([dead, e1.url, e2.url]);
+    try {
+      for (let i = 0; i < 3; i++)
+        assert.equal(
+          (await chat(`${base}/sessions/sticky/v1`, [{ role: "user", content: `q${i}` }])).status,
+          200,
+        );
+      // The dead upstream refused before any byte: the first call went on to another, and the session stayed there.
+      assert.equal(e1.calls + e2.calls, 3);
+      assert.ok(e1.calls === 3 || e2.calls === 3, `${e1.calls} and ${e2.calls}`);
+      assert.equal(gw.server.metrics.get("gateway_upstream_retries"), 1);
+      assert.equal(gw.server.pool.upstreams[0]!.healthy, false);
+    } finally {
+      await gw.close();
+      await e1.close();
+      await e2.close();
+    }
+  });
+
+  it("refuses calls past the in-flight limit of a session with 429 and Retry-After", async () => {
+    const engine = await startInstantEngine({ tokenDelayMs: 30 });
+    const { gw, base } = await gateway(engine, { max_in_flight_per_session: 1 });
+    try {
+      const body = JSON.stringify({ messages: [{ role: "user", content: "slow" }], stream: true });
+      const slow = fetch(`${base}/sessions/lim/v1/chat/completions`, { method: "POST", body });
+      await waitUntil(() => engine.calls === 1);
+      const refused = await fetch(`${base}/sessions/lim/v1/chat/completions`, { method: "POST", body });
+      assert.equal(refused.status, 429);
+      assert.equal(refused.headers.get("retry-after"), "1");
+      assert.equal(((await refused.json()) as { error: { code: string } }).error.code, "too_many_calls");
+      assert.equal((await slow).status, 200);
+      await (await slow).text();
+    } finally {
+      await gw.close();
+      await engine.close();
+    }
+  });
+});
+
+async function waitUntil(condition: () => boolean, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
