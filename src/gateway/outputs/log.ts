@@ -12,15 +12,10 @@ import { promises as fs } from "node:fs";
 import type { FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { TrajflowError } from "../../core/errors.ts";
+import { SEGMENT_PATTERN, segmentName } from "../../core/event-log-files.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { EventOutput, EventRecord } from "./output.ts";
 
-const SEGMENT = /^events-(\d{8})\.jsonl$/;
-
-/** The file name of segment `n`. */
-export function segmentName(n: number): string {
-  return `events-${String(n).padStart(8, "0")}.jsonl`;
-}
 
 /** The log's segments in order: their numbers and paths. */
 export async function listSegments(dir: string): Promise<Array<{ n: number; path: string }>> {
@@ -30,7 +25,7 @@ export async function listSegments(dir: string): Promise<Array<{ n: number; path
   });
   return names
     .flatMap((name) => {
-      const m = SEGMENT.exec(name);
+      const m = SEGMENT_PATTERN.exec(name);
       return m === null ? [] : [{ n: Number(m[1]), path: join(dir, name) }];
     })
     .sort((a, b) => a.n - b.n);
