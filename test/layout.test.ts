@@ -1,8 +1,9 @@
 /**
  * The layout's rules (issue 22), checked on the imports of every source file, so they hold as the tree
  * grows: only the Kafka layer (src/kafka/) imports kafkajs, sources and sinks never import each other
- * (what both need lives below them: src/contract, src/core, src/schemas, src/kafka), and the runtime
- * knows components only through the registry (their traits and roles, never their types).
+ * (what both need lives below them: src/contract, src/core, src/schemas, src/kafka), the runtime
+ * knows components only through the registry (their traits and roles, never their types) and knows no
+ * Kafka, and no module imports itself through others (an import circle).
  */
 import { strict as assert } from "node:assert";
 import { readdirSync, readFileSync } from "node:fs";
@@ -43,10 +44,13 @@ it("keeps sources and sinks from importing each other", () => {
   assert.deepEqual(crossing, []);
 });
 
+/** Folders of components and of what only components use (the Kafka client layer, the gateway). */
+const COMPONENT_FOLDERS = /^(sources|sinks|transforms|kafka|gateway)\//;
+
 it("keeps the runtime blind to component types: only the registry names components", () => {
   const runtime = files.filter((f) => f.path.startsWith("runtime/") && f.path !== "runtime/registry.ts");
   const reaching = runtime.flatMap((f) =>
-    f.imports.filter((i) => /^(sources|sinks|transforms)\//.test(i)).map((i) => `${f.path} → ${i}`),
+    f.imports.filter((i) => COMPONENT_FOLDERS.test(i)).map((i) => `${f.path} → ${i}`),
   );
   assert.deepEqual(reaching, []);
   const asking = runtime.flatMap((f) => {
@@ -58,9 +62,40 @@ it("keeps the runtime blind to component types: only the registry names componen
   assert.ok(runtime.some((f) => f.path === "runtime/runtime.ts"));
 });
 
+it("keeps Kafka out of the runtime, the registry included: components resolve their own connections", () => {
+  const reaching = files
+    .filter((f) => f.path.startsWith("runtime/"))
+    .flatMap((f) =>
+      f.imports.filter((i) => i.startsWith("kafka/") || i === "kafkajs").map((i) => `${f.path} → ${i}`),
+    );
+  assert.deepEqual(reaching, []);
+});
+
+it("has no import circle anywhere under src/ (type-only and dynamic imports included)", () => {
+  const graph = new Map(files.map((f) => [f.path, f.imports]));
+  const state = new Map<string, "visiting" | "done">();
+  const circles: string[] = [];
+  const visit = (path: string, trail: string[]): void => {
+    if (state.get(path) === "done") return;
+    if (state.get(path) === "visiting") {
+      circles.push([...trail.slice(trail.indexOf(path)), path].join(" → "));
+      return;
+    }
+    state.set(path, "visiting");
+    for (const i of graph.get(path)!) if (graph.has(i)) visit(i, [...trail, path]);
+    state.set(path, "done");
+  };
+  for (const path of [...graph.keys()].sort()) visit(path, []);
+  assert.deepEqual(circles, []);
+});
+
 it("finds the imports it checks (the scan is not vacuous)", () => {
   const client = files.find((f) => f.path === "kafka/client.ts");
   assert.ok(client?.imports.includes("kafkajs"));
   const source = files.find((f) => f.path === "sources/kafka/source.ts");
   assert.ok(source?.imports.includes("kafka/client.ts"), JSON.stringify(source?.imports));
+  // Type-only and dynamic imports count: the circle check sees them.
+  const store = files.find((f) => f.path === "sinks/shared/open-store.ts");
+  assert.ok(store?.imports.includes("sinks/shared/local-store.ts"), JSON.stringify(store?.imports));
+  assert.ok(store?.imports.includes("sinks/shared/store.ts"), JSON.stringify(store?.imports));
 });

@@ -7,7 +7,7 @@ import type { TrajectoryRow } from "../schemas/trajectory.ts";
 import { listDataFiles, readRows, rowsOfFile } from "../sinks/files/read.ts";
 import { isRemote } from "../sinks/shared/location.ts";
 import { DEFAULT_S3_OPTIONS } from "../sinks/shared/s3-options.ts";
-import { openStore } from "../sinks/shared/store.ts";
+import { openStore } from "../sinks/shared/open-store.ts";
 
 /** Runs of equal mask values over the whole sequence: prompt first, then gen (mask 1) / ctx (mask 0). */
 export function maskRuns(row: TrajectoryRow): string {

@@ -284,6 +284,16 @@ export interface DeadLetterSink {
   readonly files?: readonly string[];
 }
 
+/**
+ * Settings the source shares with the pipeline's other components, by name (a Kafka source shares its
+ * connection, which a dead-letter or trajectory topic without one of its own takes). The plan hands them
+ * from the source to the others without knowing what they are.
+ */
+export type SharedSettings = Readonly<Record<string, unknown>>;
+
+/** A component's config completed from the shared settings, or what it lacks (`path` in its config). */
+export type Resolved<C> = { config: C } | { path: string[]; problem: string };
+
 /** What every component is built with. */
 export interface BuildContext {
   metrics: Metrics;

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import type { SharedSettings } from "../contract/components.ts";
 
 /** Connection settings shared by the Kafka source and the Kafka sinks. Secrets are never logged. */
 export const kafkaConnectionSchema = z.strictObject({
@@ -25,3 +26,19 @@ export const kafkaConnectionSchema = z.strictObject({
   connection_timeout_ms: z.int().positive().default(10_000).describe("Timeout for connecting to a broker."),
 });
 export type KafkaConnection = z.output<typeof kafkaConnectionSchema>;
+
+/** The name a Kafka source shares its connection under: topics written without a connection take it. */
+const SHARED_CONNECTION = "kafka.connection";
+
+/** What a Kafka source shares with the pipeline's other components. */
+export function shareConnection(connection: KafkaConnection): SharedSettings {
+  return { [SHARED_CONNECTION]: connection };
+}
+
+/** A topic's connection: its own, else the one the source shares; undefined when neither is there. */
+export function resolveConnection(
+  own: KafkaConnection | undefined,
+  shared: SharedSettings,
+): KafkaConnection | undefined {
+  return own ?? (shared[SHARED_CONNECTION] as KafkaConnection | undefined);
+}

@@ -9,16 +9,17 @@
  *     type at most once;
  *   - sinks read the end of the chain: exactly one `durable` sink (`parquet` or `arrow`: the files
  *     recovery trusts) and any number of `topic` sinks (acknowledged before the files are written);
- *   - dead letters to any `dead_letters` type, by default where the source or the durable sink says.
+ *   - dead letters to any `dead_letters` type, by default where the source or the durable sink says;
+ *   - what the source shares (a Kafka source's connection) completes the others' configs, each entry
+ *     resolving its own (a topic without a connection takes the source's).
  *
  * Every problem is listed with where it is. `trajflow replay` and `trajflow consume` build a document
  * like a pipeline file's and go through the same plan.
  */
 import type { z } from "zod";
-import type { SourceTraits } from "../contract/components.ts";
+import type { Resolved, SharedSettings, SourceTraits } from "../contract/components.ts";
 import { issueProblems } from "../core/config.ts";
 import { TrajflowError } from "../core/errors.ts";
-import type { KafkaConnection } from "../kafka/connection.ts";
 import type { LoadedPipeline } from "./load.ts";
 import { REGISTRY, type DeadLettersPlan, type Section } from "./registry.ts";
 
@@ -39,8 +40,6 @@ export interface Plan {
   sinks: PlannedComponent[];
   /** As configured, else the source's default, else beside the durable sink's output. */
   deadLetters: DeadLettersPlan;
-  /** The source's Kafka connection, the default of components that reach brokers; null if it has none. */
-  sourceConnection: KafkaConnection | null;
 }
 
 interface Component {
@@ -75,7 +74,7 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
   // Shape and outputs are checked together, so a pipeline's problems are all listed at once.
   const { source, chain, sinks } = checkShape(components, at);
   const sourceEntry = REGISTRY.sources[source.type]!;
-  const sourceConnection = sourceEntry.sourceConnection(source.config as never);
+  const shared = sourceEntry.shares?.(source.config as never) ?? {};
   const durable = sinks.find((s) => REGISTRY.sinks[s.type]!.role === "durable");
   const deadLetters =
     configured ??
@@ -85,18 +84,22 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
       : REGISTRY.sinks[durable.type]!.deadLetters?.(durable.config as never));
   if (durable !== undefined && deadLetters === undefined)
     at(["dead_letters"], "missing: neither the source nor the durable sink has a default place for them");
-  checkOutputs(sinks, deadLetters, sourceConnection, at);
-  if (problems.length > 0 || durable === undefined || deadLetters === undefined) throw invalid(problems);
+  const outputs = resolveOutputs(sinks, deadLetters, shared, at);
+  if (problems.length > 0 || durable === undefined || outputs.deadLetters === undefined)
+    throw invalid(problems);
 
   const planned = (c: Component): PlannedComponent => ({ name: c.name, type: c.type, config: c.config });
+  const resolved = outputs.sinks;
   return {
     source: planned(source),
     sourceTraits: sourceEntry.traits,
     transforms: chain.map(planned),
     // In the order units reach them: the topics acknowledge a unit before the durable sink gets it.
-    sinks: [...sinks.filter((s) => s !== durable), durable].map(planned),
-    deadLetters,
-    sourceConnection,
+    sinks: [
+      ...resolved.filter((s) => s.name !== durable.name),
+      resolved.find((s) => s.name === durable.name)!,
+    ],
+    deadLetters: outputs.deadLetters,
   };
 }
 
@@ -278,30 +281,46 @@ function namesOf<E>(entries: Record<string, E>, test: (e: E) => boolean): string
     .join(" or ");
 }
 
-/** Outputs that reach brokers have a connection; no two outputs write to the same place. */
-function checkOutputs(
+/**
+ * Each output's config completed by its own entry from what the source shares (a topic's connection),
+ * what cannot be recorded; no two outputs write to the same place.
+ */
+function resolveOutputs(
   sinks: Component[],
   deadLetters: DeadLettersPlan | undefined,
-  sourceConnection: KafkaConnection | null,
+  shared: SharedSettings,
   at: At,
-): void {
-  // An output that reaches brokers with no connection of its own uses the source's, if it has one.
-  const stranded = (entry: { connection?: (config: never) => unknown }, config: unknown) =>
-    entry.connection !== undefined &&
-    entry.connection(config as never) === undefined &&
-    sourceConnection === null;
+): { sinks: PlannedComponent[]; deadLetters: DeadLettersPlan | undefined } {
+  const resolve = (
+    entry: { resolve?: (config: never, shared: SharedSettings) => Resolved<unknown> },
+    config: unknown,
+    path: string[],
+  ): unknown => {
+    const r = entry.resolve?.(config as never, shared);
+    if (r === undefined) return config;
+    if ("config" in r) return r.config;
+    at([...path, ...r.path], r.problem);
+    return config;
+  };
   const targets = new Set<string>();
-  for (const s of sinks) {
+  const resolved = sinks.map((s): PlannedComponent => {
     const entry = REGISTRY.sinks[s.type]!;
-    if (stranded(entry, s.config))
-      at(["sinks", s.name, "connection"], `a ${s.type} sink needs a connection when the source has none`);
-    const target = entry.target?.(s.config as never);
-    if (target === undefined) continue;
-    if (targets.has(target)) at(["sinks", s.name], `${target} is written twice`);
-    targets.add(target);
-  }
-  if (deadLetters !== undefined && stranded(REGISTRY.dead_letters[deadLetters.type]!, deadLetters.config))
-    at(["dead_letters", "connection"], "dead letters to a topic need a connection when the source has none");
+    const config = resolve(entry, s.config, ["sinks", s.name]);
+    const target = entry.target?.(config as never);
+    if (target !== undefined) {
+      if (targets.has(target)) at(["sinks", s.name], `${target} is written twice`);
+      targets.add(target);
+    }
+    return { name: s.name, type: s.type, config };
+  });
+  const letters =
+    deadLetters === undefined
+      ? undefined
+      : {
+          type: deadLetters.type,
+          config: resolve(REGISTRY.dead_letters[deadLetters.type]!, deadLetters.config, ["dead_letters"]),
+        };
+  return { sinks: resolved, deadLetters: letters };
 }
 
 function invalid(problems: string[]): TrajflowError {

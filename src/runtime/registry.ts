@@ -10,6 +10,8 @@ import type {
   BuildContext,
   DeadLetterSink,
   IngestStage,
+  Resolved,
+  SharedSettings,
   SinkComponent,
   SinkRole,
   Source,
@@ -17,7 +19,6 @@ import type {
   TransformComponent,
 } from "../contract/components.ts";
 import type { PolicyUpdateEvent } from "../schemas/events.ts";
-import type { KafkaConnection } from "../kafka/connection.ts";
 import {
   DeadLetterFiles,
   deadLetterFilesConfigSchema,
@@ -26,15 +27,24 @@ import {
 import {
   DeadLetterTopic,
   deadLetterTopicConfigSchema,
+  resolveDeadLetterTopic,
   type DeadLetterTopicConfig,
 } from "../sinks/dead-letter/topic.ts";
 import { fileSinkConfigSchema, type FileSinkConfig } from "../sinks/files/config.ts";
 import { childLocation } from "../sinks/shared/location.ts";
 import { FileSinkComponent } from "../sinks/files/component.ts";
 import { TopicSinkComponent } from "../sinks/kafka/component.ts";
-import { trajectoryTopicConfigSchema, type TrajectoryTopicConfig } from "../sinks/kafka/config.ts";
+import {
+  resolveTrajectoryTopic,
+  trajectoryTopicConfigSchema,
+  type TrajectoryTopicConfig,
+} from "../sinks/kafka/config.ts";
 import { JsonlSource, jsonlSourceConfigSchema, type JsonlSourceConfig } from "../sources/jsonl/jsonl.ts";
-import { kafkaSourceConfigSchema, type KafkaSourceConfig } from "../sources/kafka/config.ts";
+import {
+  kafkaSourceConfigSchema,
+  kafkaSourceShares,
+  type KafkaSourceConfig,
+} from "../sources/kafka/config.ts";
 import { KafkaSource } from "../sources/kafka/source.ts";
 import { AssembleComponent } from "../transforms/assemble/component.ts";
 import { assembleConfigSchema, type AssembleConfig } from "../transforms/assemble/config.ts";
@@ -54,8 +64,6 @@ export type Section = "sources" | "transforms" | "sinks" | "dead_letters";
 export interface RegistryContext extends BuildContext {
   /** The source's traits (defaults of other components follow them). */
   sourceTraits: SourceTraits;
-  /** The source's Kafka connection, the default of components that reach brokers; null if it has none. */
-  sourceConnection: KafkaConnection | null;
 }
 
 /** What transforms and sinks are built with besides the registry context. */
@@ -74,10 +82,10 @@ interface Entry<C, T, X> {
   description: string;
   build: (config: C, ctx: X) => T | Promise<T>;
   /**
-   * Present on components that reach Kafka brokers: their own connection, or undefined to use the
-   * source's (a pipeline whose source has none must then give one).
+   * Completes its config from what the source shares (a topic written without a connection takes the
+   * source's), or says what is missing. The plan calls it; `build` gets the completed config.
    */
-  connection?: (config: C) => KafkaConnection | undefined;
+  resolve?: (config: C, shared: SharedSettings) => Resolved<unknown>;
   /** What it writes to, for `validate` and the log ("topic t"); two outputs may not share one. */
   target?: (config: C) => string;
 }
@@ -86,8 +94,8 @@ export interface SourceEntry<C = never> extends Entry<C, Source, RegistryContext
   traits: SourceTraits;
   /** Threads to decode on, when the config says. */
   decodeWorkers: (config: C) => number | undefined;
-  /** Its connection, the default of components that reach brokers; null if it has none. */
-  sourceConnection: (config: C) => KafkaConnection | null;
+  /** What it shares with the other components (their defaults: a Kafka source's connection). */
+  shares?: (config: C) => SharedSettings;
   /** Where dead letters go when the pipeline does not say; null: beside the durable sink's output. */
   deadLetters?: (config: C) => DeadLettersPlan;
 }
@@ -146,7 +154,6 @@ export const REGISTRY: {
       build: (c: JsonlSourceConfig) => new JsonlSource(c),
       traits: { live: false, pipelined: false, sharedOutputs: false, recordNoun: "events" },
       decodeWorkers: (c: JsonlSourceConfig) => c.decode_workers,
-      sourceConnection: () => null,
     } satisfies SourceEntry<JsonlSourceConfig>,
     kafka: {
       schema: kafkaSourceConfigSchema,
@@ -154,7 +161,7 @@ export const REGISTRY: {
       build: (c: KafkaSourceConfig, ctx: RegistryContext) => new KafkaSource(c, ctx),
       traits: { live: true, pipelined: true, sharedOutputs: true, recordNoun: "messages" },
       decodeWorkers: (c: KafkaSourceConfig) => c.decode_workers,
-      sourceConnection: (c: KafkaSourceConfig) => c.connection,
+      shares: kafkaSourceShares,
       deadLetters: (c: KafkaSourceConfig) => ({ type: "kafka", config: { topic: `${c.topic}.dead-letter` } }),
     } satisfies SourceEntry<KafkaSourceConfig>,
   } as Record<string, SourceEntry>,
@@ -203,10 +210,11 @@ export const REGISTRY: {
       schema: trajectoryTopicConfigSchema,
       description: "rows produced to a trajectory topic",
       role: "topic",
-      connection: (c: TrajectoryTopicConfig) => c.connection,
+      resolve: resolveTrajectoryTopic,
       target: (c: TrajectoryTopicConfig) => `topic ${c.topic}`,
+      // The plan resolved the connection.
       build: (c: TrajectoryTopicConfig, ctx: StageContext) =>
-        new TopicSinkComponent(c, c.connection ?? ctx.sourceConnection!, {
+        new TopicSinkComponent(c, c.connection!, {
           metrics: ctx.metrics,
           logger: ctx.logger.child({ component: "topic" }),
         }),
@@ -234,10 +242,11 @@ export const REGISTRY: {
     kafka: {
       schema: deadLetterTopicConfigSchema,
       description: "rejected events as messages of a topic",
-      connection: (c: DeadLetterTopicConfig) => c.connection,
+      resolve: resolveDeadLetterTopic,
       target: (c: DeadLetterTopicConfig) => `dead letters to ${c.topic}`,
+      // The plan resolved the connection.
       build: (c: DeadLetterTopicConfig, ctx: RegistryContext) =>
-        new DeadLetterTopic(c.topic, c.connection ?? ctx.sourceConnection!, {
+        new DeadLetterTopic(c.topic, c.connection!, {
           metrics: ctx.metrics,
           logger: ctx.logger,
         }),

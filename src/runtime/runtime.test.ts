@@ -11,7 +11,6 @@ function plan(type: "kafka" | "jsonl", config: Record<string, unknown> = {}): Pl
     transforms: [],
     sinks: [],
     deadLetters: { type: "files", config: { path: "dl" } },
-    sourceConnection: null,
   };
 }
 

@@ -153,7 +153,6 @@ export class Runtime implements SourceHandler {
       baseDir: this.options.baseDir,
       deadLetters: this.countingOutput(null),
       sourceTraits: plan.sourceTraits,
-      sourceConnection: plan.sourceConnection,
     };
     const dl = plan.deadLetters;
     this.deadLetters = await REGISTRY.dead_letters[dl.type]!.build(dl.config as never, base);

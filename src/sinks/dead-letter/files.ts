@@ -16,7 +16,8 @@ import type { DeadLetter } from "../../schemas/dead-letter.ts";
 import { displayLocation } from "../shared/location.ts";
 import { outputLocationSchema } from "../shared/location-schema.ts";
 import { DEFAULT_S3_OPTIONS, s3OptionsSchema, type S3Options } from "../shared/s3-options.ts";
-import { openStore, type Store } from "../shared/store.ts";
+import { openStore } from "../shared/open-store.ts";
+import type { Store } from "../shared/store.ts";
 
 /** `dead_letters: { type: files, ... }` in a pipeline. */
 export const deadLetterFilesConfigSchema = z.strictObject({

@@ -6,7 +6,7 @@
  * which stops reading while it is over its limit: a flood of garbage cannot exhaust memory.
  */
 import { z } from "zod";
-import type { DeadLetterSink } from "../../contract/components.ts";
+import type { DeadLetterSink, Resolved, SharedSettings } from "../../contract/components.ts";
 import type { Ack } from "../../contract/ledger.ts";
 import { TrajflowError } from "../../core/errors.ts";
 import type { Logger } from "../../core/logger.ts";
@@ -19,7 +19,7 @@ import {
   disconnectWithin,
   type Producer,
 } from "../../kafka/client.ts";
-import { kafkaConnectionSchema, type KafkaConnection } from "../../kafka/connection.ts";
+import { kafkaConnectionSchema, resolveConnection, type KafkaConnection } from "../../kafka/connection.ts";
 
 /** `dead_letters: { type: kafka, ... }` in a pipeline. */
 export const deadLetterTopicConfigSchema = z.strictObject({
@@ -29,6 +29,17 @@ export const deadLetterTopicConfigSchema = z.strictObject({
     .describe("Brokers of the topic; default: the kafka source's connection."),
 });
 export type DeadLetterTopicConfig = z.output<typeof deadLetterTopicConfigSchema>;
+
+/** The config with its connection: its own, else the source's (a kafka source shares it). */
+export function resolveDeadLetterTopic(
+  config: DeadLetterTopicConfig,
+  shared: SharedSettings,
+): Resolved<DeadLetterTopicConfig> {
+  const connection = resolveConnection(config.connection, shared);
+  return connection === undefined
+    ? { path: ["connection"], problem: "dead letters to a topic need a connection when the source has none" }
+    : { config: { ...config, connection } };
+}
 
 /** Messages per produce request; a batch is also cut at this many bytes (under message.max.bytes). */
 const BATCH_MESSAGES = 500;

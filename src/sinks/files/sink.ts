@@ -13,7 +13,8 @@
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { OUTPUT_SCHEMA_VERSION, type TrajectoryRow } from "../../schemas/trajectory.ts";
-import { openStore, type Store } from "../shared/store.ts";
+import { openStore } from "../shared/open-store.ts";
+import type { Store } from "../shared/store.ts";
 import type { FileSinkConfig } from "./config.ts";
 import { fileExtension } from "./encoders/types.ts";
 import type { EncodeOptions } from "./encoders/types.ts";

@@ -8,7 +8,8 @@ import { ThreadMeter, type ThreadUsage } from "../../core/thread-usage.ts";
 import { emptyRow, type TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { S3Options } from "../shared/s3-options.ts";
 import { fromColumns, type ColumnBatch } from "./row-columns.ts";
-import { openStore, type CommitOutcome, type Staged, type Store } from "../shared/store.ts";
+import { openStore } from "../shared/open-store.ts";
+import type { CommitOutcome, Staged, Store } from "../shared/store.ts";
 import { encodeRows, encodeRowsInChunks, wasmMemoryBytes } from "./encoders/index.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
 

@@ -8,8 +8,6 @@
  * exists already is compared with what was to be written: the same bytes mean the work was committed
  * before (`already-committed`), other bytes fail with FILE_CONFLICT.
  */
-import type { S3Options } from "./s3-options.ts";
-import { parseLocation } from "./location.ts";
 
 export type CommitOutcome = "written" | "already-committed";
 
@@ -65,13 +63,6 @@ export interface Store {
    */
   abortPending(match: (baseName: string) => boolean): Promise<number>;
   close(): void;
-}
-
-/** Opens the store of a location (a directory or `s3://bucket/prefix`). */
-export async function openStore(location: string, s3: S3Options): Promise<Store> {
-  const loc = parseLocation(location);
-  if (loc.kind === "local") return new (await import("./local-store.ts")).LocalStore(loc.path);
-  return new (await import("./s3-store.ts")).S3Store(loc, s3);
 }
 
 export const DATA_FILE = /\.(parquet|arrow)$/;

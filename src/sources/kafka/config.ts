@@ -1,5 +1,6 @@
 import { z } from "zod";
-import { kafkaConnectionSchema } from "../../kafka/connection.ts";
+import type { SharedSettings } from "../../contract/components.ts";
+import { kafkaConnectionSchema, shareConnection } from "../../kafka/connection.ts";
 
 /** Configuration of the `kafka` source. */
 export const kafkaSourceConfigSchema = z.strictObject({
@@ -64,3 +65,7 @@ export const kafkaSourceConfigSchema = z.strictObject({
 });
 export type KafkaSourceConfig = z.output<typeof kafkaSourceConfigSchema>;
 export type KafkaSourceConfigInput = z.input<typeof kafkaSourceConfigSchema>;
+
+/** What the source shares with the pipeline's topics: its connection, their default. */
+export const kafkaSourceShares = (config: KafkaSourceConfig): SharedSettings =>
+  shareConnection(config.connection);
