@@ -96,6 +96,21 @@ export function consumePlan(source: Doc, o: PresetOptions): Plan {
   );
 }
 
+/**
+ * The gateway's embedded pipeline: its local event log followed live, written as `consume` writes a
+ * topic (files named by the log's offsets, recovered on restart).
+ */
+export function embeddedPlan(logDir: string, o: PresetOptions): Plan {
+  return plan(
+    "gateway",
+    document(
+      { type: "event_log", dir: logDir },
+      { ...o, files: { max_file_age_ms: KAFKA_DEFAULT_FILE_AGE_MS, ...defined(o.files) } },
+    ),
+    o,
+  );
+}
+
 /** Replays files in process (benchmarks, tests): the `replay` command without its flags and report. */
 export async function replay(options: {
   inputs: string[];

@@ -39,6 +39,11 @@ import {
   trajectoryTopicConfigSchema,
   type TrajectoryTopicConfig,
 } from "../sinks/kafka/config.ts";
+import {
+  EventLogSource,
+  eventLogSourceConfigSchema,
+  type EventLogSourceConfig,
+} from "../sources/event-log/source.ts";
 import { JsonlSource, jsonlSourceConfigSchema, type JsonlSourceConfig } from "../sources/jsonl/jsonl.ts";
 import {
   kafkaSourceConfigSchema,
@@ -155,6 +160,13 @@ export const REGISTRY: {
       traits: { live: false, pipelined: false, sharedOutputs: false, recordNoun: "events" },
       decodeWorkers: (c: JsonlSourceConfig) => c.decode_workers,
     } satisfies SourceEntry<JsonlSourceConfig>,
+    event_log: {
+      schema: eventLogSourceConfigSchema,
+      description: "the gateway's local event log, followed live (what replay reads, read as it grows)",
+      build: (c: EventLogSourceConfig) => new EventLogSource(c),
+      traits: { live: true, pipelined: false, sharedOutputs: false, recordNoun: "events" },
+      decodeWorkers: (c: EventLogSourceConfig) => c.decode_workers,
+    } satisfies SourceEntry<EventLogSourceConfig>,
     kafka: {
       schema: kafkaSourceConfigSchema,
       description: "gateway events from a Kafka topic (a consumer group member)",

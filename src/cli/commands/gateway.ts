@@ -3,8 +3,23 @@ import { resolve } from "node:path";
 import { ConfigProblems } from "../../core/config.ts";
 import { createLogger } from "../../core/logger.ts";
 import { gatewayConfigSchema, type GatewayConfig } from "../../gateway/config.ts";
+import type { Plan } from "../../runtime/plan.ts";
 import { ExitCode, intOption, parse, throwFlagProblems, usageError } from "../args.ts";
-import { CONNECTION_FLAGS, CONNECTION_HELP, connectionOptions } from "./shared.ts";
+import { embeddedPlan } from "../presets.ts";
+import { runReport } from "../report.ts";
+import {
+  ASSEMBLE_AND_FILE_FLAGS,
+  checkPolicyFlags,
+  CONNECTION_FLAGS,
+  CONNECTION_HELP,
+  connectionOptions,
+  presetOptions,
+  SHAPE_FLAGS,
+} from "./shared.ts";
+
+// `--engine` names the inference engine here; the Parquet engine of the embedded pipeline's files is
+// `--parquet-engine`.
+const { engine: _parquetEngine, ...FILE_FLAGS } = ASSEMBLE_AND_FILE_FLAGS;
 
 export const GATEWAY_HELP = `trajflow gateway --upstream <url> [--upstream <url>]... (--out <dir> | --topic <t>) [options]
 
@@ -20,8 +35,11 @@ Options:
   --upstream <url>          an inference server's base URL (repeat for several; a session sticks to one)
   --engine <e>              vllm (default), sglang or llamacpp: which server the upstreams run
   --listen <host:port>      where to serve agents (default 127.0.0.1:8000)
-  --out <dir>               record to a local event log in <dir>/_events (fsynced before each answer)
-  --event-log <dir>         the event log's directory (default <out>/_events)
+  --out <dir>               the embedded mode: record to a local event log in <dir>/_events (fsynced
+                            before each answer) and write training rows to <dir> from it, in this
+                            process, as \`consume\` writes a topic (exactly once, recovered on restart)
+  --event-log <dir>         the event log's directory (default <out>/_events); alone (no --out): only
+                            the log, for a pipeline elsewhere (trajflow run with an event_log source)
   --topic <t>               record to this Kafka topic instead, keyed by uid
 ${CONNECTION_HELP}
   --ack <mode>              all (default): answer once the in-sync replicas have the events;
@@ -30,7 +48,14 @@ ${CONNECTION_HELP}
   --max-in-flight <n>       calls forwarded at once (default 1024); more are answered 429
   --max-body-bytes <n>      largest request body (default 32 MiB); larger ones are answered 413
   --upstream-timeout-ms <n> longest a call may take upstream (default 600000)
+  --parquet-engine <e>      the embedded pipeline's Parquet writer (trajflow or parquet-wasm)
+  --drift-policy, --idle-timeout-ms, --reward-grace-ms, --await-rewards, --max-tokens, --rewards,
+  --grpo, --group-size, --group-timeout-ms, --partition-by, --format, --compression, --rows-per-file,
+  --tokens-per-file, --file-age-ms, --dead-letter-dir   the embedded pipeline's, as for consume
+  --json                    print the embedded pipeline's final report as JSON
   -h, --help                show this help
+
+Exit codes: 0 stopped by SIGTERM or SIGINT (calls in flight finished and recorded), 1 failed, 2 usage.
 `;
 
 export async function runGateway(argv: string[]): Promise<number> {
@@ -47,6 +72,10 @@ export async function runGateway(argv: string[]): Promise<number> {
     "max-in-flight": { type: "string" },
     "max-body-bytes": { type: "string" },
     "upstream-timeout-ms": { type: "string" },
+    "parquet-engine": { type: "string" },
+    json: { type: "boolean" },
+    ...SHAPE_FLAGS,
+    ...FILE_FLAGS,
     help: { type: "boolean", short: "h" },
   });
   if (values.help === true) {
@@ -56,7 +85,7 @@ export async function runGateway(argv: string[]): Promise<number> {
   if (values.upstream === undefined) throw usageError("gateway needs --upstream <url>");
   if ((values.out === undefined && values["event-log"] === undefined) === (values.topic === undefined))
     throw usageError("gateway needs one of --out <dir> (a local event log) or --topic <t> (Kafka)");
-  const output =
+  const output: Record<string, unknown> =
     values.topic !== undefined
       ? {
           type: "kafka",
@@ -75,27 +104,54 @@ export async function runGateway(argv: string[]): Promise<number> {
     max_body_bytes: intOption("max-body-bytes", values["max-body-bytes"]),
     upstream_timeout_ms: intOption("upstream-timeout-ms", values["upstream-timeout-ms"]),
   };
+  let plan: Plan | null = null;
+  if (values.out !== undefined) {
+    checkPolicyFlags(values);
+    const { baseDir: _baseDir, ...options } = presetOptions(
+      { ...values, engine: values["parquet-engine"] },
+      values.grpo === true,
+    );
+    plan = embeddedPlan(output.dir as string, { ...options, files: { ...options.files, path: values.out } });
+  }
   throwFlagProblems();
   const problems = new ConfigProblems();
   const config = problems.check("gateway", gatewayConfigSchema.safeParse(stripUndefined(input)));
   problems.throwIfAny();
-  return serve(config!);
+  return serve(config!, plan, values.json === true);
 }
 
-async function serve(config: GatewayConfig): Promise<number> {
+/**
+ * Runs the gateway (and in the embedded mode the pipeline on its log) until SIGTERM or SIGINT: the
+ * gateway stops taking calls and finishes those in flight, then the pipeline stops (sessions still open
+ * are read again from the log at the next start).
+ */
+async function serve(config: GatewayConfig, plan: Plan | null, json: boolean): Promise<number> {
   const { startGateway } = await import("../../gateway/gateway.ts");
+  const { Runtime } = await import("../../runtime/runtime.ts");
   const logger = createLogger({});
-  const gateway = await startGateway(config, logger);
+  let stopPipeline!: () => void;
+  const pipelineStop = new Promise<void>((r) => (stopPipeline = r));
+  const runtime =
+    plan === null ? null : new Runtime(plan, { logger, baseDir: process.cwd(), stopSignal: pipelineStop });
+  const gateway = await startGateway(config, logger, runtime?.metrics);
   process.stdout.write(
     `trajflow gateway: serving on http://${gateway.address} (events to ${gateway.output.where})\n`,
   );
-  await new Promise<void>((resolveStop) => {
-    const stop = () => resolveStop();
-    process.once("SIGTERM", stop);
-    process.once("SIGINT", stop);
+  const signalled = new Promise<void>((resolveStop) => {
+    process.once("SIGTERM", () => resolveStop());
+    process.once("SIGINT", () => resolveStop());
   });
-  logger.info("Stopping: calls in flight finish and their events are recorded.");
-  await gateway.close();
+  const pipeline = runtime?.run() ?? null;
+  pipeline?.catch(() => {});
+  try {
+    // A failed pipeline stops the gateway too: calls would be recorded that no pipeline writes.
+    await Promise.race([signalled, pipeline ?? new Promise(() => {})]);
+  } finally {
+    logger.info("Stopping: calls in flight finish and their events are recorded.");
+    await gateway.close();
+    stopPipeline();
+  }
+  if (pipeline !== null) process.stdout.write(runReport("gateway", await pipeline, json));
   return ExitCode.OK;
 }
 

@@ -20,12 +20,17 @@ import type { Lane, LiveSource, Source, SourceHandler } from "../../contract/com
 import { Ledger } from "../../contract/ledger.ts";
 
 export const eventLogSourceConfigSchema = z.strictObject({
-  dir: z.string().min(1).describe("The event log's directory (the gateway's --event-log, by default <out>/_events)."),
+  dir: z
+    .string()
+    .min(1)
+    .describe("The event log's directory (the gateway's --event-log, by default <out>/_events)."),
   group: z
     .string()
     .regex(/^[A-Za-z0-9._-]{1,100}$/)
     .default("pipeline")
-    .describe("Name of the committed position kept in <dir>/.trajflow-offsets/: one per pipeline reading the log."),
+    .describe(
+      "Name of the committed position kept in <dir>/.trajflow-offsets/: one per pipeline reading the log.",
+    ),
   range: z
     .string()
     .regex(/^[A-Za-z0-9._-]{1,100}$/)
@@ -37,7 +42,11 @@ export const eventLogSourceConfigSchema = z.strictObject({
     .nonnegative()
     .default(1000)
     .describe("A caught-up log quiet for this long moves the clock with the wall clock (docs/assembly.md)."),
-  decode_workers: z.int().nonnegative().default(0).describe("Worker threads decoding events; 0 decodes inline."),
+  decode_workers: z
+    .int()
+    .nonnegative()
+    .default(0)
+    .describe("Worker threads decoding events; 0 decodes inline."),
 });
 export type EventLogSourceConfig = z.output<typeof eventLogSourceConfigSchema>;
 
@@ -91,7 +100,10 @@ export class EventLogSource implements Source {
       fence: () => Promise.resolve(true),
       files: {
         range: this.config.range,
-        describe: () => ({ "trajflow.source": "event_log", "trajflow.inputs": JSON.stringify([this.config.dir]) }),
+        describe: () => ({
+          "trajflow.source": "event_log",
+          "trajflow.inputs": JSON.stringify([this.config.dir]),
+        }),
       },
     };
     this.lane = lane;
@@ -103,9 +115,13 @@ export class EventLogSource implements Source {
       this.error =
         err instanceof TrajflowError
           ? err
-          : new TrajflowError("SOURCE_READ_FAILED", `cannot read the event log in ${this.config.dir}: ${(err as Error).message}`, {
-              cause: err,
-            });
+          : new TrajflowError(
+              "SOURCE_READ_FAILED",
+              `cannot read the event log in ${this.config.dir}: ${(err as Error).message}`,
+              {
+                cause: err,
+              },
+            );
     });
   }
 
@@ -162,13 +178,19 @@ export class EventLogSource implements Source {
             records.push({ raw: line, origin: { kind: "file", file: path, line: offset } });
             offsets.push(offset - 1);
             if (records.length >= BATCH_RECORDS) {
-              await this.hand(handler, lane, records.splice(0), offsets.splice(0), live, { offset, segment, byte: lineByte });
+              await this.hand(handler, lane, records.splice(0), offsets.splice(0), live, {
+                offset,
+                segment,
+                byte: lineByte,
+              });
             }
           }
           // A line not finished yet (the gateway's write in progress) waits for the rest.
-          if (start < chunk.length) carry = carry === null ? chunk.subarray(start) : Buffer.concat([carry, chunk.subarray(start)]);
+          if (start < chunk.length)
+            carry = carry === null ? chunk.subarray(start) : Buffer.concat([carry, chunk.subarray(start)]);
           byte += bytesRead;
-          if (records.length > 0) await this.hand(handler, lane, records, offsets, live, { offset, segment, byte: lineByte });
+          if (records.length > 0)
+            await this.hand(handler, lane, records, offsets, live, { offset, segment, byte: lineByte });
         }
       } finally {
         await handle.close();
@@ -198,7 +220,8 @@ export class EventLogSource implements Source {
   private async committed(): Promise<Position> {
     try {
       const saved = JSON.parse(await fs.readFile(this.offsetsFile, "utf8")) as Position;
-      if (Number.isInteger(saved.offset) && Number.isInteger(saved.segment) && Number.isInteger(saved.byte)) return saved;
+      if (Number.isInteger(saved.offset) && Number.isInteger(saved.segment) && Number.isInteger(saved.byte))
+        return saved;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
     }

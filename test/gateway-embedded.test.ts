@@ -1,0 +1,153 @@
+/**
+ * `trajflow gateway --out <dir>`, the embedded mode: the gateway records to its local event log and the
+ * pipeline in the same process follows the log and writes rows. Exact rows for hand-made sessions, read
+ * back with pyarrow; SIGKILL mid-session and a restart lose and double nothing.
+ */
+import { strict as assert } from "node:assert";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, it } from "node:test";
+import { killRunning, startCli } from "./helpers/cli.ts";
+import { logprobAt, outputIds, renderPrompt, startInstantEngine } from "./helpers/instant-engine.ts";
+import { readWithPython } from "./helpers/python.ts";
+
+const scratch = mkdtempSync(join(tmpdir(), "trajflow-embedded-"));
+after(() => {
+  killRunning();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+  const port = (server.address() as { port: number }).port;
+  await new Promise<void>((r) => server.close(() => r()));
+  return port;
+}
+
+async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe().catch(() => undefined);
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+interface Row {
+  key: string;
+  prompt_ids: number[];
+  response_ids: number[];
+  response_mask: number[];
+  rollout_log_probs: number[] | null;
+  reward: number | null;
+  status: string;
+}
+interface View {
+  rows: Row[];
+}
+
+async function rowsIn(out: string, count: number): Promise<Row[] | undefined> {
+  const view = await readWithPython<View>("read_output.py", out);
+  return view.rows.length >= count ? view.rows : undefined;
+}
+
+const started = (base: string) =>
+  waitFor("the gateway", async () => ((await fetch(`${base}/readyz`)).ok ? true : undefined));
+
+async function call(base: string, session: string, messages: Array<{ role: string; content: string }>) {
+  const res = await fetch(`${base}/sessions/${session}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "x-trajflow-uid": "task" },
+    body: JSON.stringify({ model: "m", messages }),
+  });
+  assert.equal(res.status, 200);
+  return ((await res.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message
+    .content;
+}
+
+const post = (url: string, body: unknown) => fetch(url, { method: "POST", body: JSON.stringify(body) });
+
+it("writes the rows of the sessions it serves, and a gateway killed mid-session loses and doubles nothing", async () => {
+  const engine = await startInstantEngine();
+  const out = join(scratch, "rows");
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const args = [
+    "gateway",
+    "--upstream",
+    engine.url,
+    "--engine",
+    "vllm",
+    "--listen",
+    `127.0.0.1:${port}`,
+    "--out",
+    out,
+  ];
+  let gw = startCli(args);
+  try {
+    await started(base);
+    // s1: two turns, a reward, the end. s2: one turn, begun, then the gateway dies; continued after.
+    const h1 = [{ role: "user", content: "add 2 and 2" }];
+    const r1 = await call(base, "s1", h1);
+    h1.push({ role: "assistant", content: r1 }, { role: "user", content: "and 3?" });
+    const r2 = await call(base, "s1", h1);
+    await post(`${base}/sessions/s1/reward`, { value: 1 });
+    await post(`${base}/sessions/s1/end`, { status: "ok" });
+    const h2 = [{ role: "user", content: "hello" }];
+    const r3 = await call(base, "s2", h2);
+    await waitFor("s1's row", () => rowsIn(out, 1));
+    gw.child.kill("SIGKILL");
+    await gw.exited;
+    gw = startCli(args);
+    await started(base);
+    h2.push({ role: "assistant", content: r3 }, { role: "user", content: "again" });
+    const r4 = await call(base, "s2", h2);
+    await post(`${base}/sessions/s2/reward`, { value: 0.25 });
+    await post(`${base}/sessions/s2/end`, { status: "ok" });
+    const rows = await waitFor("both rows", () => rowsIn(out, 2));
+    assert.deepEqual(
+      rows.map((r) => r.key),
+      ["task_s1_0", "task_s2_0"],
+    );
+    // Exact rows: the first prompt, then every turn's sampled tokens (mask 1) and the user's (mask 0).
+    const expected = (history: Array<{ role: string; content: string }>, replies: string[]) => {
+      const prompt = renderPrompt(history.slice(0, 1));
+      const response: number[] = [];
+      const mask: number[] = [];
+      const logprobs: number[] = [];
+      for (const [i, reply] of replies.entries()) {
+        const out = outputIds(reply);
+        response.push(...out);
+        mask.push(...out.map(() => 1));
+        logprobs.push(...out.map((_, j) => Math.fround(logprobAt(j))));
+        if (i + 1 < replies.length) {
+          const next = renderPrompt(history.slice(0, 2 * i + 3));
+          const delta = next.slice(prompt.length + response.length);
+          response.push(...delta);
+          mask.push(...delta.map(() => 0));
+          logprobs.push(...delta.map(() => 0));
+        }
+      }
+      return { prompt, response, mask, logprobs };
+    };
+    for (const [row, history, replies, reward] of [
+      [rows[0]!, h1, [r1, r2], 1],
+      [rows[1]!, h2, [r3, r4], 0.25],
+    ] as const) {
+      const e = expected(history, [...replies]);
+      assert.deepEqual(row.prompt_ids, e.prompt);
+      assert.deepEqual(row.response_ids, e.response);
+      assert.deepEqual(row.response_mask, e.mask);
+      assert.deepEqual(row.rollout_log_probs, e.logprobs);
+      assert.equal(row.reward, reward);
+    }
+  } finally {
+    gw.child.kill("SIGTERM");
+    await gw.exited;
+    await engine.close();
+  }
+});
