@@ -134,6 +134,13 @@ describe("SGLang: prepare", () => {
     assert.deepEqual(r.asked, { logprobs: true, topLogprobs: 5, tokenIds: false });
   });
 
+  it("a routing layout must be the model's: positive layers and top-k", () => {
+    assert.throws(
+      () => createSglangAdapter({ routedExperts: { layers: 0, topK: 8 } }),
+      /routedExperts.layers must be a positive integer \(the served model's\), got 0/,
+    );
+  });
+
   it("weight versions: SGLang's strings read as numbers when they are numbers", () => {
     assert.deepEqual(["7", 7, "default", "step-42", "", "99999999999", -1].map(sglangWeightVersion), [
       7,

@@ -247,6 +247,16 @@ class SglangStream implements StreamReader {
 /** The SGLang adapter; see SglangAdapterOptions. */
 export function createSglangAdapter(options: SglangAdapterOptions = {}): EngineAdapter {
   const layout = options.routedExperts;
+  if (layout !== undefined) {
+    for (const [name, v] of [
+      ["layers", layout.layers],
+      ["topK", layout.topK],
+    ] as const) {
+      if (!Number.isSafeInteger(v) || v <= 0) {
+        throw new Error(`routedExperts.${name} must be a positive integer (the served model's), got ${v}`);
+      }
+    }
+  }
   return {
     name: "sglang",
 

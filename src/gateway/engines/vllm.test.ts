@@ -260,6 +260,44 @@ describe("vLLM: whole answers", () => {
   });
 });
 
+describe("vLLM: completions echo", () => {
+  it("echo: the prompt's logprobs come first in token_logprobs; the sampled tokens' are the last ones", async () => {
+    // request_output_to_completion_response with echo: logprobs over [*prompt, *output], token_ids the output's.
+    const p = await prepare("completions", { prompt: "xy", echo: true });
+    const { captures } = vllm.answer(p, {
+      id: "cmpl-2",
+      object: "text_completion",
+      created: 1700000000,
+      model: "m",
+      choices: [
+        {
+          index: 0,
+          text: "xyab",
+          logprobs: {
+            text_offset: [0, 1, 2, 3],
+            token_logprobs: [null, -4, -0.5, -0.25],
+            tokens: ["x", "y", "a", "b"],
+            top_logprobs: [null, { y: -4 }, { a: -0.5 }, { b: -0.25 }],
+          },
+          finish_reason: "stop",
+          stop_reason: null,
+          token_ids: [40, 41],
+          prompt_logprobs: null,
+          prompt_token_ids: [7, 8],
+          routed_experts: null,
+        },
+      ],
+      service_tier: null,
+      system_fingerprint: null,
+      usage: { prompt_tokens: 2, total_tokens: 4, completion_tokens: 2, prompt_tokens_details: null },
+      kv_transfer_params: null,
+      ec_transfer_params: null,
+      metrics: null,
+    });
+    assert.deepEqual([...captures[0]!.logprobs!], [-0.5, -0.25]);
+  });
+});
+
 /** A `.npy` file as numpy's np.save writes it (format 1.0, header padded to a multiple of 64). */
 function npy(descr: string, shape: number[], data: Buffer): string {
   let header = `{'descr': '${descr}', 'fortran_order': False, 'shape': (${shape.join(", ")}${shape.length === 1 ? "," : ""}), }`;
