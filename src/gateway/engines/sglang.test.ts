@@ -272,6 +272,42 @@ describe("SGLang: whole answers", () => {
     ]);
     assert.deepEqual(forAgent, answer(false));
   });
+
+  it("completions echo: the prompt's logprobs (the first null) come first; the sampled tokens' are the last", async () => {
+    // _build_completion_response with echo: to_openai_style_logprobs(input_token_logprobs, output_token_logprobs).
+    const p = await prepare("completions", { prompt: "xy", echo: true });
+    const { captures } = sglang.answer(p, {
+      id: "req-3",
+      object: "text_completion",
+      created: 1700000000,
+      model: "m",
+      choices: [
+        {
+          index: 0,
+          text: "xyab",
+          logprobs: {
+            text_offset: [-1, -1, -1, -1],
+            token_logprobs: [null, -4, -0.5, -0.25],
+            tokens: ["x", "y", "a", "b"],
+            top_logprobs: [],
+          },
+          finish_reason: "stop",
+          matched_stop: 2,
+          token_ids: [40, 41],
+          prompt_token_ids: [7, 8],
+        },
+      ],
+      usage: {
+        prompt_tokens: 2,
+        total_tokens: 4,
+        completion_tokens: 2,
+        prompt_tokens_details: null,
+        reasoning_tokens: 0,
+      },
+      metadata: { weight_version: "default" },
+    });
+    assert.deepEqual([...captures[0]!.logprobs!], [-0.5, -0.25]);
+  });
 });
 
 describe("SGLang: streams", () => {
