@@ -255,6 +255,17 @@ def test_a_step_waits_for_data_on_every_rank_and_reports_the_wait(tmp_path):
     assert job.sent[sent:][-1] == "end" and all(q == deque() for q in job.queues)
 
 
+def test_a_file_rank_0_cannot_read_fails_every_rank_at_once(grouped_output):
+    (grouped_output / "part-99999.parquet").write_bytes(b"not parquet")
+    job = LocalJob(3)
+    readers = job.readers(grouped_output, batch_units=100, unit="group")
+    with pytest.raises(Exception):
+        readers[0].next_batch()
+    for r in readers[1:]:
+        with pytest.raises(RuntimeError, match="rank 0 could not plan the next step"):
+            r.next_batch()
+
+
 def test_step_sync_needs_a_way_for_the_ranks_to_agree(grouped_output):
     with pytest.raises(ValueError, match="sync='uid'"):
         TrajectoryReader(str(grouped_output), batch_units=2, rank=1, world_size=2)

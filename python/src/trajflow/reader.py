@@ -288,6 +288,8 @@ class TrajectoryReader:
                 msg = self._broadcast(None)
                 if msg["kind"] != "wait":
                     break
+            if msg["kind"] == "error":
+                raise RuntimeError(f"rank 0 could not plan the next step: {msg['error']}")
             if not self._pending:
                 # Mirror rank 0's committed cursor, for state_dict() in per-rank checkpoints.
                 self._committed = Cursor.from_json(msg["committed"])
@@ -299,17 +301,13 @@ class TrajectoryReader:
         deadline = None if timeout is None else entered + timeout
         told = entered
         while True:
-            now = time.monotonic()
-            p: Optional[Pending] = None
-            if self._redeliver:
-                p, seq = self._unitized(self._redeliver.pop(0)), self._committed.batches + 1
-            else:
-                head = self._pending[-1].after if self._pending else self._committed
-                p, seq = self._plan(head, final=not follow), head.batches + 1
-                if p is not None:
-                    self._pending.append(p)
-                    if self.store is not None and len(self._pending) == 1:
-                        self.store.save(self._committed, p)
+            try:
+                p, seq = self._step_plan(follow)
+            except Exception as e:
+                # The others are waiting in the broadcast: tell them, so the job fails now everywhere
+                # instead of at the collective's timeout.
+                self._broadcast({"kind": "error", "error": f"{type(e).__name__}: {e}"})
+                raise
             now = time.monotonic()
             msg = {"committed": self._committed.to_json(), "waited": now - entered}
             if p is not None:
@@ -327,6 +325,18 @@ class TrajectoryReader:
                 return None
             if msg["kind"] == "batch":
                 return self._materialize(p, seq, msg["waited"], entered)
+
+    def _step_plan(self, follow: bool) -> Tuple[Optional[Pending], int]:
+        """Rank 0: the batch pending from before a restart, else the next one if the files hold it."""
+        if self._redeliver:
+            return self._unitized(self._redeliver.pop(0)), self._committed.batches + 1
+        head = self._pending[-1].after if self._pending else self._committed
+        p = self._plan(head, final=not follow)
+        if p is not None:
+            self._pending.append(p)
+            if self.store is not None and len(self._pending) == 1:
+                self.store.save(self._committed, p)
+        return p, head.batches + 1
 
     # --- planning --------------------------------------------------------------------------------
 
