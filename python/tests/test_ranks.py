@@ -185,6 +185,7 @@ def test_micro_batches_keep_under_the_limit_and_are_as_many_on_every_rank(output
                 b.table.column("prompt_ids").to_pylist(), b.table.column("response_ids").to_pylist()))))
             keys = [k for m in b.micro_batches for k in m.column("key").to_pylist()]
             assert sorted(keys) == sorted(b.keys), "a row was lost or split"
+            assert keys == [b.keys[i] for rows in b.micro_batch_rows for i in rows]
             for m in b.micro_batches:
                 assert sum(tokens[k] for k in m.column("key").to_pylist()) <= 300 or m.num_rows == 1
         # The count is the fewest that fits the most loaded rank.
@@ -192,6 +193,11 @@ def test_micro_batches_keep_under_the_limit_and_are_as_many_on_every_rank(output
         assert counts == {need}
         for r, b in enumerate(batches):
             readers[r].commit(b)
+    # One rank (no collective): the same split of its batch.
+    alone = TrajectoryReader(str(output_400), batch_units=7, unit="group", max_tokens_per_micro_batch=300)
+    b = alone.next_batch()
+    assert len(b.micro_batches) == balance.micro_batch_count(_row_tokens(b), 300)
+    assert sorted(k for m in b.micro_batches for k in m.column("key").to_pylist()) == sorted(b.keys)
 
 
 def _row_tokens(batch):

@@ -62,7 +62,10 @@ class Batch:
     bound: int = 0
     # With max_tokens_per_micro_batch: this rank's rows split by tokens, never splitting a row. With
     # sync="step" every rank has the same number of them (some may be empty), as FSDP needs.
+    # micro_batch_rows: the rows of each, as indices into ``table`` (to pick per-row arrays computed on
+    # the whole batch, such as grpo_advantages).
     micro_batches: Optional[List[pa.Table]] = None
+    micro_batch_rows: Optional[List[List[int]]] = None
 
     @property
     def num_rows(self) -> int:
@@ -481,12 +484,13 @@ class TrajectoryReader:
             table = self._load(p.plan[0][0])[0].slice(0, 0)
         batch = Batch(table, p.plan, p.after, seq, stats, waited, 0.0, rank_tokens, bound)
         if self.max_tokens_per_micro_batch is not None:
-            batch.micro_batches = self._micro_batches(p, ranks, table)
+            batch.micro_batch_rows = self._micro_batch_rows(p, ranks, table)
+            batch.micro_batches = [table.take(pa.array(rows, pa.int64())) for rows in batch.micro_batch_rows]
             stats["micro_batches"] = len(batch.micro_batches)
         batch.blocked_s = time.monotonic() - entered
         return batch
 
-    def _micro_batches(self, p: Pending, ranks: List[int], table: pa.Table) -> List[pa.Table]:
+    def _micro_batch_rows(self, p: Pending, ranks: List[int], table: pa.Table) -> List[List[int]]:
         limit = self.max_tokens_per_micro_batch
         if self._step:
             # Every rank's rows are known from the plan: all ranks agree on the largest count needed,
@@ -501,7 +505,7 @@ class TrajectoryReader:
                 pc.list_value_length(table.column("prompt_ids")), pc.list_value_length(table.column("response_ids"))
             ).to_pylist()
             count = balance.micro_batch_count(mine, limit)
-        return [table.take(pa.array(rows, pa.int64())) for rows in balance.micro_batches(mine, count)]
+        return balance.micro_batches(mine, count)
 
 
 def _raise_marks(listed: List[DataFile], done: Dict[str, Optional[int]], marks: Dict[str, int]) -> None:
