@@ -307,6 +307,7 @@ def rank_log(ckpt, world, rank):
 
 
 def test_four_ranks_follow_a_live_output_then_two_resume_after_all_are_killed(tmp_path):
+    pytest.importorskip("torch.distributed", reason="the SPMD loop needs torch (pip install 'trajflow[torch]')")
     events = write_events(tmp_path / "events.jsonl", uids=64, group_size=4, seed=3)
     staged = tmp_path / "staged"
     trajflow("replay", str(events), "--out", str(staged), "--group", "--rows-per-file", "16", "--reward-grace-ms", "0")

@@ -36,8 +36,9 @@ def _improve(tokens: Sequence[int], ranks: List[int], loads: List[int], budget: 
     """Moves one unit, or swaps two, between the most loaded rank and another while that lowers the
     larger of the two loads: each change strictly lowers the sorted loads, so this ends.
 
-    ``budget`` caps the pairs looked at (about 0.1 s of Python): a step of many units is left as LPT made
-    it, which is then already close, since LPT's excess is at most the smallest unit it placed last."""
+    ``budget`` caps the pairs looked at (a fraction of a second of Python): a step of many units is left
+    about as LPT made it, which is then already close: the most loaded rank exceeds the mean by less than
+    the last unit LPT gave it, and with many units the last ones placed are the smallest."""
     world = len(loads)
     while budget > 0:
         top = max(range(world), key=lambda r: (loads[r], -r))
