@@ -325,7 +325,9 @@ def test_four_ranks_follow_a_live_output_then_two_resume_after_all_are_killed(tm
     stop = threading.Event()
 
     def publish():
-        # The writer: files committed (renamed into place) one by one while the ranks read.
+        # The writer: files committed (renamed into place) one by one while the ranks read. trajflow's
+        # sinks commit exactly so; a replay cannot itself write as it goes (it reads whole files, not a
+        # pipe), so it writes to a staging directory first.
         for f in files:
             if stop.wait(0.25):
                 return
