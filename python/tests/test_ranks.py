@@ -159,14 +159,15 @@ def test_uid_shards_take_unequal_steps_and_step_sync_equal_ones(output_400):
     assert all(e >= 0 for e in excess)
 
 
-def test_balanced_split_is_within_ten_percent_of_the_best(tmp_path):
+def test_balanced_split_is_within_ten_percent_of_the_best():
+    # Equal units go round the ranks in their order: every rank breaks ties alike.
+    assert balance.assign([5] * 7, 3) == [0, 1, 2, 0, 1, 2, 0]
     rng = random.Random(38)
     for case in range(60):
         world = rng.choice([2, 3, 4])
         n = rng.randrange(world, 11)
         tokens = [rng.randrange(50, 2000) for _ in range(n)]
         ranks = balance.assign(tokens, world)
-        assert ranks == balance.assign(list(tokens), world), "not deterministic"
         got = max(balance.loads(tokens, ranks, world))
         best = best_split(tokens, world)
         assert got >= best >= balance.lower_bound(tokens, world)

@@ -9,8 +9,9 @@ job computes the same split from the same global batch, without talking to the o
   best split; the moves and swaps close most of the rest on the small instances a step holds.
 - ``lower_bound``: no split can do better than the mean or than the biggest unit; ``imbalance`` reports
   against it, so a figure near 0 means the split is (close to) the best one.
-- ``micro_batches``: a rank's rows into the fewest micro-batches that keep under a token limit, balanced,
-  never splitting a row (a row over the limit is a micro-batch of its own).
+- ``micro_batch_count``, ``micro_batches``: a rank's rows into micro-batches under a token limit, balanced
+  (LPT again), never splitting a row (a row over the limit is a micro-batch of its own): as few as the
+  balanced split allows, starting from the total over the limit, which no split can beat.
 """
 from __future__ import annotations
 
@@ -91,7 +92,8 @@ def imbalance(rank_tokens: Sequence[int], bound: int) -> float:
 
 
 def micro_batch_count(tokens: Sequence[int], limit: int) -> int:
-    """The fewest micro-batches ``split`` needs so that each holds at most ``limit`` tokens (or one row)."""
+    """How many micro-batches ``micro_batches`` needs so that each holds at most ``limit`` tokens (or one
+    row): the fewest for which its balanced split fits, from ``ceil(sum / limit)`` up."""
     if not tokens:
         return 0
     m = max(1, -(-sum(tokens) // limit))

@@ -121,9 +121,10 @@ class TrajectoryReader:
         sync_interval: ``sync="step"``: while rank 0 waits for data, every this many seconds it tells the
             other ranks it still waits (one broadcast each), so no collective lasts long enough to reach
             torch.distributed's timeout, whatever the wait.
-        max_tokens_per_micro_batch: split each batch (this rank's part) into the fewest micro-batches of
-            at most this many tokens, balanced, never splitting a row (a longer row is a micro-batch of
-            its own): ``batch.micro_batches``. With ``sync="step"`` every rank gets the same number.
+        max_tokens_per_micro_batch: split each batch (this rank's part) into micro-batches of at most
+            this many tokens, balanced, as few as the balanced split allows, never splitting a row (a
+            longer row is a micro-batch of its own): ``batch.micro_batches``. With ``sync="step"`` every
+            rank gets the same number, the most any rank needs.
         policy_version, max_policy_lag: skip units with a row older than ``policy_version -
             max_policy_lag`` (an int, or a function read at each batch; on rank 0 only with
             ``sync="step"``).
