@@ -62,7 +62,7 @@ def test_shards_are_disjoint_complete_and_keep_groups_whole(grouped_output):
     world = 3
     shards = []
     for rank in range(world):
-        reader = TrajectoryReader(str(grouped_output), batch_units=2, unit="group", rank=rank, world_size=world)
+        reader = TrajectoryReader(str(grouped_output), batch_units=2, unit="group", rank=rank, world_size=world, sync="uid")
         keys = []
         for b in reader.batches():
             assert all(shard_of(u, world) == rank for u in b.table.column("uid").to_pylist())

@@ -1,5 +1,6 @@
 """Read trajflow's trajectory files in a trainer (docs/trainers.md)."""
 
+from .collective import torch_broadcast
 from .files import DataFile, list_data_files
 from .cursor import Cursor, CursorStore
 from .reader import Batch, TrajectoryReader
@@ -16,4 +17,5 @@ __all__ = [
     "to_packed",
     "to_torch",
     "to_verl",
+    "torch_broadcast",
 ]

@@ -63,16 +63,31 @@ Plan = List[Tuple[str, int, int]]
 
 @dataclass
 class Pending:
+    """A planned batch. A step-synchronized reader (``sync="step"``) plans the job's global batch: one
+    plan entry per unit, with ``tokens`` holding each unit's rows' token counts, from which every rank
+    derives its part (balance.py) without reading the others' files; restarted with another world size,
+    the same global batch is split anew."""
+
     plan: Plan
     after: Cursor
     stats: Dict[str, int] = field(default_factory=dict)
+    tokens: Optional[List[List[int]]] = None
 
     def to_json(self) -> Dict[str, Any]:
-        return {"plan": [list(p) for p in self.plan], "after": self.after.to_json(), "stats": self.stats}
+        doc = {"plan": [list(p) for p in self.plan], "after": self.after.to_json(), "stats": self.stats}
+        if self.tokens is not None:
+            doc["tokens"] = self.tokens
+        return doc
 
     @staticmethod
     def from_json(d: Dict[str, Any]) -> "Pending":
-        return Pending([(p[0], int(p[1]), int(p[2])) for p in d["plan"]], Cursor.from_json(d["after"]), d.get("stats", {}))
+        tokens = d.get("tokens")
+        return Pending(
+            [(p[0], int(p[1]), int(p[2])) for p in d["plan"]],
+            Cursor.from_json(d["after"]),
+            d.get("stats", {}),
+            None if tokens is None else [[int(t) for t in unit] for unit in tokens],
+        )
 
 
 class CursorStore:

@@ -9,8 +9,11 @@
 - A batch holds whole *units*: rows (``unit="row"``), a session's rows (``"session"``), or a GRPO group,
   the rows trajflow wrote together for one uid (``"group"``): a unit is never split across batches.
   Its size is counted in rows, tokens or units: it closes once the count reaches the target.
-- Sharding across data-parallel ranks is by uid (a stable CRC-32), so a group always goes to one rank and
-  the ranks' shards are disjoint and together complete.
+- Across data-parallel ranks (``rank``, ``world_size``), step by step by default (``sync="step"``): rank 0
+  plans the job's global batch for each step and broadcasts it (collective.py); every rank takes its part,
+  whole units balanced by tokens (balance.py). Every rank gets a batch at every step, or none does. The
+  older ``sync="uid"`` shards by uid (a stable CRC-32) with no talk between ranks: disjoint and complete,
+  but the ranks' numbers of batches differ, so an SPMD trainer following a live output can hang.
 - Staleness at read time: with ``max_policy_lag``, a unit with a row older than ``policy_version -
   max_policy_lag`` is skipped (counted in the batch's stats), against the trainer's current version.
 - Exactly once: a batch's plan is written next to the cursor before the batch is returned (pending), and
@@ -30,10 +33,14 @@ import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from . import balance
+from .collective import Broadcast, default_broadcast
 from .cursor import Cursor, CursorStore, Pending, Plan
 from .files import DataFile, Lister, lane_of
 
 Units = List[Tuple[int, int, str]]  # (first row, end row, uid) of each unit of a file
+# A loaded file: its table, its units, its low water, and each row's tokens (prompt + response).
+Loaded = Tuple[pa.Table, Units, Optional[int], List[int]]
 
 
 @dataclass
@@ -45,6 +52,20 @@ class Batch:
     after: Cursor
     seq: int
     stats: Dict[str, int] = field(default_factory=dict)
+    # Seconds this step waited for data to land (rank 0's wait, the same figure on every rank with
+    # sync="step"), and seconds this rank spent in next_batch (the data wait plus waiting for rank 0).
+    waited_s: float = 0.0
+    blocked_s: float = 0.0
+    # sync="step": every rank's tokens this step, and the least the most loaded rank could have had
+    # (balance.lower_bound); imbalance = max(rank_tokens) / bound - 1.
+    rank_tokens: List[int] = field(default_factory=list)
+    bound: int = 0
+    # With max_tokens_per_micro_batch: this rank's rows split by tokens, never splitting a row. With
+    # sync="step" every rank has the same number of them (some may be empty), as FSDP needs.
+    # micro_batch_rows: the rows of each, as indices into ``table`` (to pick per-row arrays computed on
+    # the whole batch, such as grpo_advantages).
+    micro_batches: Optional[List[pa.Table]] = None
+    micro_batch_rows: Optional[List[List[int]]] = None
 
     @property
     def num_rows(self) -> int:
@@ -53,6 +74,12 @@ class Batch:
     @property
     def keys(self) -> List[str]:
         return self.table.column("key").to_pylist()
+
+    @property
+    def imbalance(self) -> float:
+        """sync="step": how many more tokens the most loaded rank has than the best split could give it
+        (0.04: 4 % above ``bound``); 0.0 otherwise."""
+        return balance.imbalance(self.rank_tokens, self.bound) if self.rank_tokens else 0.0
 
     def to_verl(self, **kwargs):
         from .tensors import to_verl
@@ -71,6 +98,39 @@ def shard_of(uid: str, world_size: int) -> int:
 
 
 class TrajectoryReader:
+    """Batches of an output directory (or S3 prefix) for a trainer, each row exactly once.
+
+    Args:
+        root: the output directory, or a pyarrow filesystem URI (``s3://bucket/prefix``).
+        filesystem: a pyarrow filesystem to read ``root`` through (default: from the URI, or local).
+        cursor: where the committed position and the pending batch are kept (a path or URI, or a
+            ``CursorStore``); None keeps them in memory only. With ``sync="step"`` only rank 0 reads and
+            writes it: give every rank the same arguments.
+        batch_rows, batch_tokens, batch_units: exactly one; a batch closes once it holds this many rows,
+            tokens (prompt + response) or units. With ``sync="step"`` this is the size of the job's
+            global batch for a step, shared by the ranks; with ``sync="uid"``, of each rank's batch.
+        unit: what is never split: ``"row"``, ``"session"`` (default) or ``"group"`` (a GRPO group).
+        rank, world_size: this process's data-parallel rank and the number of ranks.
+        sync: how ranks share the data (docs/trainers.md): ``"step"`` (default) gives every rank its
+            part of the same global batch at every step, whole units balanced by tokens, agreed through
+            ``collective``; ``"uid"`` shards by uid (CRC-32 modulo ``world_size``) without any talk
+            between ranks, so ranks get different numbers of batches.
+        collective: ``sync="step"`` with ``world_size > 1``: a broadcast from rank 0
+            (``trajflow.collective.torch_broadcast(group)``); default: torch.distributed's default group,
+            which must be initialised with this ``rank`` and ``world_size``.
+        sync_interval: ``sync="step"``: while rank 0 waits for data, every this many seconds it tells the
+            other ranks it still waits (one broadcast each), so no collective lasts long enough to reach
+            torch.distributed's timeout, whatever the wait.
+        max_tokens_per_micro_batch: split each batch (this rank's part) into micro-batches of at most
+            this many tokens, balanced, as few as the balanced split allows, never splitting a row (a
+            longer row is a micro-batch of its own): ``batch.micro_batches``. With ``sync="step"`` every
+            rank gets the same number, the most any rank needs.
+        policy_version, max_policy_lag: skip units with a row older than ``policy_version -
+            max_policy_lag`` (an int, or a function read at each batch; on rank 0 only with
+            ``sync="step"``).
+        rediscover_s: on S3, how often the whole prefix is listed to find new lanes (files.py).
+    """
+
     def __init__(
         self,
         root: str,
@@ -83,6 +143,10 @@ class TrajectoryReader:
         unit: str = "session",
         rank: int = 0,
         world_size: int = 1,
+        sync: str = "step",
+        collective: Optional[Broadcast] = None,
+        sync_interval: float = 1.0,
+        max_tokens_per_micro_batch: Optional[int] = None,
         policy_version: Union[int, Callable[[], Optional[int]], None] = None,
         max_policy_lag: Optional[int] = None,
         rediscover_s: float = 30.0,
@@ -94,16 +158,32 @@ class TrajectoryReader:
             raise ValueError(f"unit must be row, session or group, not {unit!r}")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        if sync not in ("step", "uid"):
+            raise ValueError(f"sync must be step or uid, not {sync!r}")
         if max_policy_lag is not None and policy_version is None:
             raise ValueError("max_policy_lag needs policy_version (an int, or a function returning it)")
+        if max_tokens_per_micro_batch is not None and max_tokens_per_micro_batch <= 0:
+            raise ValueError("max_tokens_per_micro_batch must be positive")
         self.root = root
-        # rediscover_s: on S3, how often the whole prefix is listed to find new lanes (files.py).
         self.lister = Lister(root, filesystem, rediscover_s)
         self.fs, self.base = self.lister.fs, self.lister.base
         self.store = CursorStore(cursor) if isinstance(cursor, str) else cursor
         self.batch_rows, self.batch_tokens, self.batch_units = batch_rows, batch_tokens, batch_units
         self.unit = unit
         self.rank, self.world_size = rank, world_size
+        self.sync = sync
+        self.sync_interval = sync_interval
+        self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
+        self._broadcast: Optional[Broadcast] = None
+        # A single rank reads as it always did: plans of merged ranges, no per-unit tokens (a later
+        # restart on several ranks splits such a pending batch by unit, _unitized).
+        self._step = sync == "step" and world_size > 1
+        if self._step:
+            self._broadcast = collective if collective is not None else default_broadcast(rank, world_size)
+            if rank != 0:
+                # One cursor for the job, kept by rank 0: the others learn each step's batch, and the
+                # committed cursor, from its broadcasts. Two writers of one file could only disagree.
+                self.store = None
         self.policy_version = policy_version
         self.max_policy_lag = max_policy_lag
         committed, pending = (Cursor(), None) if self.store is None else self.store.load()
@@ -111,7 +191,7 @@ class TrajectoryReader:
         # Batches handed out and not committed yet, oldest first; after a restart, the one the store kept.
         self._pending: List[Pending] = [] if pending is None else [pending]
         self._redeliver: List[Pending] = list(self._pending)
-        self._cache: Dict[str, Tuple[pa.Table, Units, Optional[int]]] = {}
+        self._cache: Dict[str, Loaded] = {}
 
     # --- the cursor ------------------------------------------------------------------------------
 
@@ -121,14 +201,15 @@ class TrajectoryReader:
         return self._committed
 
     def state_dict(self) -> Dict:
-        """The committed cursor, for the trainer's checkpoint."""
+        """The committed cursor, for the trainer's checkpoint (the same on every rank with sync="step")."""
         return {"trajflow_cursor": self._committed.to_json()}
 
     def load_state_dict(self, state: Dict) -> None:
         """Resumes from a checkpoint's cursor: batches after it are delivered again.
 
         When it is the cursor the store holds, the batch pending there is delivered again exactly; from an
-        older checkpoint, the batches after it are planned anew.
+        older checkpoint, the batches after it are planned anew. With sync="step", call it on every rank
+        (it is rank 0's that counts).
         """
         cursor = Cursor.from_json(state["trajflow_cursor"])
         if cursor == self._committed:
@@ -140,7 +221,9 @@ class TrajectoryReader:
             self.store.save(self._committed, None)
 
     def commit(self, batch: Batch) -> None:
-        """The trainer is done with ``batch`` (after its optimizer step): it is never delivered again."""
+        """The trainer is done with ``batch`` (after its optimizer step): it is never delivered again.
+
+        With sync="step" every rank commits its part of the step; rank 0 writes the job's cursor."""
         if not self._pending or self._pending[0].after != batch.after:
             raise ValueError("commit batches in the order they were delivered, each once")
         self._pending.pop(0)
@@ -163,11 +246,20 @@ class TrajectoryReader:
     def next_batch(
         self, follow: bool = False, poll_interval: float = 0.1, timeout: Optional[float] = None
     ) -> Optional[Batch]:
-        """The next batch; None when there is none (without ``follow``: a last partial batch first)."""
+        """The next batch; None when there is none (without ``follow``: a last partial batch first).
+
+        ``follow``: wait for files until a full batch is there, looking every ``poll_interval`` seconds,
+        at most ``timeout`` seconds (None: for ever). With sync="step" every rank must call it at every
+        step; rank 0's ``follow`` and ``timeout`` decide, and every rank returns a batch or every rank
+        returns None.
+        """
+        if self._broadcast is not None:
+            return self._next_step(follow, poll_interval, timeout)
+        entered = time.monotonic()
         if self._redeliver:
-            p = self._redeliver.pop(0)
-            return self._materialize(p, self._committed.batches + 1)
-        deadline = None if timeout is None else time.monotonic() + timeout
+            p = self._unitized(self._redeliver.pop(0))
+            return self._materialize(p, self._committed.batches + 1, 0.0, entered)
+        deadline = None if timeout is None else entered + timeout
         while True:
             head = self._pending[-1].after if self._pending else self._committed
             plan = self._plan(head, final=not follow)
@@ -178,14 +270,81 @@ class TrajectoryReader:
                 self._pending.append(plan)
                 if self.store is not None and len(self._pending) == 1:
                     self.store.save(self._committed, plan)
-                return self._materialize(plan, head.batches + 1)
+                return self._materialize(plan, head.batches + 1, time.monotonic() - entered, entered)
             if not follow or (deadline is not None and time.monotonic() >= deadline):
                 return None
             time.sleep(poll_interval)
 
+    def _next_step(self, follow: bool, poll_interval: float, timeout: Optional[float]) -> Optional[Batch]:
+        """One step of a step-synchronized job: rank 0 decides, everyone hears the same decision.
+
+        Rank 0 alone lists the files and plans (the others would see the committed files at other
+        moments, and a file landing late can sort before ones already seen, in another Kafka partition or
+        below a lane's last file: no listing-derived rule is safe without agreeing on the listing). It
+        sends one message per step, "batch" (the global plan with each unit's tokens) or "end" (no
+        input left, or its deadline passed), after any number of "wait" messages. Every rank derives its
+        part from the plan alone, so the split needs no more talk, and a restart with another world size
+        splits the same pending batch anew.
+        """
+        entered = time.monotonic()
+        if self.rank != 0:
+            while True:
+                msg = self._broadcast(None)
+                if msg["kind"] != "wait":
+                    break
+            if msg["kind"] == "error":
+                raise RuntimeError(f"rank 0 could not plan the next step: {msg['error']}")
+            if not self._pending:
+                # Mirror rank 0's committed cursor, for state_dict() in per-rank checkpoints.
+                self._committed = Cursor.from_json(msg["committed"])
+            if msg["kind"] == "end":
+                return None
+            p = Pending.from_json(msg["pending"])
+            self._pending.append(p)
+            return self._materialize(p, msg["seq"], msg["waited"], entered)
+        deadline = None if timeout is None else entered + timeout
+        told = entered
+        while True:
+            try:
+                p, seq = self._step_plan(follow)
+            except Exception as e:
+                # The others are waiting in the broadcast: tell them, so the job fails now everywhere
+                # instead of at the collective's timeout.
+                self._broadcast({"kind": "error", "error": f"{type(e).__name__}: {e}"})
+                raise
+            now = time.monotonic()
+            msg = {"committed": self._committed.to_json(), "waited": now - entered}
+            if p is not None:
+                msg.update(kind="batch", pending=p.to_json(), seq=seq)
+            elif not follow or (deadline is not None and now >= deadline):
+                msg.update(kind="end")
+            elif now - told >= self.sync_interval:
+                msg.update(kind="wait")
+                told = now
+            else:
+                time.sleep(min(poll_interval, max(0.0, told + self.sync_interval - now)))
+                continue
+            self._broadcast(msg)
+            if msg["kind"] == "end":
+                return None
+            if msg["kind"] == "batch":
+                return self._materialize(p, seq, msg["waited"], entered)
+
+    def _step_plan(self, follow: bool) -> Tuple[Optional[Pending], int]:
+        """Rank 0: the batch pending from before a restart, else the next one if the files hold it."""
+        if self._redeliver:
+            return self._unitized(self._redeliver.pop(0)), self._committed.batches + 1
+        head = self._pending[-1].after if self._pending else self._committed
+        p = self._plan(head, final=not follow)
+        if p is not None:
+            self._pending.append(p)
+            if self.store is not None and len(self._pending) == 1:
+                self.store.save(self._committed, p)
+        return p, head.batches + 1
+
     # --- planning --------------------------------------------------------------------------------
 
-    def _load(self, f: str) -> Tuple[pa.Table, Units, Optional[int]]:
+    def _load(self, f: str) -> Loaded:
         hit = self._cache.get(f)
         if hit is not None:
             return hit
@@ -214,11 +373,14 @@ class TrajectoryReader:
             ):
                 units.append((start, i, uids[start]))
                 start = i
+        tokens = pc.add(
+            pc.list_value_length(table.column("prompt_ids")), pc.list_value_length(table.column("response_ids"))
+        ).to_pylist()
         low = meta.get(b"trajflow.low_water")
         # The newest files stay cached: a batch usually continues where the last one stopped.
         if len(self._cache) >= 4:
             self._cache.pop(next(iter(self._cache)))
-        self._cache[f] = (table, units, None if low is None else int(low))
+        self._cache[f] = (table, units, None if low is None else int(low), tokens)
         return self._cache[f]
 
     def _current_policy(self) -> Optional[int]:
@@ -234,42 +396,60 @@ class TrajectoryReader:
         if head.current is not None and head.current in files:
             files.remove(head.current)
             files.insert(0, head.current)
+        step = self._step
         plan: Plan = []
+        # sync="step": one entry per unit with its rows' tokens, from which each rank takes its part.
+        unit_tokens: Optional[List[List[int]]] = [] if step else None
         stats = {"rows": 0, "tokens": 0, "units": 0, "stale_units": 0, "other_shards_units": 0}
         policy = self._current_policy() if self.max_policy_lag is not None else None
         for f in files:
-            table, units, low = self._load(f)
+            table, units, low, tokens = self._load(f)
             row = head.row if f == head.current else 0
-            tokens = None
-            if self.batch_tokens is not None:
-                tokens = pc.add(pc.list_value_length(table.column("prompt_ids")), pc.list_value_length(table.column("response_ids"))).to_pylist()
             versions = table.column("weight_version_min").to_pylist() if policy is not None else None
             for start, end, uid in units:
                 if start < row:
                     continue
-                if self.world_size > 1 and shard_of(uid, self.world_size) != self.rank:
+                if not step and self.world_size > 1 and shard_of(uid, self.world_size) != self.rank:
                     stats["other_shards_units"] += 1
                 elif policy is not None and any(v is not None and v < policy - self.max_policy_lag for v in versions[start:end]):
                     stats["stale_units"] += 1
                 else:
-                    if plan and plan[-1][0] == f and plan[-1][2] == start:
+                    if unit_tokens is not None:
+                        plan.append((f, start, end))
+                        unit_tokens.append(tokens[start:end])
+                    elif plan and plan[-1][0] == f and plan[-1][2] == start:
                         plan[-1] = (f, plan[-1][1], end)
                     else:
                         plan.append((f, start, end))
                     stats["rows"] += end - start
                     stats["units"] += 1
-                    stats["tokens"] += sum(tokens[start:end]) if tokens is not None else 0
+                    stats["tokens"] += sum(tokens[start:end])
                 if self._full(stats):
                     if end == table.num_rows:
                         done[f] = low
                         after = Cursor(done, None, 0, head.batches + 1, marks)
                     else:
                         after = Cursor(done, f, end, head.batches + 1, marks)
-                    return Pending(plan, after, stats)
+                    return Pending(plan, after, stats, unit_tokens)
             done[f] = low
         if final and plan:
-            return Pending(plan, Cursor(done, None, 0, head.batches + 1, marks), stats)
+            return Pending(plan, Cursor(done, None, 0, head.batches + 1, marks), stats, unit_tokens)
         return None
+
+    def _unitized(self, p: Pending) -> Pending:
+        """A pending batch kept by a single-rank or sync="uid" reader (one range may hold several units,
+        and no tokens), as one entry per unit with its tokens: the same rows, split across the ranks."""
+        if not self._step or p.tokens is not None:
+            return p
+        plan: Plan = []
+        tokens: List[List[int]] = []
+        for f, first, last in p.plan:
+            _, units, _, row_tokens = self._load(f)
+            for start, end, _ in units:
+                if start < last and end > first:
+                    plan.append((f, max(start, first), min(end, last)))
+                    tokens.append(row_tokens[max(start, first) : min(end, last)])
+        return Pending(plan, p.after, p.stats, tokens)
 
     def _full(self, stats: Dict[str, int]) -> bool:
         if self.batch_rows is not None:
@@ -278,10 +458,55 @@ class TrajectoryReader:
             return stats["tokens"] >= self.batch_tokens
         return stats["units"] >= self.batch_units
 
-    def _materialize(self, p: Pending, seq: int) -> Batch:
-        parts = [self._load(f)[0].slice(start, end - start) for f, start, end in p.plan]
-        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        return Batch(table.combine_chunks(), p.plan, p.after, seq, dict(p.stats))
+    def _materialize(self, p: Pending, seq: int, waited: float, entered: float) -> Batch:
+        stats = dict(p.stats)
+        rank_tokens: List[int] = []
+        bound = 0
+        if self._step:
+            unit_tokens = [sum(t) for t in p.tokens]
+            ranks = balance.assign(unit_tokens, self.world_size)
+            rank_tokens = balance.loads(unit_tokens, ranks, self.world_size)
+            bound = balance.lower_bound(unit_tokens, self.world_size)
+            mine = [i for i, r in enumerate(ranks) if r == self.rank]
+            ranges = [p.plan[i] for i in mine]
+            stats.update(
+                {f"global_{k}": stats.get(k, 0) for k in ("rows", "tokens", "units")},
+                rows=sum(len(p.tokens[i]) for i in mine),
+                tokens=rank_tokens[self.rank],
+                units=len(mine),
+            )
+        else:
+            ranks, ranges = [], p.plan
+        if ranges:
+            parts = [self._load(f)[0].slice(start, end - start) for f, start, end in ranges]
+            table = (pa.concat_tables(parts) if len(parts) > 1 else parts[0]).combine_chunks()
+        else:
+            # This rank's part of the step is empty (fewer units than ranks): same schema, no rows.
+            table = self._load(p.plan[0][0])[0].slice(0, 0)
+        batch = Batch(table, p.plan, p.after, seq, stats, waited, 0.0, rank_tokens, bound)
+        if self.max_tokens_per_micro_batch is not None:
+            batch.micro_batch_rows = self._micro_batch_rows(p, ranks, table)
+            batch.micro_batches = [table.take(pa.array(rows, pa.int64())) for rows in batch.micro_batch_rows]
+            stats["micro_batches"] = len(batch.micro_batches)
+        batch.blocked_s = time.monotonic() - entered
+        return batch
+
+    def _micro_batch_rows(self, p: Pending, ranks: List[int], table: pa.Table) -> List[List[int]]:
+        limit = self.max_tokens_per_micro_batch
+        if self._step:
+            # Every rank's rows are known from the plan: all ranks agree on the largest count needed,
+            # since FSDP and DDP's gradient accumulation take a collective per micro-batch.
+            per_rank: List[List[int]] = [[] for _ in range(self.world_size)]
+            for i, r in enumerate(ranks):
+                per_rank[r].extend(p.tokens[i])
+            count = max(balance.micro_batch_count(t, limit) for t in per_rank)
+            mine = per_rank[self.rank]
+        else:
+            mine = pc.add(
+                pc.list_value_length(table.column("prompt_ids")), pc.list_value_length(table.column("response_ids"))
+            ).to_pylist()
+            count = balance.micro_batch_count(mine, limit)
+        return balance.micro_batches(mine, count)
 
 
 def _raise_marks(listed: List[DataFile], done: Dict[str, Optional[int]], marks: Dict[str, int]) -> None:

@@ -107,7 +107,11 @@ export function logprobEntries(
   return Array.isArray(values) ? values : undefined;
 }
 
-/** Appends `count` logprobs from `entries` (NaN past their end or for an entry without a value). */
+/**
+ * Appends `count` logprobs from `entries` (NaN past their end or for an entry without a value). When there are
+ * more entries than tokens, the last `count` are the tokens': vLLM's completions `echo` puts the prompt's
+ * logprobs first, before the sampled tokens' (completion/serving.py).
+ */
 export function appendLogprobs(
   route: "chat" | "completions",
   entries: readonly unknown[] | undefined,
@@ -120,8 +124,9 @@ export function appendLogprobs(
     return;
   }
   const n = Math.min(count, entries.length);
+  const skip = entries.length - n;
   for (let i = 0; i < n; i++) {
-    const e = entries[i];
+    const e = entries[skip + i];
     into.push(logprobValue(route === "chat" ? (isRecord(e) ? e.logprob : undefined) : e, missing));
   }
   into.fill(NaN, count - n);

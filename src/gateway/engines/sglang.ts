@@ -247,6 +247,16 @@ class SglangStream implements StreamReader {
 /** The SGLang adapter; see SglangAdapterOptions. */
 export function createSglangAdapter(options: SglangAdapterOptions = {}): EngineAdapter {
   const layout = options.routedExperts;
+  if (layout !== undefined) {
+    for (const [name, v] of [
+      ["layers", layout.layers],
+      ["topK", layout.topK],
+    ] as const) {
+      if (!Number.isSafeInteger(v) || v <= 0) {
+        throw new Error(`routedExperts.${name} must be a positive integer (the served model's), got ${v}`);
+      }
+    }
+  }
   return {
     name: "sglang",
 
@@ -302,8 +312,14 @@ export function createSglangAdapter(options: SglangAdapterOptions = {}): EngineA
         const entries = logprobEntries(route, c.logprobs);
         if (entries !== undefined) {
           const lp = float32Builder();
-          appendLogprobs(route, entries, entries.length, lp);
-          capture.logprobs = alignedLogprobs(lp.take(), ids.length);
+          if (route === "chat") {
+            appendLogprobs(route, entries, entries.length, lp);
+            capture.logprobs = alignedLogprobs(lp.take(), ids.length);
+          } else {
+            // Completions `echo` puts the prompt's logprobs first: the last ones are the sampled tokens'.
+            appendLogprobs(route, entries, ids.length, lp);
+            capture.logprobs = lp.take();
+          }
         }
         if (weightVersion !== undefined) capture.weightVersion = weightVersion;
         textOf(route, c, capture);

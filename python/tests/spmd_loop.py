@@ -1,0 +1,90 @@
+"""One rank of an SPMD trainer loop (torchrun-style, gloo on CPU), for the multi-rank tests.
+
+    python spmd_loop.py OUT CKPT_DIR RANK WORLD_SIZE INIT_FILE [--follow] [--idle S] [--batch-units N]
+        [--micro-tokens N] [--step S]
+
+Every step does what a data-parallel trainer does between reading and committing: a real all_reduce
+(of the step's token count, standing in for the gradients). The "model" is the list of row keys trained
+on, gathered to rank 0 and saved there with the reader's cursor in one checkpoint file after each step.
+Each rank logs every batch it receives (seq, keys, tokens, the all-reduced sum, the balance figures) to
+CKPT_DIR/rank-<world>-<rank>.log before training on it.
+"""
+import argparse
+import datetime
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from trajflow import TrajectoryReader
+
+
+def save_atomically(path, doc):
+    temp = f"{path}.tmp"
+    with open(temp, "w") as f:
+        json.dump(doc, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("ckpt")
+    ap.add_argument("rank", type=int)
+    ap.add_argument("world", type=int)
+    ap.add_argument("init_file")
+    ap.add_argument("--follow", action="store_true")
+    ap.add_argument("--idle", type=float, default=None)
+    ap.add_argument("--batch-units", type=int, default=8)
+    ap.add_argument("--micro-tokens", type=int, default=None)
+    ap.add_argument("--step", type=float, default=0.0)
+    args = ap.parse_args()
+    # A rank that never reaches a collective fails the others after 30 s instead of hanging the test.
+    dist.init_process_group(
+        "gloo", init_method=f"file://{args.init_file}", rank=args.rank, world_size=args.world,
+        timeout=datetime.timedelta(seconds=30),
+    )
+    model_path = os.path.join(args.ckpt, "model.json")
+    model = {"trained": [], "steps": 0, "cursor": None}
+    if os.path.exists(model_path):
+        with open(model_path) as f:
+            model = json.load(f)
+    reader = TrajectoryReader(
+        args.out, cursor=os.path.join(args.ckpt, "cursor.json"), batch_units=args.batch_units, unit="group",
+        rank=args.rank, world_size=args.world, max_tokens_per_micro_batch=args.micro_tokens,
+    )
+    if model["cursor"] is not None:
+        reader.load_state_dict(model["cursor"])
+    with open(os.path.join(args.ckpt, f"ready-{args.world}-{args.rank}"), "w"):
+        pass
+    log = open(os.path.join(args.ckpt, f"rank-{args.world}-{args.rank}.log"), "a")
+    for batch in reader.batches(follow=args.follow, poll_interval=0.05, idle_timeout=args.idle):
+        tokens = torch.tensor([batch.stats["tokens"]], dtype=torch.int64)
+        dist.all_reduce(tokens)  # the gradient all-reduce: every rank must reach it at every step
+        entry = {
+            "seq": batch.seq, "keys": batch.keys, "tokens": batch.stats["tokens"], "reduced": int(tokens.item()),
+            "global_tokens": batch.stats["global_tokens"], "rank_tokens": batch.rank_tokens, "bound": batch.bound,
+            "imbalance": batch.imbalance, "waited_s": batch.waited_s,
+        }
+        if batch.micro_batches is not None:
+            entry["micro"] = [m.column("key").to_pylist() for m in batch.micro_batches]
+        log.write(json.dumps(entry) + "\n")
+        log.flush()
+        time.sleep(args.step)  # the forward and backward pass
+        gathered = [None] * args.world
+        dist.all_gather_object(gathered, batch.keys)
+        reader.commit(batch)
+        if args.rank == 0:
+            model["trained"].extend(k for keys in gathered for k in keys)
+            model["steps"] += 1
+            model["cursor"] = reader.state_dict()
+            save_atomically(model_path, model)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
