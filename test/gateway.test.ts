@@ -22,6 +22,7 @@ import {
   type InstantEngine,
 } from "./helpers/instant-engine.ts";
 import { runCli } from "./helpers/cli.ts";
+import { waitUntil } from "./helpers/gateway.ts";
 
 const logger = createLogger({ level: "silent" });
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-gateway-"));
@@ -409,11 +410,3 @@ describe("gateway: streaming, disconnects, restarts and upstreams", () => {
     }
   });
 });
-
-async function waitUntil(condition: () => boolean, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
