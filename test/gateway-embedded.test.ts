@@ -143,3 +143,28 @@ it("writes the rows of the sessions it serves, and a gateway killed mid-session 
     await engine.close();
   }
 });
+
+it("runs the shipped pipelines/gateway.yaml: the gateway and its pipeline from one file", async () => {
+  const engine = await startInstantEngine();
+  const out = join(scratch, "from-file");
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const pipeline = new URL("../pipelines/gateway.yaml", import.meta.url).pathname;
+  const run = startCli(["run", pipeline, "--set", "transforms.assemble.reward_grace_ms=0"], {
+    TRAJFLOW_UPSTREAM: engine.url,
+    TRAJFLOW_LISTEN: `127.0.0.1:${port}`,
+    TRAJFLOW_OUT: out,
+  });
+  try {
+    await started(base);
+    const reply = await call(base, "f1", [{ role: "user", content: "from a file" }]);
+    await post(`${base}/sessions/f1/end`, { status: "ok" });
+    const [row] = await waitFor("the row", () => rowsIn(out, 1));
+    assert.equal(row!.key, "task_f1_0");
+    assert.deepEqual(row!.response_ids, outputIds(reply));
+  } finally {
+    run.child.kill("SIGTERM");
+    assert.equal(await run.exited, 0, run.stderr());
+    await engine.close();
+  }
+});

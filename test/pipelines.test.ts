@@ -25,6 +25,50 @@ function file(name: string, text: string): string {
 }
 
 describe("pipeline validation", () => {
+  it("checks a gateway section with the gateway's schema, every problem with file:line, beside the pipeline's", async () => {
+    const path = file(
+      "gateway.yaml",
+      [
+        "version: 1",
+        "gateway:",
+        '  upstreams: ["ftp://engine"]',
+        "  engine: vlm",
+        "  output: { type: log }",
+        "  bogus: 1",
+        "sources:",
+        "  events: { type: event_log, dir: /tmp/x, pol_ms: 5 }",
+        "transforms:",
+        "  assemble: { type: assemble, inputs: [events] }",
+        "sinks:",
+        "  files: { type: parquet, inputs: [assemble], path: out }",
+        "",
+      ].join("\n"),
+    );
+    const r = await runCli(["validate", path]);
+    assert.equal(r.code, 2);
+    assert.deepEqual(
+      r.stderr
+        .trim()
+        .split("\n")
+        .slice(1)
+        .map((l) => l.trim())
+        .sort(),
+      [
+        `${path}:3: gateway.upstreams.0: an upstream is an http:// or https:// URL`,
+        `${path}:4: gateway.engine: Invalid option: expected one of "vllm"|"sglang"|"llamacpp"`,
+        `${path}:5: gateway.output.dir: Invalid input: expected string, received undefined`,
+        `${path}:6: gateway.bogus: unknown key`,
+        `${path}:8: sources.events.pol_ms: unknown key`,
+      ],
+    );
+    const shipped = await runCli(["validate", join(root, "pipelines", "gateway.yaml")]);
+    assert.equal(shipped.code, 0, shipped.stderr);
+    assert.match(
+      shipped.stdout,
+      /event_log events → assemble → parquet files in rows; .*fed by a gateway on 127\.0\.0\.1:8000/,
+    );
+  });
+
   it("lists every problem at once, each with file:line and path", async () => {
     const path = file(
       "bad.yaml",

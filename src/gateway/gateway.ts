@@ -54,14 +54,15 @@ export async function startGateway(
       { address, upstreams: config.upstreams, engine: config.engine, output: output.where },
       "The gateway serves agents at http://<address>/sessions/{id}/v1.",
     );
+    let closing: Promise<void> | null = null;
     return {
       address,
       server,
       output,
       restoredEvents,
-      async close() {
-        await server.close();
-        await output.close();
+      close() {
+        closing ??= server.close().then(() => output.close());
+        return closing;
       },
     };
   } catch (err) {

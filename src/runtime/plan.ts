@@ -51,7 +51,9 @@ interface Component {
 }
 
 const SECTIONS = ["sources", "transforms", "sinks"] as const;
-const TOP_LEVEL = new Set(["version", ...SECTIONS, "dead_letters"]);
+// `gateway` is the gateway's section (a pipeline file may describe the gateway feeding it); the pipeline
+// command checks it with the gateway's own schema, the plan only knows the name.
+const TOP_LEVEL = new Set(["version", ...SECTIONS, "dead_letters", "gateway"]);
 
 /** Records a problem at a path of the document (`file:line: path: message`). */
 type At = (path: Array<string | number>, message: string) => void;

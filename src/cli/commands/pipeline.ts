@@ -7,6 +7,7 @@ import { createLogger } from "../../core/logger.ts";
 import { dirname, resolve } from "node:path";
 import { loadPipeline } from "../../runtime/load.ts";
 import { describePlan, planPipeline } from "../../runtime/plan.ts";
+import { checkGatewaySection } from "../../gateway/section.ts";
 import { ExitCode, intOption, parse, takeFlagProblems, usageError } from "../args.ts";
 import { operationsOptions, PIPELINE_COMMAND_FLAGS } from "../operations.ts";
 import { execute } from "../execute.ts";
@@ -53,22 +54,32 @@ export async function runPipelineCommand(command: "validate" | "run", argv: stri
   const { pipeline, problems } = loadPipeline(file, { set: values.set ?? [] });
   const operations = operationsOptions(values);
   const untilIdleMs = intOption("until-idle-ms", values["until-idle-ms"]);
+  const root = (pipeline.value ?? {}) as Record<string, unknown>;
+  const gateway = checkGatewaySection(root.gateway, pipeline.where);
   // Bad flag values are listed with the file's problems, all at once.
-  const plan = planPipeline(pipeline, [...takeFlagProblems(), ...problems]);
+  const plan = planPipeline(pipeline, [...takeFlagProblems(), ...problems, ...gateway.problems]);
   if (command === "validate") {
-    process.stdout.write(`${file}: valid: ${describePlan(plan)}\n`);
+    const feeding = gateway.config === null ? "" : `; fed by a gateway on ${gateway.config.listen}`;
+    process.stdout.write(`${file}: valid: ${describePlan(plan)}${feeding}\n`);
     return ExitCode.OK;
   }
   const logger = createLogger({ level: values["log-level"] });
   logger.info({ pipeline: file }, describePlan(plan));
+  const stop = plan.sourceTraits.live || gateway.config !== null ? stopOnSignals(logger) : undefined;
+  // The gateway feeding the pipeline starts first and stops first: calls in flight finish and their
+  // events are recorded before the pipeline stops reading them.
+  const running =
+    gateway.config === null
+      ? null
+      : await (await import("../../gateway/gateway.ts")).startGateway(gateway.config, logger);
   const result = await execute(plan, {
     logger,
     // Model and module paths of reward stages are relative to the pipeline file.
     baseDir: dirname(resolve(file)),
     untilIdleMs,
-    stopSignal: plan.sourceTraits.live ? stopOnSignals(logger) : undefined,
+    stopSignal: stop === undefined ? undefined : running === null ? stop : stop.then(() => running.close()),
     operations,
-  });
+  }).finally(() => running?.close());
   process.stdout.write(runReport("run", result, values.json === true));
   return ExitCode.OK;
 }
