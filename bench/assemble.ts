@@ -7,7 +7,7 @@
 import { Metrics } from "../src/core/metrics.ts";
 import { Assembler } from "../src/transforms/assemble/assembler.ts";
 import { assembleConfigSchema } from "../src/transforms/assemble/config.ts";
-import type { DecodedEvent } from "../src/transforms/decode/decode.ts";
+import type { DecodedEvent } from "../src/transforms/assemble/decode/decode.ts";
 import { execFileSync } from "node:child_process";
 import { bestOf, decodeAll, record, tokensOf, type Result } from "./harness.ts";
 import { linearSession, type PromptForm, type SessionShape } from "./workloads.ts";

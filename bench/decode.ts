@@ -2,7 +2,7 @@
  * Decode benchmarks: raw JSON lines → typed events (JSON.parse + zod + typed token arrays + digest), for
  * token arrays sent as JSON numbers and packed as base64.
  */
-import { decodeEvent } from "../src/transforms/decode/decode.ts";
+import { decodeEvent } from "../src/transforms/assemble/decode/decode.ts";
 import { bestOf, record } from "./harness.ts";
 import { linearSession } from "./workloads.ts";
 

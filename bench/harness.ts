@@ -1,5 +1,5 @@
 /** Small helpers shared by the benchmarks: timing with warm-up, and result records. */
-import { decodeEvent, type DecodedEvent } from "../src/transforms/decode/decode.ts";
+import { decodeEvent, type DecodedEvent } from "../src/transforms/assemble/decode/decode.ts";
 
 export interface Result {
   bench: string;

@@ -18,7 +18,7 @@ import { mulberry32 } from "../src/core/prng.ts";
 import type { FinishReason } from "../src/schemas/trajectory.ts";
 import { Assembler } from "../src/transforms/assemble/assembler.ts";
 import { assembleConfigSchema } from "../src/transforms/assemble/config.ts";
-import { decodeEvent } from "../src/transforms/decode/decode.ts";
+import { decodeEvent } from "../src/transforms/assemble/decode/decode.ts";
 import { runCli } from "./helpers/cli.ts";
 
 const EXAMPLES = readFileSync(new URL("../examples/sessions.jsonl", import.meta.url), "utf8")

@@ -163,40 +163,45 @@ export interface LiveSource {
 }
 
 /**
- * One lane's part of the ingest stage: decoded records in, finished units out. A control event it meets
- * goes to the transforms' `control`; a rejected record goes to the lane's dead letters.
+ * One lane's part of the ingest stage: raw records in, finished units out. A control event it meets goes
+ * to the transforms' `control`; a rejected record goes to the lane's dead letters.
  */
-export interface LaneIngest<Decoded = unknown> {
+export interface LaneIngest {
   readonly lane: Lane;
   /** The lane's event time: the latest event time seen, or the wall clock a quiet lane follows. */
   readonly eventTime: number;
-  /** Applies one record at `offset`; returns the units of the sessions it finished. */
-  push(record: RawRecord, offset: number, decoded: Decoded): Unit[];
+  /**
+   * A batch of the lane's records (`offsets[i]` is record i's), as the source handed it over. Decoding
+   * starts at once (on worker threads when configured), so a batch handed over early decodes while the
+   * one before it is applied; iterating applies the records in order, yielding the units of the sessions
+   * they finish. A record below the ledger's `next` (delivered again) is skipped; each one applied moves
+   * `next` past it. It also yields (possibly no units) when the stage is over its limits, for the runtime
+   * to cut the oldest sessions before the next record; `live()` false stops it early.
+   */
+  records(records: RawRecord[], offsets: number[], live: () => boolean): AsyncIterable<Unit[]>;
   /** Moves the lane's clock to at least `time` (a quiet live lane); returns what that finishes. */
   advanceClock(time: number): Unit[];
   /** Every open session, finished as it is (end of input, or a draining stop). */
   flush(): Unit[];
+  /** The lane was revoked: its open sessions are dropped (the next owner reads them again). */
+  drop(): void;
 }
 
 /**
  * The first stage of every pipeline (decode + assemble): raw records become sessions. Built from the
  * registry like every component; its limits on open sessions span all lanes.
  */
-export interface IngestStage<Decoded = unknown> {
-  /** Decodes records in chunks, all started at once (on worker threads when configured). */
-  decode(records: RawRecord[]): Array<Promise<Decoded[]>>;
+export interface IngestStage {
   /**
    * Opens a lane. `written`: sessions of the lane already durable (recovery) with the last offset
    * applied there; their events are skipped.
    */
-  openLane(lane: Lane, deadLetters: DeadLetterOutput, written: Map<string, number>): LaneIngest<Decoded>;
-  /** The lane was revoked: its open sessions are dropped (the next owner reads them again). */
-  closeLane(lane: LaneIngest<Decoded>): void;
+  openLane(lane: Lane, deadLetters: DeadLetterOutput, written: Map<string, number>): LaneIngest;
   readonly openSessions: number;
   /** True while open sessions exceed a limit: the runtime cuts the oldest until it is not. */
   readonly overLimits: boolean;
   /** Finalizes the oldest open session of any lane early; null when none is open. */
-  cutOldest(): { lane: LaneIngest<Decoded>; units: Unit[] } | null;
+  cutOldest(): { lane: Lane; units: Unit[] } | null;
   /** Data it holds now by part (open sessions): memory accounting. */
   heldBytes?(): Holdings;
   close(): Promise<void>;

@@ -2,8 +2,9 @@
  * The runtime: runs any valid plan, whatever its components; it knows them by their traits and roles
  * (registry.ts), never by their types. It builds every component from the registry (reward stages start
  * before any input or output opens, so one that cannot start fails the run with nothing written), opens
- * a lane's part of each component when the source assigns the lane, has the ingest stage decode records
- * in chunks and apply them, and moves finished units through the lane's transforms to its sinks. It
+ * a lane's part of each component when the source assigns the lane, hands each batch of records to the
+ * lane's part of the ingest stage (which decodes and applies them), and moves the units it gets back
+ * through the lane's transforms to its sinks. It
  * stops the same way for every source: stop reading, finish or drop what is open, wait for every sink,
  * then commit and disconnect.
  */
@@ -16,6 +17,7 @@ import type {
   Source,
   SourceHandler,
   TransformComponent,
+  Unit,
 } from "../contract/components.ts";
 import { isTrajflowError, TrajflowError } from "../core/errors.ts";
 import { addHoldings, HeldMemory, type HeldPart, type Holdings } from "../core/held-memory.ts";
@@ -225,7 +227,7 @@ export class Runtime implements SourceHandler {
       const runner = this.lanes.get(lane);
       if (runner === undefined) continue;
       runner.abandon();
-      this.ingest.closeLane(runner.ingest);
+      runner.ingest.drop();
       this.lanes.delete(lane);
     }
   }
@@ -235,9 +237,9 @@ export class Runtime implements SourceHandler {
     // Decoding starts now, applying once the batches handed over before are applied: a source that
     // hands over the next batch early gets it decoded (on the decode workers) while this one assembles.
     const runner = this.lanes.get(lane);
-    const chunks = runner !== undefined ? this.ingest.decode(records) : [];
+    const batch = runner?.ingest.records(records, offsets, live);
     if (runner !== undefined) runner.batchesInFlight++;
-    const run = this.applying.then(() => this.apply(lane, records, offsets, live, chunks));
+    const run = this.applying.then(() => this.apply(lane, runner, batch, live));
     this.inFlight++;
     this.applying = run
       .catch(() => {})
@@ -293,28 +295,16 @@ export class Runtime implements SourceHandler {
 
   private async apply(
     lane: Lane,
-    records: RawRecord[],
-    offsets: number[],
+    runner: LaneRunner | undefined,
+    batch: AsyncIterable<Unit[]> | undefined,
     live: () => boolean,
-    chunks: Array<Promise<unknown[]>>,
   ): Promise<void> {
-    const runner = this.lanes.get(lane);
-    if (runner === undefined) return;
-    const { ledger } = lane;
-    let at = 0;
-    batch: for (const chunk of chunks) {
-      const decoded = await chunk;
-      for (let i = 0; i < decoded.length; i++, at++) {
-        if (!live()) break batch;
-        const offset = offsets[at]!;
-        if (offset < ledger.next) continue; // delivered again within this generation
-        const units = runner.ingest.push(records[at]!, offset, decoded[i]);
-        if (units.length > 0) await runner.forward(units);
-        ledger.next = offset + 1;
-        if (this.ingest.overLimits) await this.enforceLimits();
-      }
+    // Revoked since it was handed over: nothing of it applies.
+    if (runner === undefined || batch === undefined || this.lanes.get(lane) !== runner) return;
+    for await (const units of batch) {
+      if (units.length > 0) await runner.forward(units);
+      if (this.ingest.overLimits) await this.enforceLimits();
     }
-    this.metrics.inc("events_read", "", at);
     if (!live()) return;
     await runner.endOfBatch(false);
     // A flood of rejected events must not pile up in memory faster than the dead-letter sink writes.
@@ -331,7 +321,7 @@ export class Runtime implements SourceHandler {
     while (this.ingest.overLimits) {
       const cut = this.ingest.cutOldest();
       if (cut === null) return;
-      const runner = this.lanes.get(cut.lane.lane);
+      const runner = this.lanes.get(cut.lane);
       if (runner !== undefined && cut.units.length > 0) await runner.forward(cut.units);
     }
   }

@@ -8,7 +8,7 @@ import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { TrajectoryRow } from "../../src/schemas/trajectory.ts";
 import { Assembler, type SessionOutput } from "../../src/transforms/assemble/assembler.ts";
 import { assembleConfigSchema, type AssembleConfigInput } from "../../src/transforms/assemble/config.ts";
-import { decodeEvent } from "../../src/transforms/decode/decode.ts";
+import { decodeEvent } from "../../src/transforms/assemble/decode/decode.ts";
 
 /** The logprob tests give token `t`: recognisable, and exact in float32 after Math.fround. */
 export const lp = (t: number): number => Math.fround(-t / 64);

@@ -656,7 +656,7 @@ describe("assemble: session lifecycle", () => {
 
 describe("assemble: cutting sessions", () => {
   it("finalizes a cut session early, flags it, and dead-letters its later events", async () => {
-    const { decodeEvent } = await import("../decode/decode.ts");
+    const { decodeEvent } = await import("./decode/decode.ts");
     const metrics = new Metrics();
     const deadLetters = new MemoryDeadLetters();
     const a = new Assembler({ config: assembleConfigSchema.parse({}), deadLetters, metrics });

@@ -12,7 +12,7 @@
 import { RateLimitedWarning } from "../../core/logger.ts";
 import { makeDeadLetter } from "../../core/records.ts";
 import { RowFlags } from "../../schemas/trajectory.ts";
-import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
+import type { DecodedEvent, RejectedEnvelope } from "./decode/decode.ts";
 import { FingerprintSet } from "./fingerprints.ts";
 import { extractRows } from "./rows.ts";
 import { sessionKey, type RowTurn, type SessionOutput } from "../../schemas/session.ts";

@@ -1,8 +1,9 @@
 /**
- * The ingest stage (`assemble` in a pipeline): records decoded in chunks (on worker threads when asked),
- * one Assembler per lane, and what ties sessions to the input. Each open session holds its first offset in the lane's ledger (the ack travels with its
- * unit); sessions the lane's files already hold (recovery) are skipped; and the open-session limits apply
- * to all lanes together, cutting the oldest session of any lane first.
+ * The ingest stage (`assemble` in a pipeline): a lane's batches decoded in chunks (decode/, on worker
+ * threads when asked) and applied to the lane's Assembler, and what ties sessions to the input. Each open
+ * session holds its first offset in the lane's ledger (the ack travels with its unit); sessions the
+ * lane's files already hold (recovery) are skipped; and the open-session limits apply to all lanes
+ * together, cutting the oldest session of any lane first.
  */
 import type { Ack } from "../../contract/ledger.ts";
 import type { IngestStage, Lane, LaneIngest, SessionSpan, Unit } from "../../contract/components.ts";
@@ -13,8 +14,8 @@ import { makeDeadLetter, type DeadLetterOutput, type RawRecord } from "../../cor
 import type { PolicyUpdateEvent } from "../../schemas/events.ts";
 import type { Origin } from "../../schemas/origin.ts";
 import { sessionKey, type SessionOutput } from "../../schemas/session.ts";
-import type { DecodeResult } from "../decode/decode.ts";
-import { DecodePool } from "../decode/pool.ts";
+import type { DecodeResult } from "./decode/decode.ts";
+import { DecodePool } from "./decode/pool.ts";
 import { Assembler } from "./assembler.ts";
 import { SESSION_OVERHEAD_BYTES, type AssembleConfig } from "./config.ts";
 
@@ -51,7 +52,7 @@ const DECODE_CHUNK_RECORDS = 256;
 const DECODE_CHUNK_BYTES = 1 << 20;
 
 /** One lane's assembly. */
-export class LaneAssembler implements LaneIngest<DecodeResult> {
+export class LaneAssembler implements LaneIngest {
   readonly lane: Lane;
   private readonly owner: AssembleComponent;
   private readonly assembler: Assembler;
@@ -87,8 +88,36 @@ export class LaneAssembler implements LaneIngest<DecodeResult> {
     return this.assembler.openSessions;
   }
 
+  records(records: RawRecord[], offsets: number[], live: () => boolean): AsyncIterable<Unit[]> {
+    // Decoding starts now; applying once the caller iterates (after the batches handed over before).
+    return this.apply(records, offsets, live, this.owner.decode(records));
+  }
+
+  private async *apply(
+    records: RawRecord[],
+    offsets: number[],
+    live: () => boolean,
+    chunks: Array<Promise<DecodeResult[]>>,
+  ): AsyncGenerator<Unit[]> {
+    const { ledger } = this.lane;
+    let at = 0;
+    batch: for (const chunk of chunks) {
+      const decoded = await chunk;
+      for (let i = 0; i < decoded.length; i++, at++) {
+        if (!live()) break batch;
+        const offset = offsets[at]!;
+        if (offset < ledger.next) continue; // delivered again within this generation
+        const units = this.push(records[at]!, offset, decoded[i]!);
+        ledger.next = offset + 1;
+        // Only when there is something to do: a yield per record would cost every event an await.
+        if (units.length > 0 || this.owner.overLimits) yield units;
+      }
+    }
+    this.owner.ctx.metrics.inc("events_read", "", at);
+  }
+
   /** Applies one decoded record at `offset`; returns the units of the sessions it finished. */
-  push(record: RawRecord, offset: number, decoded: DecodeResult): Unit[] {
+  private push(record: RawRecord, offset: number, decoded: DecodeResult): Unit[] {
     if (decoded.kind === "control") {
       this.owner.ctx.metrics.inc("control_events", decoded.control.type);
       this.owner.ctx.control(decoded.control);
@@ -193,6 +222,7 @@ export class LaneAssembler implements LaneIngest<DecodeResult> {
   drop(): void {
     for (const span of this.spans.values()) this.owner.bufferedBytes -= span.bytes;
     this.spans.clear();
+    this.owner.closed(this);
   }
 
   private withoutRows(o: SessionOutput, span: OpenSpan): void {
@@ -242,7 +272,7 @@ export class LaneAssembler implements LaneIngest<DecodeResult> {
 }
 
 /** The stage: decodes, builds lane assemblers and keeps the limits of all lanes together. */
-export class AssembleComponent implements IngestStage<DecodeResult> {
+export class AssembleComponent implements IngestStage {
   readonly config: AssembleConfig;
   readonly ctx: AssembleComponentContext;
   private readonly decoders: DecodePool;
@@ -291,10 +321,9 @@ export class AssembleComponent implements IngestStage<DecodeResult> {
     return l;
   }
 
-  closeLane(lane: LaneIngest<DecodeResult>): void {
-    const l = lane as LaneAssembler;
-    l.drop();
-    this.lanes.delete(l);
+  /** A lane dropped its sessions: it no longer counts. */
+  closed(lane: LaneAssembler): void {
+    this.lanes.delete(lane);
   }
 
   heldBytes(): Holdings {
@@ -318,7 +347,7 @@ export class AssembleComponent implements IngestStage<DecodeResult> {
    * Cuts the oldest open session of all lanes: pausing instead would stall, since only new events let
    * sessions end. Returns its lane and units, or null when nothing is open.
    */
-  cutOldest(): { lane: LaneAssembler; units: Unit[] } | null {
+  cutOldest(): { lane: Lane; units: Unit[] } | null {
     let oldest: LaneAssembler | null = null;
     let order = Infinity;
     for (const l of this.lanes) {
@@ -328,6 +357,6 @@ export class AssembleComponent implements IngestStage<DecodeResult> {
         oldest = l;
       }
     }
-    return oldest === null ? null : { lane: oldest, units: oldest.cutOldest() };
+    return oldest === null ? null : { lane: oldest.lane, units: oldest.cutOldest() };
   }
 }

@@ -22,7 +22,7 @@ import {
 } from "../../schemas/routed-experts.ts";
 import type { FinishReason, RowFlag, SessionStatus } from "../../schemas/trajectory.ts";
 import { RowFlags } from "../../schemas/trajectory.ts";
-import type { DecodedEvent, RejectedEnvelope } from "../decode/decode.ts";
+import type { DecodedEvent, RejectedEnvelope } from "./decode/decode.ts";
 import type { AssembleConfig } from "./config.ts";
 import { normaliseFinishReason } from "./finish-reason.ts";
 import { canonicalMessage, extendDigest, messagePrefixDigests } from "./messages.ts";

@@ -2,9 +2,16 @@
  * Decoding with the whole protocol: decode-core.ts's fast path and checks, and events.ts's zod schemas
  * for what the fast path hands over. Every thread but a decode worker decodes through here.
  */
-import type { RawRecord } from "../../core/records.ts";
-import { eventSchemas, policyUpdateEvent } from "../../schemas/events.ts";
-import { decodeOutcome, rejectedResult, type DecodeResult, type SchemaCheck } from "./decode-core.ts";
+import type { RawRecord } from "../../../core/records.ts";
+import { eventSchemas, policyUpdateEvent } from "../../../schemas/events.ts";
+import {
+  decodeOutcome,
+  rejectedResult,
+  resumeOutcome,
+  type DecodeOutcome,
+  type DecodeResult,
+  type SchemaCheck,
+} from "./decode-core.ts";
 
 export {
   COMPONENT,
@@ -28,7 +35,18 @@ const SCHEMAS: SchemaCheck = {
  * event) rejects that event alone, so one line never costs the valid ones.
  */
 export function decodeEvent(record: RawRecord): DecodeResult {
-  const outcome = decodeOutcome(record, SCHEMAS);
+  return result(decodeOutcome(record, SCHEMAS), record);
+}
+
+/**
+ * Finishes an event a decode worker parsed and handed back for the zod schemas (which workers do not
+ * load): validated here, not decoded again.
+ */
+export function finishDecode(obj: Record<string, unknown>, record: RawRecord): DecodeResult {
+  return result(resumeOutcome(obj, record, SCHEMAS), record);
+}
+
+function result(outcome: DecodeOutcome, record: RawRecord): DecodeResult {
   if (outcome.kind === "rejection") return rejectedResult(outcome.rejection, record);
   if (outcome.kind === "schema") throw new Error("unreachable: the schemas were given");
   return outcome;

@@ -1,6 +1,6 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
-import { packLogprobs, packTokenIds } from "../../schemas/tokens.ts";
+import { packLogprobs, packTokenIds } from "../../../schemas/tokens.ts";
 import { decodeEvent } from "./decode.ts";
 
 const origin = { kind: "file", file: "events.jsonl", line: 7 } as const;

@@ -6,12 +6,12 @@
  * hand over goes to the zod schemas given as `SchemaCheck` (decode.ts gives events.ts's). A decode worker
  * gives none and sends such an event back to the ingest thread, which has zod loaded anyway.
  */
-import { preview } from "../../core/preview.ts";
+import { preview } from "../../../core/preview.ts";
 import { crc32 } from "node:zlib";
 import type { ZodError } from "zod";
-import type { ErrorCode } from "../../core/errors.ts";
-import { makeDeadLetter, type RawRecord } from "../../core/records.ts";
-import type { DeadLetter } from "../../schemas/dead-letter.ts";
+import type { ErrorCode } from "../../../core/errors.ts";
+import { makeDeadLetter, type RawRecord } from "../../../core/records.ts";
+import type { DeadLetter } from "../../../schemas/dead-letter.ts";
 import {
   CONTROL_EVENT_TYPES,
   EVENT_TYPES,
@@ -19,12 +19,12 @@ import {
   PROTOCOL_VERSION,
   type CodedIssueParams,
   type EventType,
-} from "../../schemas/event-constants.ts";
-import type { GatewayEvent, PolicyUpdateEvent } from "../../schemas/events.ts";
-import { fastEvent } from "../../schemas/fast-events.ts";
-import { formatOrigin } from "../../schemas/origin.ts";
-import { describeLayout, sameLayout } from "../../schemas/routed-experts.ts";
-import { firstNonFinite } from "../../schemas/tokens.ts";
+} from "../../../schemas/event-constants.ts";
+import type { GatewayEvent, PolicyUpdateEvent } from "../../../schemas/events.ts";
+import { fastEvent } from "../../../schemas/fast-events.ts";
+import { formatOrigin } from "../../../schemas/origin.ts";
+import { describeLayout, sameLayout } from "../../../schemas/routed-experts.ts";
+import { firstNonFinite } from "../../../schemas/tokens.ts";
 
 export const COMPONENT = "decode";
 
@@ -119,13 +119,16 @@ export interface Rejection {
 
 /**
  * An event decoded, a control event, or why neither: what a decode worker sends back; `schema`: the
- * event needs the zod schemas, which this decode was given none of.
+ * event needs the zod schemas, which this decode was given none of; `obj` is it parsed, for
+ * `resumeOutcome` to validate where the schemas are (it is not parsed twice), or null when it nests too
+ * deep to be handed to another thread (structured cloning 100,000 levels overflows the stack): such an
+ * event, invalid anyway, is decoded again from its bytes.
  */
 export type DecodeOutcome =
   | { kind: "event"; value: DecodedEvent }
   | { kind: "control"; control: PolicyUpdateEvent; record: RawRecord }
   | { kind: "rejection"; rejection: Rejection }
-  | { kind: "schema" };
+  | { kind: "schema"; obj: Record<string, unknown> | null };
 
 type SafeParse<T> = (obj: unknown) => { success: true; data: T } | { success: false; error: ZodError };
 
@@ -205,9 +208,29 @@ export function decodeOutcome(record: RawRecord, schemas: SchemaCheck | null): D
     const parsed = parseObject(record);
     return "kind" in parsed ? parsed : validateEvent(parsed.obj, record, schemas);
   } catch (err) {
-    const message = String((err as Error)?.message ?? err).slice(0, 200);
-    return reject("INVALID_EVENT", `the event could not be decoded (${message})`, record);
+    return undecodable(err, record);
   }
+}
+
+/**
+ * Finishes decoding an event a decode worker parsed and handed back (`schema`): validated with the
+ * schemas from where its bytes had been parsed, never parsed again. Never throws on bad input.
+ */
+export function resumeOutcome(
+  obj: Record<string, unknown>,
+  record: RawRecord,
+  schemas: SchemaCheck,
+): DecodeOutcome {
+  try {
+    return validateEvent(obj, record, schemas);
+  } catch (err) {
+    return undecodable(err, record);
+  }
+}
+
+function undecodable(err: unknown, record: RawRecord): DecodeOutcome {
+  const message = String((err as Error)?.message ?? err).slice(0, 200);
+  return reject("INVALID_EVENT", `the event could not be decoded (${message})`, record);
 }
 
 /** Bytes → a JSON object of a supported protocol version with no free-form field nested too deep. */
@@ -248,6 +271,11 @@ function parseObject(record: RawRecord): { obj: Record<string, unknown> } | Deco
   return { obj };
 }
 
+/** An event for the zod schemas, as a decode worker hands it back (the free-form fields' limit, plus one). */
+function handOver(obj: Record<string, unknown>): DecodeOutcome {
+  return { kind: "schema", obj: nestsDeeper(obj, MAX_NESTING + 1) ? null : obj };
+}
+
 /** A parsed object → a typed event (the fast path, else the zod schema) with its cross-field checks. */
 function validateEvent(
   obj: Record<string, unknown>,
@@ -256,7 +284,7 @@ function validateEvent(
 ): DecodeOutcome {
   const type = obj.type;
   if (type === "policy.update") {
-    if (schemas === null) return { kind: "schema" };
+    if (schemas === null) return handOver(obj);
     const control = schemas.control(obj);
     if (control.success) return { kind: "control", control: control.data, record };
     const { code, message, issues } = describeIssues(control.error);
@@ -272,7 +300,7 @@ function validateEvent(
   }
   let event = fastEvent(type as EventType, obj);
   if (event === null) {
-    if (schemas === null) return { kind: "schema" };
+    if (schemas === null) return handOver(obj);
     const result = schemas.event(type as EventType)(obj);
     if (!result.success) {
       const { code, message, issues } = describeIssues(result.error);

@@ -1,14 +1,16 @@
 /**
  * Decoding on worker threads. The ingest thread hands over chunks of raw events and gets back, in order,
- * the same results decodeEvent gives: events arrive with their typed arrays transferred, not copied, and
- * rejected events are decoded again on the ingest thread, so their dead letters carry the real origin.
- * With size 0 everything is decoded inline.
+ * the same results decodeEvent gives: events arrive with their typed arrays transferred, not copied;
+ * rejected ones as their reasons, which the ingest thread makes dead letters carrying the real origin;
+ * those the zod schemas must validate (workers do not load them) parsed, validated on the ingest thread
+ * without being parsed again (but for a hostile one too deep to send). With size 0 everything is decoded
+ * inline.
  */
 import { Worker } from "node:worker_threads";
-import { TrajflowError } from "../../core/errors.ts";
-import type { RawRecord } from "../../core/records.ts";
-import { registerThread, type ThreadUsage } from "../../core/thread-usage.ts";
-import { decodeEvent, rejectedResult, type DecodeResult } from "./decode.ts";
+import { TrajflowError } from "../../../core/errors.ts";
+import type { RawRecord } from "../../../core/records.ts";
+import { registerThread, type ThreadUsage } from "../../../core/thread-usage.ts";
+import { decodeEvent, finishDecode, rejectedResult, type DecodeResult } from "./decode.ts";
 import type { DecodeJob, DecodeReply } from "./worker.ts";
 
 interface Pending {
@@ -87,7 +89,8 @@ export class DecodePool {
       if ("rejection" in item) results[i] = rejectedResult(item.rejection, record);
       else if ("event" in item) results[i] = { kind: "event", value: { ...item, record } };
       else if ("control" in item) results[i] = { kind: "control", control: item.control, record };
-      else results[i] = decodeEvent(record); // needs the zod schemas, which workers do not load
+      // The zod schemas, which workers do not load; an event too deep to send is decoded again.
+      else results[i] = item.schema === null ? decodeEvent(record) : finishDecode(item.schema, record);
     }
     pending.resolve(results);
   }

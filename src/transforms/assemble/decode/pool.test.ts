@@ -1,7 +1,7 @@
 import { strict as assert } from "node:assert";
 import { after, it } from "node:test";
-import type { RawRecord } from "../../core/records.ts";
-import { packLogprobs, packTokenIds } from "../../schemas/tokens.ts";
+import type { RawRecord } from "../../../core/records.ts";
+import { packLogprobs, packTokenIds } from "../../../schemas/tokens.ts";
 import { decodeEvent } from "./decode.ts";
 import { DecodePool } from "./pool.ts";
 

@@ -4,10 +4,10 @@
  * it also no longer holds back the consumer's heartbeats.
  */
 import { parentPort } from "node:worker_threads";
-import type { GatewayEvent, PolicyUpdateEvent } from "../../schemas/events.ts";
-import type { RoutedExperts } from "../../schemas/routed-experts.ts";
-import { ThreadMeter, type ThreadUsage } from "../../core/thread-usage.ts";
-import { ArrayArena, useArrayArena } from "../../schemas/tokens.ts";
+import type { GatewayEvent, PolicyUpdateEvent } from "../../../schemas/events.ts";
+import type { RoutedExperts } from "../../../schemas/routed-experts.ts";
+import { ThreadMeter, type ThreadUsage } from "../../../core/thread-usage.ts";
+import { ArrayArena, useArrayArena } from "../../../schemas/tokens.ts";
 import { decodeOutcome, type Rejection } from "./decode-core.ts";
 
 export interface DecodeJob {
@@ -21,13 +21,15 @@ export interface DecodeJob {
 /**
  * Per event: the decoded event and its digest, a control event, or why it was rejected (the ingest
  * thread, which knows where the event came from, makes the dead letter); `schema`: an event the fast path
- * handed over, which the ingest thread decodes again with the zod schemas (this thread never loads zod).
+ * handed over (a policy.update, or one its checks do not cover), parsed, which the ingest thread
+ * validates with the zod schemas (this thread never loads zod: 20-50 MiB less, BENCHMARKS.md); null when
+ * it nests too deep to send, and the ingest thread decodes its bytes again.
  */
 export type DecodedItem =
   | { event: GatewayEvent; digest: string }
   | { control: PolicyUpdateEvent }
   | { rejection: Rejection }
-  | { schema: true };
+  | { schema: Record<string, unknown> | null };
 
 export interface DecodeReply {
   id: number;
@@ -76,7 +78,7 @@ parentPort!.on("message", (job: DecodeJob) => {
     } else if (result.kind === "rejection") {
       items.push({ rejection: result.rejection });
     } else {
-      items.push({ schema: true });
+      items.push({ schema: result.obj });
     }
   }
   for (const block of arena.take()) transfer.push(block);
