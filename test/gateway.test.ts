@@ -234,6 +234,40 @@ describe("gateway in front of an engine that answers at once", () => {
     }
   });
 
+  it("records a token the engine gave no logprob for as missing (NaN), never a number, and its row says so", async () => {
+    const gaps = await startInstantEngine({ missingLogprobs: [1] });
+    const { gw, logDir, base } = await gateway(gaps);
+    try {
+      const r = await chat(`${base}/sessions/m1/v1`, [{ role: "user", content: "x" }]);
+      assert.equal(r.status, 200);
+      await fetch(`${base}/sessions/m1/end`, { method: "POST", body: "{}" });
+      const response = events(logDir).find((e) => e.type === "response")!;
+      const recorded = lps(response.logprobs);
+      assert.equal(recorded.length, ids(response.output_ids).length);
+      assert.ok(Number.isNaN(recorded[1]));
+      assert.deepEqual(
+        recorded.filter((_, i) => i !== 1),
+        recorded.map((_, i) => Math.fround(logprobAt(i))).filter((_, i) => i !== 1),
+      );
+      assert.equal(gw.server.metrics.get("gateway_missing_logprobs"), 1);
+      const out = join(scratch, `rows-missing-${n}`);
+      const run = await runCli([
+        "replay",
+        join(logDir, readdirSync(logDir)[0]!),
+        "--out",
+        out,
+        "--reward-grace-ms",
+        "0",
+      ]);
+      assert.equal(run.code, 0, run.stderr);
+      const inspect = await runCli(["inspect", out]);
+      assert.match(inspect.stdout, /missing_logprobs/);
+    } finally {
+      await gw.close();
+      await gaps.close();
+    }
+  });
+
   it("passes an engine's error to the agent and records nothing for it", async () => {
     const failing = await startInstantEngine({
       fail: { trigger: "boom", status: 400, body: { error: { message: "bad things", code: 400 } } },

@@ -47,7 +47,7 @@ export const ErrorCodes = {
     retryable: false,
     summary: "a call's routed experts have another dtype, layer count or top_k than the session's",
   },
-  LOGPROBS_NOT_FINITE: { retryable: false, summary: "a response's logprobs contain NaN or an infinity" },
+  LOGPROBS_NOT_FINITE: { retryable: false, summary: "a response's logprobs contain an infinity" },
   GROUP_TOO_LARGE: {
     retryable: false,
     summary: "a session's group_size is above the group transform's max_group_size",

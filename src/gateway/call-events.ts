@@ -87,10 +87,10 @@ export function callEvents(s: GatewaySession, call: RecordedCall): CallEvents {
         : {}),
     }),
   );
-  const missing = c.logprobs === undefined ? 0 : countNaN(c.logprobs);
-  // A logprob the engine did not give is never filled in: the protocol has one value per token or none,
-  // so a call with a hole carries no logprobs and its rows say `missing_logprobs` (counted per token).
-  const logprobs = c.logprobs !== undefined && missing === 0 ? { logprobs: packLogprobs(c.logprobs) } : {};
+  // A token the engine gave no logprob for stays NaN in the packed array (the protocol's "missing"): its
+  // rows say `missing_logprobs` rather than carry a number nobody sampled.
+  const missing = c.logprobs === undefined ? c.outputIds.length : countNaN(c.logprobs);
+  const logprobs = c.logprobs !== undefined ? { logprobs: packLogprobs(c.logprobs) } : {};
   const version = c.weightVersion ?? call.completionVersion;
   records.push(
     record(s, {

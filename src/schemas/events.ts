@@ -52,7 +52,10 @@ export function tokenIds(description: string) {
   return schema;
 }
 
-/** Logprobs: a JSON array of numbers or `{ "b64": ... }`, decoded into a Float32Array. */
+/**
+ * Logprobs: a JSON array of numbers or `{ "b64": ... }`, decoded into a Float32Array. A token the engine
+ * gave no logprob for is `null` (packed: NaN) and decodes to NaN: kept as missing, never filled in.
+ */
 export function logprobValues(description: string) {
   const schema = z
     .unknown()
@@ -265,10 +268,16 @@ export function eventJsonSchema(): Record<string, unknown> {
   };
   const logprobForm = {
     oneOf: [
-      { type: "array", items: { type: "number" } },
+      {
+        type: "array",
+        items: { type: ["number", "null"] },
+        description: "null: the engine gave no logprob for that token",
+      },
       {
         type: "object",
-        properties: { b64: { type: "string", description: "base64 of little-endian float32" } },
+        properties: {
+          b64: { type: "string", description: "base64 of little-endian float32; NaN: no logprob for that token" },
+        },
         required: ["b64"],
       },
     ],

@@ -132,8 +132,9 @@ export function decodeTokenIds(value: unknown): Int32Array | string {
 }
 
 /**
- * Decodes logprobs into float32. Non-finite values are kept here (JSON's 1e999 parses to Infinity, packed
- * floats can hold NaN) and rejected by the caller with its own code, so the message can say which.
+ * Decodes logprobs into float32. `null` (a token the engine gave no logprob for) becomes NaN, the packed
+ * form's own "missing". Infinities are kept here (JSON's 1e999 parses to Infinity) and rejected by the
+ * caller with its own code, so the message can say which.
  */
 export function decodeLogprobs(value: unknown): Float32Array | string {
   if (Array.isArray(value)) {
@@ -142,7 +143,11 @@ export function decodeLogprobs(value: unknown): Float32Array | string {
     for (let i = 0; i < n; i++) {
       const v = value[i];
       if (typeof v !== "number") {
-        return `element ${i} is ${preview(v)}, not a number`;
+        if (v === null) {
+          out[i] = NaN;
+          continue;
+        }
+        return `element ${i} is ${preview(v)}, not a number or null`;
       }
       out[i] = v;
     }
@@ -157,14 +162,19 @@ export function decodeLogprobs(value: unknown): Float32Array | string {
   return 'expected an array of numbers or { "b64": "<base64 little-endian float32>" }';
 }
 
-/** Index of the first NaN or infinity, or -1. */
-export function firstNonFinite(values: Float32Array): number {
+/** Index of the first infinity, or -1 (NaN is a missing logprob, not an error). */
+export function firstInfinite(values: Float32Array): number {
   for (let i = 0; i < values.length; i++) {
     const v = values[i]!;
-    // v - v is NaN for both NaN and ±Infinity, and 0 otherwise: one comparison per element.
-    if (v - v !== 0) return i;
+    if (v === Infinity || v === -Infinity) return i;
   }
   return -1;
+}
+
+/** Whether any of `values` is NaN (a missing logprob). */
+export function hasNaN(values: Float32Array): boolean {
+  for (let i = 0; i < values.length; i++) if (values[i] !== values[i]) return true;
+  return false;
 }
 
 function packBytes(view: Int32Array | Float32Array): PackedArray {

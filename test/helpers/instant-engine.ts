@@ -19,6 +19,11 @@ export interface InstantEngineOptions {
   reply?: (call: number, body: Record<string, unknown>) => string;
   /** Milliseconds between streamed tokens (default 0). */
   tokenDelayMs?: number;
+  /**
+   * Output positions the engine has no logprob for: vLLM writes its default -9999.0 there (which the vLLM
+   * adapter reads as missing).
+   */
+  missingLogprobs?: number[];
   /** Answer this status and body instead, for calls whose last message's content equals `trigger`. */
   fail?: { trigger: string; status: number; body: unknown };
 }
@@ -85,7 +90,7 @@ export async function startInstantEngine(options: InstantEngineOptions = {}): Pr
     const logprobs = body.logprobs === true;
     const entry = (i: number) => ({
       token: `t${out[i]}`,
-      logprob: logprobAt(i),
+      logprob: options.missingLogprobs?.includes(i) === true ? -9999.0 : logprobAt(i),
       bytes: [out[i]! % 256],
       top_logprobs: [],
     });

@@ -728,6 +728,18 @@ describe("assemble: logprobs and truncation", () => {
     assert.equal(metrics.get("rows_missing_logprobs"), 1);
   });
 
+  it("nulls rollout_log_probs when one trained token has no logprob (null on the wire), never 0.0", () => {
+    const s = new SessionScript().call("c1", P, O1).end();
+    const line = s.lines()[1]!.replace(/"logprobs":\[[^\]]*\]/, '"logprobs":[-0.5,null]');
+    const { rows, deadLetters, metrics } = assemble([s.lines()[0]!, line, s.lines()[2]!]);
+    assert.deepEqual(deadLetters, []);
+    assert.deepEqual([...rows[0]!.response_ids], O1);
+    assert.deepEqual([...rows[0]!.response_mask], [1, 1]);
+    assert.equal(rows[0]!.rollout_log_probs, null);
+    assert.deepEqual(rows[0]!.flags, ["missing_logprobs"]);
+    assert.equal(metrics.get("rows_missing_logprobs"), 1);
+  });
+
   it("keeps logprobs when only an untrained (shared) span lacks them", () => {
     const s = new SessionScript()
       .call("c1", P, O1, { logprobs: undefined })

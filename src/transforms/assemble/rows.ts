@@ -5,6 +5,7 @@
  * `index` are deterministic. A node belongs to the first row that passes through it: its sampled tokens
  * are trained (mask 1) there and are context (mask 0) in every later row, so a shared turn is trained once.
  */
+import { hasNaN } from "../../schemas/tokens.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import {
   RowFlags,
@@ -293,8 +294,12 @@ function copyTokens(path: TrieNode[], firstUnowned: number, promptKept: number, 
         t.trained += take;
         t.trainedCalls.add(call);
         if (take > 0) t.lastTrained = at + take - 1;
-        if (call.hasLogprobs) t.logprobs.set(node.logprobs.subarray(node.start, node.start + take), at);
-        else t.missingLogprobs = true;
+        if (call.hasLogprobs) {
+          const span = node.logprobs.subarray(node.start, node.start + take);
+          t.logprobs.set(span, at);
+          // A token the engine gave no logprob for (NaN) is never written as a number.
+          if (hasNaN(span)) t.missingLogprobs = true;
+        } else t.missingLogprobs = true;
       }
     } else {
       run = null;

@@ -24,7 +24,7 @@ import type { GatewayEvent, PolicyUpdateEvent } from "../../../schemas/events.ts
 import { fastEvent } from "../../../schemas/fast-events.ts";
 import { formatOrigin } from "../../../schemas/origin.ts";
 import { describeLayout, sameLayout } from "../../../schemas/routed-experts.ts";
-import { firstNonFinite } from "../../../schemas/tokens.ts";
+import { firstInfinite } from "../../../schemas/tokens.ts";
 
 export const COMPONENT = "decode";
 
@@ -380,7 +380,7 @@ function checkRoutingLengths(
   return null;
 }
 
-/** One logprob per output id, each finite and at most MAX_LOGPROB. */
+/** One logprob per output id, each finite (or NaN: missing) and at most MAX_LOGPROB. */
 function checkLogprobs(
   event: Extract<GatewayEvent, { type: "response" }>,
   logprobs: Float32Array,
@@ -396,13 +396,13 @@ function checkLogprobs(
       details: { logprobs: logprobs.length, output_ids: event.output_ids.length },
     };
   }
-  const bad = firstNonFinite(logprobs);
+  const bad = firstInfinite(logprobs);
   if (bad >= 0) {
     // The value as sent (a JSON -1e39 becomes -Infinity only in the float32 column).
     const sent = Array.isArray(obj.logprobs) ? (obj.logprobs[bad] as unknown) : logprobs[bad];
     return {
       code: "LOGPROBS_NOT_FINITE",
-      reason: `${call} has logprob ${String(sent)} at position ${bad}; logprobs must be finite float32 values`,
+      reason: `${call} has logprob ${String(sent)} at position ${bad}; logprobs must be finite float32 values (null, or NaN packed, for a token without one)`,
       details: { position: bad },
     };
   }

@@ -106,8 +106,8 @@ describe("decode", () => {
       /1 logprobs for 2 output ids/,
     ],
     [
-      "NaN logprobs",
-      JSON.stringify({ ...response, logprobs: packLogprobs([Number.NaN, -1]) }),
+      "infinite packed logprobs",
+      JSON.stringify({ ...response, logprobs: packLogprobs([Number.NEGATIVE_INFINITY, -1]) }),
       "LOGPROBS_NOT_FINITE",
       /position 0/,
     ],
@@ -256,6 +256,16 @@ describe("decode: hostile input", () => {
     const huge = reject(JSON.stringify({ ...response, logprobs: [-0.5, -1e39] }));
     assert.equal(huge.code, "LOGPROBS_NOT_FINITE");
     assert.match(huge.message, /logprob -1e\+39 at position 1/);
+  });
+
+  it("keeps a token the engine gave no logprob for as missing (null, or NaN packed), never a number", () => {
+    for (const logprobs of [[null, -1], packLogprobs([Number.NaN, -1])]) {
+      const d = decodeEvent({ raw: JSON.stringify({ ...response, logprobs }), origin });
+      assert.equal(d.kind, "event");
+      const lp = (d as { value: { event: { logprobs: Float32Array } } }).value.event.logprobs;
+      assert.ok(Number.isNaN(lp[0]));
+      assert.equal(lp[1], -1);
+    }
   });
 
   // Regression: invalid UTF-8 was replaced with U+FFFD, so distinct ids could become equal.
