@@ -1,6 +1,6 @@
-"""trajflow.emit against the shared test vector (test/vectors/gateway-events.json): the exact events, byte
+"""trajflow.emit's events without a broker: the shared test vector (test/vectors/gateway-events.json): the exact events, byte
 for byte, that trajflow's own gateway writes for the same calls (test/emit-vectors.test.ts checks the
-gateway against the same file), and the counts recording reports."""
+gateway against the same file), and the counts recording reports; and inputs the protocol refuses, which use no seq."""
 import json
 from pathlib import Path
 
@@ -57,3 +57,19 @@ def test_emits_the_vectors_events_byte_for_byte(session):
         if step["op"] == "call":
             expected.update(missing_logprobs=step["missing_logprobs"], delta=step["delta"])
         assert got == expected, f"step {i} ({step['op']} {step.get('call_id', '')})"
+
+
+def test_a_rejected_call_uses_no_seq():
+    s = EventBuilder("u", "s")
+    with pytest.raises(ValueError, match="logprobs has 1 values but output_ids has 2"):
+        s.call("c1", [1], [2, 3], sent_at=1, done_at=2, logprobs=[-0.5])
+    with pytest.raises(ValueError, match="not a token id"):
+        s.call("c1", [1, -2], [3], sent_at=1, done_at=2)
+    with pytest.raises(ValueError, match="must hold integers"):
+        s.call("c1", [1.5], [3], sent_at=1, done_at=2)
+    with pytest.raises(ValueError, match="above 0"):
+        s.call("c1", [1], [3], sent_at=1, done_at=2, logprobs=[0.5])
+    with pytest.raises(TypeError):  # not JSON: found while writing the request, after the start was built
+        s.call("c1", [1], [3], sent_at=1, done_at=2, messages=[object()])
+    assert (s.seq, s.started, s.tips()) == (0, False, [])
+    assert [json.loads(e)["seq"] for e in s.call("c1", [1], [3], sent_at=1, done_at=2).records] == [0, 1, 2]

@@ -767,11 +767,11 @@ class Session:
     def flush(self, timeout: Optional[float] = None) -> None:
         """Sends the unsettled events again and waits until every event of the session was delivered;
         raises :class:`DeliveryError` when some were not (they stay unsettled)."""
-        self._append(lambda ts: [], True, timeout=timeout, settle_all=True)
+        self._append(None, True, timeout=timeout, settle_all=True)
 
     def _append(
         self,
-        build: Callable[[Union[int, float]], List[bytes]],
+        build: Optional[Callable[[Union[int, float]], List[bytes]]],
         wait: Optional[bool],
         counts: Optional[list] = None,
         timeout: Optional[float] = None,
@@ -781,7 +781,7 @@ class Session:
         with self._lock:
             # Built while holding the session: seq numbers follow the events appended before them.
             first = self.events.seq
-            built = build(_js_number(emitter.clock()))
+            built = [] if build is None else build(_js_number(emitter.clock()))
             new = [(first + i, v) for i, v in enumerate(built)]
             with emitter._lock:
                 resend, self._unsettled = self._unsettled, []
