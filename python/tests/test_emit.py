@@ -262,3 +262,36 @@ def test_events_written_but_not_confirmed_are_sent_again_and_taken_once(topic, t
             "status": "ok",
         }
     }
+
+
+def test_sessions_emitting_from_threads_without_waiting_are_all_delivered_by_flush(topic):
+    import threading
+
+    emitter = Emitter({"bootstrap.servers": BROKERS}, topic, wait=False)
+
+    def rollout(k):
+        s = emitter.session("task-t", f"r{k}", sample_index=k, group_size=4)
+        prompt = [1, 2, 3]
+        for turn in range(5):
+            output = [100 * k + turn]
+            s.call(prompt, output, [-0.5])
+            prompt = prompt + output + [7]
+        s.reward(float(k))
+        s.end()
+
+    threads = [threading.Thread(target=rollout, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    emitter.flush()
+    events = [json.loads(v) for _, v in raw_messages(topic, 4 * 13)]
+    by_session = {}
+    for e in events:
+        by_session.setdefault(e["session_id"], []).append((e["seq"], e["type"]))
+    # One partition per uid: each session's events arrive in seq order, 0..12 without a gap.
+    assert sorted(by_session) == ["r0", "r1", "r2", "r3"]
+    for seqs in by_session.values():
+        assert [q for q, _ in seqs] == list(range(13))
+        assert [t for _, t in seqs] == ["session.start"] + ["request", "response"] * 5 + ["reward", "session.end"]
+    assert emitter.delta_prompts == 4 * 4, "every call after the first extends the previous one"

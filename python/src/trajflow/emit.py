@@ -208,8 +208,8 @@ class EventBuilder:
             raise ValueError(f"max_tips must be an integer >= 1, got {max_tips!r}")
         self.uid = uid
         self.session_id = session_id
-        self.sample_index = sample_index
-        self.group_size = group_size
+        self.sample_index = None if sample_index is None else int(sample_index)
+        self.group_size = None if group_size is None else int(group_size)
         self.metadata = dict(metadata) if metadata is not None else None
         self.max_tips = max_tips
         #: The next event's seq.
@@ -303,6 +303,10 @@ class EventBuilder:
         for name, v in (("weight_version", weight_version), ("completion_version", completion_version), ("choice_index", choice_index)):
             if v is not None and not _count(v, 0):
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        # numpy integers pass the check but json cannot write them.
+        weight_version, completion_version, choice_index = (
+            None if v is None else int(v) for v in (weight_version, completion_version, choice_index)
+        )
         sent_at, done_at = _timestamp(sent_at), _timestamp(done_at)
         prompt = token_ids(prompt_ids, "prompt_ids")
         output = token_ids(output_ids, "output_ids")
@@ -512,6 +516,9 @@ class Emitter:
         #: Calls whose prompt went in the delta form (``gateway_delta_prompts``).
         self.delta_prompts = 0
         self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
+        # Sessions holding events whose delivery failed, held here too: a session dropped by its caller
+        # (after an end(wait=False), say) is still flushed and reported by flush().
+        self._unsettled: "set[Session]" = set()
         self._lock = threading.Lock()
 
     def session(
@@ -529,7 +536,7 @@ class Emitter:
         """Sends every session's unsettled events again and waits for all deliveries; raises
         :class:`DeliveryError` (the first session's) when some are still not confirmed."""
         first: Optional[DeliveryError] = None
-        for s in list(self._sessions):
+        for s in list(self._sessions):  # includes every session in self._unsettled (held strongly)
             try:
                 s.flush(timeout)
             except DeliveryError as e:
@@ -590,7 +597,7 @@ class Session:
 
     Args:
         emitter: where the events go. May be replaced (``session.emitter = Emitter(...)``) after a fatal
-            producer error: the unsettled events go first through the new one.
+            producer error, between calls: the unsettled events go first through the new one.
         uid: the dataset prompt / GRPO group id (non-empty); every event carries it and is keyed by it.
         session_id: the rollout's id, unique within its uid (non-empty).
         sample_index: this session's index within its GRPO group, for ``session.start``.
@@ -610,6 +617,8 @@ class Session:
         self.emitter = emitter
         self.events = EventBuilder(uid, session_id, sample_index, group_size, metadata, max_tips=emitter.max_tips)
         self._lock = threading.RLock()
+        # Guards what delivery reports change (unsettled events), which any thread serving them may do.
+        self._state = threading.Lock()
         self._unsettled: List[Tuple[int, bytes]] = []
         self._in_flight: List[_Batch] = []
         emitter._sessions.add(self)
@@ -625,7 +634,7 @@ class Session:
     @property
     def unsettled(self) -> List[bytes]:
         """The events whose delivery failed, in seq order: sent again, byte for byte, before the next ones."""
-        with self.emitter._lock:
+        with self._state:
             return [v for _, v in sorted(self._unsettled)]
 
     def start(self, *, wait: Optional[bool] = None) -> None:
@@ -783,15 +792,16 @@ class Session:
             first = self.events.seq
             built = [] if build is None else build(_js_number(emitter.clock()))
             new = [(first + i, v) for i, v in enumerate(built)]
-            with emitter._lock:
+            with self._state:
                 resend, self._unsettled = self._unsettled, []
+                emitter._unsettled.discard(self)
                 # Batches whose failures were just taken for re-sending are no longer waited for.
                 self._in_flight = [b for b in self._in_flight if not b.moved]
-            if resend:
+            with emitter._lock:  # the counters are the emitter's, shared by sessions on other threads
                 emitter.resends += len(resend)
-            if counts is not None:
-                emitter.missing_logprobs += counts[0]
-                emitter.delta_prompts += int(counts[1])
+                if counts is not None:
+                    emitter.missing_logprobs += counts[0]
+                    emitter.delta_prompts += int(counts[1])
             batch = _Batch(len(resend) + len(new))
             self._in_flight.append(batch)
             emitter._produce(self.uid, sorted(resend) + new, batch, self._failed)
@@ -814,6 +824,7 @@ class Session:
 
     def _failed(self, batch: _Batch) -> None:
         """A batch settled with failures (called from whichever thread served the delivery reports)."""
-        with self.emitter._lock:
+        with self._state:
             self._unsettled.extend((seq, v) for seq, v, _ in batch.failed)
             batch.moved = True
+            self.emitter._unsettled.add(self)
