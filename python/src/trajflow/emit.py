@@ -453,6 +453,9 @@ class DeliveryError(Exception):
 
 
 def _fatal(error: Any) -> bool:
+    # A delivery report carries a KafkaError; produce() raises a KafkaException wrapping one.
+    if isinstance(error, BaseException) and error.args:
+        error = error.args[0]
     fatal = getattr(error, "fatal", None)
     return bool(fatal()) if callable(fatal) else False
 
