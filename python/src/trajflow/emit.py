@@ -1,0 +1,833 @@
+"""Emit gateway events (docs/events.md) from a gateway of your own, to Kafka, with the rules of trajflow's
+gateway (src/gateway/call-events.ts): the two cannot disagree, test/vectors/gateway-events.json holds the
+exact events both must write for the same calls.
+
+- ``seq`` is 0, 1, 2, ... per session without gaps; ``session.start`` comes before any other event
+  (written implicitly with the first one when ``start()`` was not called).
+- One ``request`` and one ``response`` event per call. The prompt goes in the delta form
+  (``parent_call_id`` + ``prompt_delta_ids``) against the longest branch tip it starts with, where a tip is
+  an earlier call's prompt + output; the call that extends a tip replaces it; at most ``max_tips`` tips
+  per session (a call extending a forgotten one goes in the full form, which is always correct).
+- Token ids and logprobs travel packed (``{"b64": ...}`` of little-endian int32 / float32).
+- Logprobs are one per output id or none: a ``None`` or NaN among them leaves them all out (never filled
+  with 0.0, which means probability 1) and is counted in ``Emitter.missing_logprobs``.
+- ``finish_reason`` is sent as the engine gave it (``abort`` stays ``abort``).
+- Messages are keyed by ``uid`` (all sessions of a GRPO group in one partition).
+
+Durability: by default each emitting method returns once the broker acknowledged its events (``acks=all``
+and an idempotent producer). A delivery that fails raises :class:`DeliveryError` and the events it could
+not confirm stay with the session: they are sent again, byte for byte, before its next events (the broker
+may have written them; the pipeline ignores an exact redelivery). With ``wait=False`` the methods return
+at once and :meth:`Session.flush` / :meth:`Emitter.flush` report failures.
+
+The event builder (:class:`EventBuilder`) needs no Kafka: use it to write events anywhere (a JSONL file
+for ``trajflow replay``, another transport).
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import math
+import threading
+import time
+import weakref
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+__all__ = ["CallEvents", "DeliveryError", "Emitter", "EventBuilder", "Session"]
+
+INT32_MAX = 2**31 - 1
+# Logprobs above 0 by at most this much are float rounding, which the pipeline accepts (docs/events.md).
+LOGPROB_ROUNDING = 1e-5
+END_STATUSES = ("ok", "aborted", "failed")
+LOGPROBS_MODES = ("raw", "processed")
+ROUTED_DTYPES = {"uint8": "u1", "uint16": "<u2", "int16": "<i2", "int32": "<i4"}
+
+# What the emitter sets on a producer it creates, unless the caller's config says otherwise: the broker
+# acknowledges only once every in-sync replica has the events, and retries never duplicate or reorder them.
+PRODUCER_DEFAULTS = {"acks": "all", "enable.idempotence": True, "compression.type": "zstd"}
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the Unix epoch, as integers (the TypeScript gateway's Date.now())."""
+    return time.time_ns() // 1_000_000
+
+
+# ---------------------------------------------------------------------------------------------- packing
+
+
+def _b64(a: np.ndarray) -> Dict[str, str]:
+    return {"b64": base64.b64encode(a.tobytes()).decode("ascii")}
+
+
+def token_ids(values: Any, what: str) -> np.ndarray:
+    """Token ids as little-endian int32, checked: integers 0..2^31-1 (a float or a negative id is an error,
+    not something to round or wrap)."""
+    a = np.asarray(values)
+    if a.ndim != 1:
+        raise ValueError(f"{what} must be a flat sequence of token ids, got shape {a.shape}")
+    if a.size == 0:
+        return np.zeros(0, dtype="<i4")
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"{what} must hold integers, got {a.dtype} (e.g. {a[0]!r})")
+    lo, hi = int(a.min()), int(a.max())
+    if lo < 0 or hi > INT32_MAX:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{what} holds {bad}, not a token id (an integer 0..{INT32_MAX})")
+    return a.astype("<i4", copy=False)
+
+
+def pack_token_ids(values: Any, what: str = "token ids") -> Dict[str, str]:
+    """The packed form of token ids: ``{"b64": base64 of little-endian int32}``."""
+    return _b64(token_ids(values, what))
+
+
+def _logprobs(values: Any, n: int) -> Tuple[Optional[np.ndarray], int]:
+    """Logprobs as float32 and how many are missing (None or NaN); None when any is missing."""
+    if values is None:
+        return None, n
+    # dtype=float64 turns None into NaN, so both spellings of "missing" are counted alike.
+    a = np.array(values, dtype=np.float64)
+    if a.ndim != 1 or a.size != n:
+        raise ValueError(f"logprobs has {a.size} values but output_ids has {n}: send one per output id, or none")
+    a = a.astype("<f4")
+    nan = np.isnan(a)
+    missing = int(nan.sum())
+    present = a[~nan]
+    if np.isinf(present).any():
+        raise ValueError("logprobs holds an infinite value; send None for a token whose logprob is unknown")
+    if present.size and float(present.max()) > LOGPROB_ROUNDING:
+        raise ValueError(f"logprobs holds {float(present.max())}, above 0: a logprob is log(p) <= 0")
+    return (a if missing == 0 else None), missing
+
+
+def pack_routed_experts(value: Any, what: str) -> Dict[str, Any]:
+    """An engine's ``[tokens, layers, top_k]`` expert ids (a numpy array of uint8, uint16, int16 or int32)
+    as the protocol's packed form; an already packed dict is passed through."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    a = np.asarray(value)
+    if a.ndim != 3 or a.dtype.name not in ROUTED_DTYPES:
+        raise ValueError(f"{what} must be a [tokens, layers, top_k] array of {'/'.join(ROUTED_DTYPES)}, got {a.dtype} {a.shape}")
+    return {
+        "b64": base64.b64encode(np.ascontiguousarray(a.astype(ROUTED_DTYPES[a.dtype.name], copy=False)).tobytes()).decode("ascii"),
+        "dtype": a.dtype.name,
+        "shape": list(a.shape),
+    }
+
+
+def sampling_settings(sampling: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The sampling settings as the protocol carries them: a known setting outside its range is left out
+    (the engine judged it; the pipeline would otherwise reject the whole call), as the TypeScript gateway
+    does. Other keys pass through."""
+    if sampling is None:
+        return None
+    ranges: Dict[str, Callable[[Any], bool]] = {
+        "temperature": lambda v: _number(v) and v >= 0,
+        "top_p": lambda v: _number(v) and 0 < v <= 1,
+        "top_k": lambda v: _number(v) and float(v).is_integer() and v >= -1,
+        "min_p": lambda v: _number(v) and 0 <= v <= 1,
+        "repetition_penalty": lambda v: _number(v) and v > 0,
+        "logprobs_mode": lambda v: v in LOGPROBS_MODES,
+        "engine": lambda v: isinstance(v, str),
+    }
+    return {k: v for k, v in sampling.items() if k not in ranges or ranges[k](v)}
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _js_number(v: Union[int, float]) -> Union[int, float]:
+    """An integral float as an int, so it is written as JavaScript writes it (``1``, not ``1.0``)."""
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return int(v)
+    return v
+
+
+def encode(event: Mapping[str, Any]) -> bytes:
+    """One event as the bytes sent: compact JSON, UTF-8 (JavaScript's JSON.stringify of the same object)."""
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------- events
+
+
+class CallEvents:
+    """What recording one call built: ``records`` (the events' bytes, in seq order), ``missing_logprobs``
+    (output tokens without a logprob: all of them when none were given) and ``delta`` (whether the prompt
+    went in the delta form)."""
+
+    __slots__ = ("records", "missing_logprobs", "delta")
+
+    def __init__(self, records: List[bytes], missing_logprobs: int, delta: bool):
+        self.records = records
+        self.missing_logprobs = missing_logprobs
+        self.delta = delta
+
+    def __repr__(self) -> str:
+        return f"CallEvents({len(self.records)} events, missing_logprobs={self.missing_logprobs}, delta={self.delta})"
+
+
+class EventBuilder:
+    """Builds the events of one session: seq numbers, the implicit ``session.start``, the delta form against
+    branch tips, packed arrays. Pure (no I/O): every method returns the events' bytes and advances the
+    session only after its inputs were checked, so a rejected call never leaves a seq gap.
+
+    Args:
+        uid: the dataset prompt / GRPO group id (non-empty); Kafka messages are keyed by it.
+        session_id: the agent session (one rollout), unique within its uid (non-empty).
+        sample_index: this session's index within its GRPO group (the rollout number), or None.
+        group_size: how many sessions the uid has (n), or None.
+        metadata: free-form task metadata for ``session.start`` (e.g. the reference answer), or None.
+        max_tips: branch tips remembered for the delta form (the TypeScript gateway's
+            ``max_tips_per_session``, default 8).
+    """
+
+    def __init__(
+        self,
+        uid: str,
+        session_id: str,
+        sample_index: Optional[int] = None,
+        group_size: Optional[int] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        max_tips: int = 8,
+    ):
+        for name, v in (("uid", uid), ("session_id", session_id)):
+            if not isinstance(v, str) or v == "":
+                raise ValueError(f"{name} must be a non-empty string, got {v!r}")
+        if sample_index is not None and not _count(sample_index, 0):
+            raise ValueError(f"sample_index must be an integer >= 0, got {sample_index!r}")
+        if group_size is not None and not _count(group_size, 1):
+            raise ValueError(f"group_size must be an integer >= 1, got {group_size!r}")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise ValueError("metadata must be a dict")
+        if not _count(max_tips, 1):
+            raise ValueError(f"max_tips must be an integer >= 1, got {max_tips!r}")
+        self.uid = uid
+        self.session_id = session_id
+        self.sample_index = None if sample_index is None else int(sample_index)
+        self.group_size = None if group_size is None else int(group_size)
+        self.metadata = dict(metadata) if metadata is not None else None
+        self.max_tips = max_tips
+        #: The next event's seq.
+        self.seq = 0
+        #: Whether ``session.start`` was built.
+        self.started = False
+        #: Calls recorded, for ``c{n}`` call ids.
+        self.calls = 0
+        # (call_id, prompt ++ output), oldest first.
+        self._tips: List[Tuple[str, np.ndarray]] = []
+
+    @contextlib.contextmanager
+    def _advancing(self) -> Iterator[None]:
+        """Undoes what a build did to the session when it fails part way (an object json cannot write in
+        messages, say): a seq is taken only by an event that exists."""
+        saved = (self.seq, self.started, self.calls, list(self._tips))
+        try:
+            yield
+        except BaseException:
+            self.seq, self.started, self.calls, self._tips = saved
+            raise
+
+    def _base(self, type_: str, ts: Union[int, float]) -> Dict[str, Any]:
+        seq = self.seq
+        self.seq += 1
+        return {"v": 1, "type": type_, "uid": self.uid, "session_id": self.session_id, "seq": seq, "ts": ts}
+
+    def start(self, ts: Union[int, float]) -> List[bytes]:
+        """``session.start`` at ``ts`` (ms since the epoch). A session has at most one."""
+        if self.started:
+            raise ValueError(f"session {self.session_id} of {self.uid} has already started")
+        ts = _timestamp(ts)
+        with self._advancing():
+            self.started = True
+            event = self._base("session.start", ts)
+            if self.sample_index is not None:
+                event["sample_index"] = self.sample_index
+            if self.group_size is not None:
+                event["group_size"] = self.group_size
+            if self.metadata is not None:
+                event["metadata"] = self.metadata
+            return [encode(event)]
+
+    def _started(self, ts: Union[int, float]) -> List[bytes]:
+        return [] if self.started else self.start(ts)
+
+    def parent_of(self, prompt: np.ndarray) -> Optional[Tuple[str, np.ndarray]]:
+        """The longest tip the prompt starts with, or None (a prompt equal to a tip is a delta of nothing)."""
+        best: Optional[Tuple[str, np.ndarray]] = None
+        for tip in self._tips:
+            t = tip[1]
+            if t.size > prompt.size or (best is not None and t.size <= best[1].size):
+                continue
+            if np.array_equal(prompt[: t.size], t):
+                best = tip
+        return best
+
+    def tips(self) -> List[str]:
+        """The call ids of the remembered tips, oldest first."""
+        return [c for c, _ in self._tips]
+
+    def call(
+        self,
+        call_id: str,
+        prompt_ids: Any,
+        output_ids: Any,
+        *,
+        sent_at: Union[int, float],
+        done_at: Union[int, float],
+        logprobs: Any = None,
+        finish_reason: str = "stop",
+        messages: Optional[Sequence[Any]] = None,
+        tools: Optional[Sequence[Any]] = None,
+        sampling: Optional[Mapping[str, Any]] = None,
+        weight_version: Optional[int] = None,
+        completion_version: Optional[int] = None,
+        choice_index: Optional[int] = None,
+        text: Optional[str] = None,
+        tool_calls: Optional[Sequence[Any]] = None,
+        output_versions: Any = None,
+        routed_experts: Any = None,
+        prompt_routed_experts: Any = None,
+    ) -> CallEvents:
+        """The ``request`` and ``response`` events of one call (and ``session.start`` before them when the
+        session has none). See :meth:`Session.call` for the arguments; ``sent_at`` / ``done_at`` are the
+        request's and the response's ``ts``."""
+        if not isinstance(call_id, str) or call_id == "":
+            raise ValueError(f"call_id must be a non-empty string, got {call_id!r}")
+        if not isinstance(finish_reason, str) or finish_reason == "":
+            raise ValueError(f"finish_reason must be the engine's finish reason (a non-empty string), got {finish_reason!r}")
+        for name, v in (("weight_version", weight_version), ("completion_version", completion_version), ("choice_index", choice_index)):
+            if v is not None and not _count(v, 0):
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        # numpy integers pass the check but json cannot write them.
+        weight_version, completion_version, choice_index = (
+            None if v is None else int(v) for v in (weight_version, completion_version, choice_index)
+        )
+        sent_at, done_at = _timestamp(sent_at), _timestamp(done_at)
+        prompt = token_ids(prompt_ids, "prompt_ids")
+        output = token_ids(output_ids, "output_ids")
+        lp, missing = _logprobs(logprobs, output.size)
+        versions = None
+        if output_versions is not None:
+            versions = token_ids(output_versions, "output_versions")
+            if versions.size != output.size:
+                raise ValueError(f"output_versions has {versions.size} values but output_ids has {output.size}: one per output id")
+        experts = pack_routed_experts(routed_experts, "routed_experts") if routed_experts is not None else None
+        prompt_experts = (
+            pack_routed_experts(prompt_routed_experts, "prompt_routed_experts") if prompt_routed_experts is not None else None
+        )
+        # Inputs are checked: from here on the session advances (undone if writing an event fails).
+        with self._advancing():
+            records = self._started(sent_at)
+            parent = self.parent_of(prompt)
+            request = self._base("request", sent_at)
+            request["call_id"] = call_id
+            if parent is None:
+                request["prompt_ids"] = _b64(prompt)
+            else:
+                request["parent_call_id"] = parent[0]
+                request["prompt_delta_ids"] = _b64(prompt[parent[1].size :])
+            if messages is not None:
+                request["messages"] = list(messages)
+            if tools is not None:
+                request["tools"] = list(tools)
+            if choice_index is not None:
+                request["choice_index"] = choice_index
+            if weight_version is not None:
+                request["weight_version"] = weight_version
+            settings = sampling_settings(sampling)
+            if settings is not None:
+                request["sampling"] = settings
+            if prompt_experts is not None:
+                request["prompt_routed_experts"] = prompt_experts
+            records.append(encode(request))
+            response = self._base("response", done_at)
+            response["call_id"] = call_id
+            response["output_ids"] = _b64(output)
+            if lp is not None:
+                response["logprobs"] = _b64(lp)
+            response["finish_reason"] = finish_reason
+            if completion_version is not None:
+                response["weight_version"] = completion_version
+            if versions is not None:
+                response["output_versions"] = _b64(versions)
+            if experts is not None:
+                response["routed_experts"] = experts
+            if text is not None:
+                response["text"] = text
+            if tool_calls:
+                response["tool_calls"] = list(tool_calls)
+            records.append(encode(response))
+            self._add_tip(call_id, np.concatenate([prompt, output]), parent[0] if parent is not None else None)
+            self.calls += 1
+        return CallEvents(records, missing, parent is not None)
+
+    def _add_tip(self, call_id: str, tokens: np.ndarray, parent: Optional[str]) -> None:
+        if parent is not None:
+            self._tips = [t for t in self._tips if t[0] != parent]
+        self._tips.append((call_id, tokens))
+        if len(self._tips) > self.max_tips:
+            self._tips.pop(0)
+
+    def reward(
+        self,
+        ts: Union[int, float],
+        value: float,
+        target: Optional[str] = None,
+        key: Optional[str] = None,
+        stage: Optional[str] = None,
+        finished: Optional[bool] = None,
+        info: Optional[Mapping[str, Any]] = None,
+    ) -> List[bytes]:
+        """A ``reward`` event (and ``session.start`` before it when the session has none). See
+        :meth:`Session.reward` for the arguments."""
+        if not _number(value):
+            raise ValueError(f"value must be a finite number, got {value!r}")
+        for name, v in (("target", target), ("stage", stage), ("key", key)):
+            if v is not None and (not isinstance(v, str) or v == ""):
+                raise ValueError(f"{name} must be a non-empty string, got {v!r}")
+        if finished is not None and not isinstance(finished, bool):
+            raise ValueError(f"finished must be True or False, got {finished!r}")
+        if info is not None and not isinstance(info, Mapping):
+            raise ValueError("info must be a dict")
+        ts = _timestamp(ts)
+        with self._advancing():
+            records = self._started(ts)
+            event = self._base("reward", ts)
+            # The field order of the TypeScript gateway's reward events, so equal inputs give equal bytes.
+            event["value"] = _js_number(value)
+            for name, v in (("target", target), ("stage", stage), ("key", key), ("finished", finished), ("info", info)):
+                if v is not None:
+                    event[name] = dict(v) if name == "info" else v
+            records.append(encode(event))
+            return records
+
+    def end(self, ts: Union[int, float], status: str = "ok") -> List[bytes]:
+        """``session.end`` with ``status`` ``ok``, ``aborted`` or ``failed`` (and ``session.start`` before it
+        when the session has none)."""
+        if status not in END_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(END_STATUSES)}, got {status!r}")
+        ts = _timestamp(ts)
+        with self._advancing():
+            records = self._started(ts)
+            event = self._base("session.end", ts)
+            event["status"] = status
+            records.append(encode(event))
+            return records
+
+
+def _count(v: Any, least: int) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and int(v) >= least
+
+
+def _timestamp(ts: Any) -> Union[int, float]:
+    if not _number(ts) or ts < 0:
+        raise ValueError(f"a timestamp must be milliseconds since the Unix epoch (a number >= 0), got {ts!r}")
+    return _js_number(ts)
+
+
+# ---------------------------------------------------------------------------------------------- delivery
+
+
+class DeliveryError(Exception):
+    """The broker did not confirm some of a session's events. They stay with the session
+    (``session.unsettled``) and are sent again, byte for byte, before its next events or by
+    :meth:`Session.flush`.
+
+    Attributes:
+        errors: the producer's errors (``confluent_kafka.KafkaError``, or the exception ``produce`` raised).
+        unsettled: how many of the session's events now wait to be sent again.
+        retryable: False when an error is fatal for the producer (then no re-send through it can succeed:
+            point the session at a new :class:`Emitter`).
+    """
+
+    def __init__(self, message: str, errors: List[Any], unsettled: int):
+        super().__init__(message)
+        self.errors = errors
+        self.unsettled = unsettled
+        self.retryable = not any(_fatal(e) for e in errors)
+
+
+def _fatal(error: Any) -> bool:
+    # A delivery report carries a KafkaError; produce() raises a KafkaException wrapping one.
+    if isinstance(error, BaseException) and error.args:
+        error = error.args[0]
+    fatal = getattr(error, "fatal", None)
+    return bool(fatal()) if callable(fatal) else False
+
+
+class _Batch:
+    """One append's deliveries: how many are outstanding and which failed (by seq order)."""
+
+    __slots__ = ("remaining", "failed", "done", "moved")
+
+    def __init__(self, n: int):
+        self.remaining = n
+        # Set (under the emitter's lock) once the failed records were handed to the session's unsettled.
+        self.moved = False
+        self.failed: List[Tuple[int, bytes, Any]] = []
+        self.done = threading.Event()
+        if n == 0:
+            self.done.set()
+
+
+class Emitter:
+    """Sends sessions' events to one Kafka topic, keyed by ``uid``.
+
+    Args:
+        producer: a ``confluent_kafka.Producer`` configuration dict (``bootstrap.servers`` at least; the
+            emitter adds ``acks=all``, ``enable.idempotence=true`` and ``compression.type=zstd`` unless the
+            dict sets them), or a producer you made (used as is: give it ``acks=all`` and idempotence for
+            the same guarantees). Any object with confluent-kafka's ``produce(topic, key=, value=,
+            on_delivery=)``, ``poll(timeout)`` and ``flush(timeout)`` works.
+        topic: the topic of gateway events that ``trajflow consume`` reads.
+        wait: the default for every emitting method: True (the default) returns once the broker
+            acknowledged the events (``message.timeout.ms``, 300 s by default, bounds the wait); False
+            returns at once, and :meth:`flush` reports failures.
+        max_tips: branch tips remembered per session for the delta form (default 8, as the gateway).
+        clock: the event time source, milliseconds since the epoch (default: the wall clock).
+    """
+
+    def __init__(
+        self,
+        producer: Any,
+        topic: str,
+        *,
+        wait: bool = True,
+        max_tips: int = 8,
+        clock: Callable[[], Union[int, float]] = now_ms,
+    ):
+        if not isinstance(topic, str) or topic == "":
+            raise ValueError("topic must be a non-empty string")
+        if isinstance(producer, Mapping):
+            from confluent_kafka import Producer  # only emitting needs confluent-kafka, not reading
+
+            producer = Producer({**PRODUCER_DEFAULTS, **producer})
+        self.producer = producer
+        self.topic = topic
+        self.wait = wait
+        self.max_tips = max_tips
+        self.clock = clock
+        #: Output tokens recorded without a logprob (the gateway's ``gateway_missing_logprobs``).
+        self.missing_logprobs = 0
+        #: Events sent again after a failed delivery (``gateway_event_resends``).
+        self.resends = 0
+        #: Calls whose prompt went in the delta form (``gateway_delta_prompts``).
+        self.delta_prompts = 0
+        self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
+        # Sessions holding events whose delivery failed, held here too: a session dropped by its caller
+        # (after an end(wait=False), say) is still flushed and reported by flush().
+        self._unsettled: "set[Session]" = set()
+        self._lock = threading.Lock()
+
+    def session(
+        self,
+        uid: str,
+        session_id: str,
+        sample_index: Optional[int] = None,
+        group_size: Optional[int] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+    ) -> "Session":
+        """A new session emitting through this emitter (see :class:`Session`)."""
+        return Session(self, uid, session_id, sample_index, group_size, metadata)
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Sends every session's unsettled events again and waits for all deliveries; raises
+        :class:`DeliveryError` (the first session's) when some are still not confirmed."""
+        first: Optional[DeliveryError] = None
+        for s in list(self._sessions):  # includes every session in self._unsettled (held strongly)
+            try:
+                s.flush(timeout)
+            except DeliveryError as e:
+                first = first or e
+        if first is not None:
+            raise first
+
+    def _produce(self, key: str, records: List[Tuple[int, bytes]], batch: _Batch, on_failed: Callable[[_Batch], None]) -> None:
+        """Produces ``records`` (seq, bytes) in order; the batch settles when every delivery reported."""
+
+        def delivered(seq: int, value: bytes) -> Callable[[Any, Any], None]:
+            def report(err: Any, _msg: Any) -> None:
+                with self._lock:
+                    if err is not None:
+                        batch.failed.append((seq, value, err))
+                    batch.remaining -= 1
+                    done = batch.remaining == 0
+                if done:
+                    if batch.failed:
+                        on_failed(batch)
+                    batch.done.set()
+
+            return report
+
+        for i, (seq, value) in enumerate(records):
+            while True:
+                try:
+                    self.producer.produce(self.topic, key=key, value=value, on_delivery=delivered(seq, value))
+                    break
+                except BufferError:
+                    # The producer's queue is full: serve deliveries until there is room.
+                    self.producer.poll(0.1)
+                except Exception as e:  # the producer refused it (too large, fatal): none of the rest goes
+                    with self._lock:
+                        for s, v in records[i:]:
+                            batch.failed.append((s, v, e))
+                        batch.remaining -= len(records) - i
+                        done = batch.remaining == 0
+                    if done:
+                        on_failed(batch)
+                        batch.done.set()
+                    return
+        self.producer.poll(0)
+
+    def _await(self, batch: _Batch, timeout: Optional[float]) -> bool:
+        """Serves delivery reports until the batch settled (or ``timeout`` seconds passed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not batch.done.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            self.producer.poll(0.05)
+        return True
+
+
+class Session:
+    """One agent session (a rollout) emitting through an :class:`Emitter`. Methods may be called from
+    several threads: a session's events are built and appended one append after another.
+
+    Args:
+        emitter: where the events go. May be replaced (``session.emitter = Emitter(...)``) after a fatal
+            producer error, between calls: the unsettled events go first through the new one.
+        uid: the dataset prompt / GRPO group id (non-empty); every event carries it and is keyed by it.
+        session_id: the rollout's id, unique within its uid (non-empty).
+        sample_index: this session's index within its GRPO group, for ``session.start``.
+        group_size: how many sessions the uid has (n), for ``session.start``.
+        metadata: free-form task metadata for ``session.start`` (e.g. the reference answer rule rewards use).
+    """
+
+    def __init__(
+        self,
+        emitter: Emitter,
+        uid: str,
+        session_id: str,
+        sample_index: Optional[int] = None,
+        group_size: Optional[int] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+    ):
+        self.emitter = emitter
+        self.events = EventBuilder(uid, session_id, sample_index, group_size, metadata, max_tips=emitter.max_tips)
+        self._lock = threading.RLock()
+        # Guards what delivery reports change (unsettled events), which any thread serving them may do.
+        self._state = threading.Lock()
+        self._unsettled: List[Tuple[int, bytes]] = []
+        self._in_flight: List[_Batch] = []
+        emitter._sessions.add(self)
+
+    @property
+    def uid(self) -> str:
+        return self.events.uid
+
+    @property
+    def session_id(self) -> str:
+        return self.events.session_id
+
+    @property
+    def unsettled(self) -> List[bytes]:
+        """The events whose delivery failed, in seq order: sent again, byte for byte, before the next ones."""
+        with self._state:
+            return [v for _, v in sorted(self._unsettled)]
+
+    def start(self, *, wait: Optional[bool] = None) -> None:
+        """Emits ``session.start`` (with the session's sample_index, group_size and metadata). Optional: the
+        first other event starts the session when this was not called. Raises ValueError when called twice.
+
+        Args:
+            wait: True: return once the broker acknowledged; False: at once; None: the emitter's default.
+        """
+        self._append(lambda ts: self.events.start(ts), wait)
+
+    def call(
+        self,
+        prompt_ids: Any,
+        output_ids: Any,
+        logprobs: Any = None,
+        finish_reason: str = "stop",
+        messages: Optional[Sequence[Any]] = None,
+        tools: Optional[Sequence[Any]] = None,
+        sampling: Optional[Mapping[str, Any]] = None,
+        weight_version: Optional[int] = None,
+        completion_version: Optional[int] = None,
+        choice_index: Optional[int] = None,
+        text: Optional[str] = None,
+        tool_calls: Optional[Sequence[Any]] = None,
+        *,
+        call_id: Optional[str] = None,
+        sent_at: Optional[Union[int, float]] = None,
+        done_at: Optional[Union[int, float]] = None,
+        output_versions: Any = None,
+        routed_experts: Any = None,
+        prompt_routed_experts: Any = None,
+        wait: Optional[bool] = None,
+    ) -> str:
+        """Emits one model call (a ``request`` and a ``response`` event) and returns its call id.
+
+        Args:
+            prompt_ids: the full prompt's token ids as sent to the engine (a list, numpy array or CPU
+                tensor of integers). Sent in the delta form when it starts with an earlier call's prompt
+                + output; always pass the full prompt.
+            output_ids: the sampled token ids.
+            logprobs: the sampled tokens' logprobs, one per output id, or None when the engine gave none.
+                A None or NaN among them (a token the engine gave no logprob for) leaves them all out:
+                never fill with 0.0. Counted in ``emitter.missing_logprobs``.
+            finish_reason: the engine's raw finish reason (``stop``, ``length``, ``tool_calls``,
+                ``abort``, ...), never normalised: ``abort`` and ``length`` mean something to trainers.
+            messages: the OpenAI chat messages the prompt was rendered from (lets trajflow tell
+                retokenization drift from an edited history).
+            tools: the tool definitions offered to the model.
+            sampling: the sampling settings sent to the engine: ``temperature``, ``top_p``, ``top_k``,
+                ``min_p``, ``repetition_penalty``, ``logprobs_mode`` (``raw``/``processed``), ``engine``.
+                A setting outside the protocol's range is left out.
+            weight_version: the policy version when the call was sent (the request's).
+            completion_version: the policy version when the answer came back (the response's; it wins).
+            choice_index: declares a deliberate extra sample of the same prompt (best-of-N), never taken
+                for a retry. Give each choice its own ``call_id``.
+            text: the decoded output.
+            tool_calls: the tool calls parsed from the output (OpenAI format); an empty list is left out.
+            call_id: the call's id, unique within the session (default ``c1``, ``c2``, ...).
+            sent_at: when the call was sent upstream (ms since the epoch; default: now). The request's ts.
+            done_at: when its answer came back (ms since the epoch; default: now). The response's ts.
+            output_versions: per output token, the policy version that sampled it (partial rollouts).
+            routed_experts: the experts chosen for each output token, a ``[tokens, layers, top_k]``
+                numpy array (uint8/uint16/int16/int32) or the protocol's packed dict.
+            prompt_routed_experts: the same for the prompt's last ``shape[0]`` positions.
+            wait: True: return once the broker acknowledged; False: at once; None: the emitter's default.
+
+        Raises:
+            ValueError: an argument the protocol does not accept (nothing is emitted, no seq is used).
+            DeliveryError: the broker did not confirm the events (they are kept and sent again first).
+        """
+        missing = [0, False]
+        chosen = [call_id]
+
+        def build(ts: Union[int, float]) -> List[bytes]:
+            if chosen[0] is None:
+                chosen[0] = f"c{self.events.calls + 1}"
+            built = self.events.call(
+                chosen[0],
+                prompt_ids,
+                output_ids,
+                sent_at=ts if sent_at is None else sent_at,
+                done_at=ts if done_at is None else done_at,
+                logprobs=logprobs,
+                finish_reason=finish_reason,
+                messages=messages,
+                tools=tools,
+                sampling=sampling,
+                weight_version=weight_version,
+                completion_version=completion_version,
+                choice_index=choice_index,
+                text=text,
+                tool_calls=tool_calls,
+                output_versions=output_versions,
+                routed_experts=routed_experts,
+                prompt_routed_experts=prompt_routed_experts,
+            )
+            missing[0], missing[1] = built.missing_logprobs, built.delta
+            return built.records
+
+        self._append(build, wait, counts=missing)
+        return chosen[0]
+
+    def reward(
+        self,
+        value: float,
+        target: Optional[str] = None,
+        key: Optional[str] = None,
+        stage: Optional[str] = None,
+        finished: Optional[bool] = None,
+        info: Optional[Mapping[str, Any]] = None,
+        *,
+        wait: Optional[bool] = None,
+    ) -> None:
+        """Emits a ``reward`` event. Rewards may come before or after :meth:`end`.
+
+        Args:
+            value: the score (a finite number).
+            target: ``"session"`` (the default when None) or the call id of one of the session's calls
+                (a per-turn reward).
+            key: idempotency key: a reward with a repeated key is applied once.
+            stage: who scored it (the pipeline's default when None: ``env``); ``--await-rewards`` names
+                the stages a session waits for.
+            finished: False when the episode did not finish (e.g. it hit the turn limit).
+            info: free-form details kept for auditing.
+            wait: True: return once the broker acknowledged; False: at once; None: the emitter's default.
+        """
+        self._append(lambda ts: self.events.reward(ts, value, target, key, stage, finished, info), wait)
+
+    def end(self, status: str = "ok", *, wait: Optional[bool] = None) -> None:
+        """Emits ``session.end``. Only rewards may follow it.
+
+        Args:
+            status: ``ok``, ``aborted`` (the agent gave up or was cancelled) or ``failed``.
+            wait: True: return once the broker acknowledged; False: at once; None: the emitter's default.
+        """
+        self._append(lambda ts: self.events.end(ts, status), wait)
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Sends the unsettled events again and waits until every event of the session was delivered;
+        raises :class:`DeliveryError` when some were not (they stay unsettled)."""
+        self._append(None, True, timeout=timeout, settle_all=True)
+
+    def _append(
+        self,
+        build: Optional[Callable[[Union[int, float]], List[bytes]]],
+        wait: Optional[bool],
+        counts: Optional[list] = None,
+        timeout: Optional[float] = None,
+        settle_all: bool = False,
+    ) -> None:
+        emitter = self.emitter
+        with self._lock:
+            # Built while holding the session: seq numbers follow the events appended before them.
+            first = self.events.seq
+            built = [] if build is None else build(_js_number(emitter.clock()))
+            new = [(first + i, v) for i, v in enumerate(built)]
+            with self._state:
+                resend, self._unsettled = self._unsettled, []
+                emitter._unsettled.discard(self)
+                # Batches whose failures were just taken for re-sending are no longer waited for.
+                self._in_flight = [b for b in self._in_flight if not b.moved]
+            with emitter._lock:  # the counters are the emitter's, shared by sessions on other threads
+                emitter.resends += len(resend)
+                if counts is not None:
+                    emitter.missing_logprobs += counts[0]
+                    emitter.delta_prompts += int(counts[1])
+            batch = _Batch(len(resend) + len(new))
+            self._in_flight.append(batch)
+            emitter._produce(self.uid, sorted(resend) + new, batch, self._failed)
+            if not (emitter.wait if wait is None else wait):
+                return
+            pending = list(self._in_flight) if settle_all else [batch]
+            for b in pending:
+                if not emitter._await(b, timeout):
+                    raise TimeoutError(f"events of session {self.session_id} not yet acknowledged after {timeout} s")
+            self._in_flight = [b for b in self._in_flight if not b.done.is_set()]
+            failed = [e for b in pending for _, _, e in b.failed]
+            if failed:
+                n = len(self.unsettled)
+                raise DeliveryError(
+                    f"{n} event(s) of session {self.session_id} (uid {self.uid}) were not acknowledged: "
+                    f"{failed[0]}; they are sent again before the session's next events",
+                    failed,
+                    n,
+                )
+
+    def _failed(self, batch: _Batch) -> None:
+        """A batch settled with failures (called from whichever thread served the delivery reports)."""
+        with self._state:
+            self._unsettled.extend((seq, v) for seq, v, _ in batch.failed)
+            batch.moved = True
+            self.emitter._unsettled.add(self)
