@@ -9,8 +9,9 @@ exact events both must write for the same calls.
   an earlier call's prompt + output; the call that extends a tip replaces it; at most ``max_tips`` tips
   per session (a call extending a forgotten one goes in the full form, which is always correct).
 - Token ids and logprobs travel packed (``{"b64": ...}`` of little-endian int32 / float32).
-- Logprobs are one per output id or none: a ``None`` or NaN among them leaves them all out (never filled
-  with 0.0, which means probability 1) and is counted in ``Emitter.missing_logprobs``.
+- Logprobs are one per output id or none; a token the engine gave none for is ``None`` or NaN and travels
+  as NaN in the packed array (the protocol's "missing": never filled with 0.0, which means probability 1),
+  counted in ``Emitter.missing_logprobs``. Rows training such a token carry no logprobs and say so.
 - ``finish_reason`` is sent as the engine gave it (``abort`` stays ``abort``).
 - Messages are keyed by ``uid`` (all sessions of a GRPO group in one partition).
 
@@ -85,7 +86,7 @@ def pack_token_ids(values: Any, what: str = "token ids") -> Dict[str, str]:
 
 
 def _logprobs(values: Any, n: int) -> Tuple[Optional[np.ndarray], int]:
-    """Logprobs as float32 and how many are missing (None or NaN); None when any is missing."""
+    """Logprobs as float32 (NaN where missing) and how many are missing (None or NaN)."""
     if values is None:
         return None, n
     # dtype=float64 turns None into NaN, so both spellings of "missing" are counted alike.
@@ -100,7 +101,7 @@ def _logprobs(values: Any, n: int) -> Tuple[Optional[np.ndarray], int]:
         raise ValueError("logprobs holds an infinite value; send None for a token whose logprob is unknown")
     if present.size and float(present.max()) > LOGPROB_ROUNDING:
         raise ValueError(f"logprobs holds {float(present.max())}, above 0: a logprob is log(p) <= 0")
-    return (a if missing == 0 else None), missing
+    return a, missing
 
 
 def pack_routed_experts(value: Any, what: str) -> Dict[str, Any]:
@@ -680,8 +681,8 @@ class Session:
                 + output; always pass the full prompt.
             output_ids: the sampled token ids.
             logprobs: the sampled tokens' logprobs, one per output id, or None when the engine gave none.
-                A None or NaN among them (a token the engine gave no logprob for) leaves them all out:
-                never fill with 0.0. Counted in ``emitter.missing_logprobs``.
+                A None or NaN among them (a token the engine gave no logprob for) travels as NaN, the
+                protocol's "missing": never fill with 0.0. Counted in ``emitter.missing_logprobs``.
             finish_reason: the engine's raw finish reason (``stop``, ``length``, ``tool_calls``,
                 ``abort``, ...), never normalised: ``abort`` and ``length`` mean something to trainers.
             messages: the OpenAI chat messages the prompt was rendered from (lets trajflow tell
