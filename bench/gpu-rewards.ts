@@ -18,7 +18,7 @@ import { monitorEventLoopDelay } from "node:perf_hooks";
 import { createInterface } from "node:readline";
 import { pino } from "pino";
 import { replayPlan } from "../src/cli/presets.ts";
-import { mulberry32 } from "../src/core/prng.ts";
+import { mulberry32 } from "../test/helpers/prng.ts";
 import { Runtime } from "../src/runtime/runtime.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { startTorchRewardServer } from "../test/helpers/torch-reward-server.ts";

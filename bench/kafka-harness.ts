@@ -1,7 +1,9 @@
 /**
- * The Kafka side of the benchmarks: consume a topic with trajflow's runtime in process, timed from
- * the first message consumed (the group join is not ingest work) to the last file renamed into place and
- * its offsets committed, with the lag sampled every 500 ms and the process's peak RSS.
+ * The Kafka side of the benchmarks: consume a topic with trajflow's runtime in process, timed from the
+ * first message consumed (the group join is not ingest work) to the last file renamed into place, read
+ * from the run's own timeline; the lag behind the group's committed offsets sampled every 500 ms from the
+ * broker, and the process's peak RSS. It observes only what a user can: the metrics, the report, the
+ * broker.
  */
 import { execFile, execFileSync, spawn } from "node:child_process";
 import { join } from "node:path";
@@ -15,7 +17,6 @@ import { consumePlan } from "../src/cli/presets.ts";
 import { Runtime } from "../src/runtime/runtime.ts";
 import type { FileSinkConfigInput } from "../src/sinks/files/config.ts";
 import type { KafkaSourceConfigInput } from "../src/sources/kafka/config.ts";
-import type { KafkaSource } from "../src/sources/kafka/source.ts";
 
 const silent = pino({ level: "silent" });
 
@@ -39,14 +40,18 @@ export async function produceFile(brokers: string, input: string, topic: string)
 
 export interface Run {
   seconds: number;
-  /** Of `seconds`, the part after the last message was consumed: the last files and the commit. */
+  /** Of `seconds`, the part after the last message was applied: the stop's last files. */
   drainSeconds: number;
   metrics: Metrics;
+  /** Seconds since the consumer started, and messages behind the group's committed offsets then. */
   lag: Array<[number, number]>;
   peakRss: number;
 }
 
-/** Consumes `topic` until `messages` are consumed and every session is written and committed. */
+/**
+ * Consumes `topic` until `messages` are applied, then stops the runtime as a signal would (the stop
+ * writes the last files and commits), as consumeTopicProcess does to its process.
+ */
 export async function consumeTopic(
   brokers: string,
   topic: string,
@@ -63,11 +68,12 @@ export async function consumeTopic(
   } = {},
 ): Promise<Run> {
   const { sink = {}, whileRunning } = options;
+  const groupId = options.group ?? `${topic}-g`;
   const plan = consumePlan(
     {
       connection: { brokers: [brokers] },
       topic,
-      group_id: options.group ?? `${topic}-g`,
+      group_id: groupId,
       session_timeout_ms: 10_000,
       ...options.source,
     },
@@ -84,10 +90,11 @@ export async function consumeTopic(
     stopSignal: new Promise<void>((r) => (stopNow = r)),
   });
   const metrics = runtime.metrics;
-  const running = runtime.run();
+  let started!: () => void;
+  const ready = new Promise<void>((r) => (started = r));
+  const running = runtime.run({ ready: (yes) => yes && started() });
   running.catch(() => {});
-  await runtime.started;
-  const source = runtime.source as KafkaSource;
+  await Promise.race([ready, running]);
   const admin = new kafkajs.Kafka({ brokers: [brokers], logLevel: kafkajs.logLevel.NOTHING }).admin();
   await admin.connect();
   const lag: Array<[number, number]> = [];
@@ -95,45 +102,31 @@ export async function consumeTopic(
   const t0 = performance.now();
   const sampler = setInterval(() => {
     peakRss = Math.max(peakRss, process.memoryUsage.rss());
-    void admin.fetchTopicOffsets(topic).then((offsets) => {
-      const positions = source.positions();
-      let behind = 0;
-      // The watermarks were fetched a moment before the positions: a partition can read as ahead of them.
-      for (const o of offsets) behind += Math.max(0, Number(o.high) - (positions[o.partition]?.next ?? 0));
-      lag.push([(performance.now() - t0) / 1000, behind]);
-    });
+    void Promise.all([admin.fetchTopicOffsets(topic), admin.fetchOffsets({ groupId, topics: [topic] })])
+      .then(([high, committed]) => {
+        const at = new Map(committed[0]?.partitions.map((p) => [p.partition, Number(p.offset)]));
+        let behind = 0;
+        // A group without a commit yet reads -1: everything is behind.
+        for (const o of high) behind += Math.max(0, Number(o.high) - Math.max(0, at.get(o.partition) ?? 0));
+        lag.push([(performance.now() - t0) / 1000, behind]);
+      })
+      .catch(() => {});
   }, 500);
-  const producing = whileRunning?.();
-  while (metrics.total("kafka_messages") === 0) await new Promise((r) => setTimeout(r, 5));
-  const firstMessage = performance.now();
-  await producing;
-  let drained = false;
-  let consumedAt = 0;
-  // Polled every 5 ms, so only cheap reads here: RSS (a /proc read) is sampled every 500 ms above, and
-  // offsets are committed by the pipeline's own interval until everything is consumed.
-  for (;;) {
-    const positions = Object.values(source.positions());
-    const consumed = metrics.total("kafka_messages");
-    if (consumed >= messages && !drained) {
-      // Everything is consumed: write the partial files now instead of waiting for their age cut.
-      drained = true;
-      consumedAt = performance.now();
-      await runtime.cutFiles();
-    }
-    if (drained) {
-      if (positions.every((p) => p.held === 0 && p.committed === p.next)) break;
-      await source.commit().catch(() => {});
-    }
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  peakRss = Math.max(peakRss, process.memoryUsage.rss());
-  const seconds = (performance.now() - firstMessage) / 1000;
-  const drainSeconds = (performance.now() - consumedAt) / 1000;
-  clearInterval(sampler);
+  await whileRunning?.();
+  let ended = false;
+  void running.finally(() => (ended = true));
+  // Polled every 5 ms, so only a cheap read: a counter of the metrics.
+  while (!ended && metrics.total("events_read") < messages) await new Promise((r) => setTimeout(r, 5));
+  const stopAt = Date.now();
   stopNow();
   await running;
+  peakRss = Math.max(peakRss, process.memoryUsage.rss());
+  clearInterval(sampler);
   await admin.disconnect();
-  return { seconds, drainSeconds, metrics, lag, peakRss };
+  const t = metrics.timeline;
+  if (t.first_record_at_ms === null || t.last_file_at_ms === null) throw new Error("trajflow wrote no file");
+  const seconds = (t.last_file_at_ms - t.first_record_at_ms) / 1000;
+  return { seconds, drainSeconds: (t.last_file_at_ms - stopAt) / 1000, metrics, lag, peakRss };
 }
 
 export interface ProcessRun {

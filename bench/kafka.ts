@@ -78,7 +78,7 @@ try {
   rate(
     "topic (zstd batches) → Parquet files, committed",
     k.seconds,
-    `, ${k.metrics.total("rows_written")} rows; the last files and commit took ` +
+    `, ${k.metrics.total("rows_written")} rows; the stop's last files took ` +
       `${k.drainSeconds.toFixed(2)} s of ${k.seconds.toFixed(2)} s`,
   );
   // The fixed tail (the last file age's rows encoded after the last message) weighs on a short run only;
@@ -120,7 +120,7 @@ try {
   rate(
     "live: produce and consume at once (end to end)",
     l.seconds,
-    `; producer took ${produceSeconds.toFixed(1)} s; max lag ${maxLag} messages`,
+    `; producer took ${produceSeconds.toFixed(1)} s; max lag ${maxLag} messages behind the commits`,
   );
   console.log(
     `lag over time (s, messages behind): ${l.lag.map(([t, v]) => `${t.toFixed(1)}:${v}`).join(" ")}`,

@@ -27,7 +27,7 @@ import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import kafkajs from "kafkajs";
-import { mulberry32 } from "../src/core/prng.ts";
+import { mulberry32 } from "../test/helpers/prng.ts";
 import { registerKafkaCodecs } from "../src/kafka/codecs.ts";
 import { fixKafkajsRequestQueue } from "../src/kafka/request-queue-fix.ts";
 import { bestOf, gc } from "./harness.ts";

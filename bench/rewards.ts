@@ -12,12 +12,12 @@ import { monitorEventLoopDelay } from "node:perf_hooks";
 import { pino } from "pino";
 import { MemoryDeadLetters } from "../test/helpers/dead-letters.ts";
 import { Metrics } from "../src/core/metrics.ts";
-import { mulberry32 } from "../src/core/prng.ts";
+import { mulberry32 } from "../test/helpers/prng.ts";
 import type { RewardItem } from "../src/transforms/reward/contract.ts";
 import { batchPolicySchema, StageRunner } from "../src/transforms/reward/runner.ts";
 import { onnxStageOptionsSchema } from "../src/transforms/reward/stages/onnx/options.ts";
 import { onnxStage } from "../src/transforms/reward/stages/onnx/stage.ts";
-import { tinyRewardModel, tinyWeights } from "../src/transforms/reward/stages/onnx/tiny-model.ts";
+import { tinyRewardModel, tinyWeights } from "../test/helpers/tiny-model.ts";
 import { rewardItem } from "../test/helpers/reward-items.ts";
 import { record } from "./harness.ts";
 

@@ -2,7 +2,7 @@
  * Deterministic synthetic agent sessions for benchmarks. Token ids are pseudo-random (seeded), so prompts
  * of different sessions share nothing but what the scenario says they share.
  */
-import { mulberry32 } from "../src/core/prng.ts";
+import { mulberry32 } from "../test/helpers/prng.ts";
 import { packLogprobs, packTokenIds } from "../src/schemas/tokens.ts";
 
 export interface SessionShape {

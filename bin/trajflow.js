@@ -7,14 +7,28 @@
 // throughput (docs/operations.md, BENCHMARKS.md). The flag must be given when Node starts (V8 sizes the heap
 // then): here for `npx trajflow` and `./bin/trajflow.js`, in package.json's scripts, and by hand as
 // `node --max-semi-space-size=4 bin/trajflow.js` when Node is called directly.
-import { setTimeout } from "node:timers";
+//
+// The Node version is checked first, in syntax any Node parses (no static import, no top-level await, no
+// `?.`, no numeric separators): an older Node would otherwise fail on the first .ts import with
+// ERR_UNKNOWN_FILE_EXTENSION and a stack trace.
+var major = Number(process.versions.node.split(".")[0]);
+if (major < 24) {
+  process.stderr.write(
+    "trajflow needs Node.js 24 or later (this is " +
+      process.versions.node +
+      "): run it through npm (npm start, npm run trajflow -- …) or install Node 24\n",
+  );
+  process.exit(2);
+}
 
-const { main } = await import("../src/cli/main.ts");
-process.exitCode = await main(process.argv.slice(2));
-// Everything is settled when main returns. A handle a library left open (kafkajs has kept reconnect
-// timers after a broker restart) must not keep the process alive: say what it was, and exit.
-setTimeout(() => {
-  const open = process.getActiveResourcesInfo().filter((r) => r !== "TTYWrap");
-  process.stderr.write(`trajflow: exiting with handles still open: ${open.join(", ")}\n`);
-  process.exit();
-}, 5_000).unref();
+import("../src/cli/main.ts").then(async ({ main }) => {
+  const { setTimeout } = await import("node:timers");
+  process.exitCode = await main(process.argv.slice(2));
+  // Everything is settled when main returns. A handle a library left open (kafkajs has kept reconnect
+  // timers after a broker restart) must not keep the process alive: say what it was, and exit.
+  setTimeout(() => {
+    const open = process.getActiveResourcesInfo().filter((r) => r !== "TTYWrap");
+    process.stderr.write(`trajflow: exiting with handles still open: ${open.join(", ")}\n`);
+    process.exit();
+  }, 5000).unref();
+});

@@ -11,7 +11,7 @@
  * after a timeout, retokenization drift from a reasoning template, and rewards (per call, per session,
  * a redelivered one, one inside the grace period).
  */
-import { mulberry32 } from "../src/core/prng.ts";
+import { mulberry32 } from "../test/helpers/prng.ts";
 import { readFileSync, writeFileSync } from "node:fs";
 import { encode } from "gpt-tokenizer/model/gpt-3.5-turbo";
 import { packLogprobs, packTokenIds } from "../src/schemas/tokens.ts";

@@ -1,10 +1,10 @@
 /**
- * Writes the tiny deterministic ONNX reward model (src/transforms/reward/stages/onnx/tiny-model.ts) to a
+ * Writes the tiny deterministic ONNX reward model (test/helpers/tiny-model.ts) to a
  * file: `node scripts/tiny-reward-model.ts examples/rewards/tiny-reward.onnx`. With `--check`, fails if
  * the file differs from what the generator writes (CI keeps the committed example model fresh).
  */
 import { readFileSync, writeFileSync } from "node:fs";
-import { tinyRewardModel, tinyWeights } from "../src/transforms/reward/stages/onnx/tiny-model.ts";
+import { tinyRewardModel, tinyWeights } from "../test/helpers/tiny-model.ts";
 
 const args = process.argv.slice(2);
 const check = args.includes("--check");

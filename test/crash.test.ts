@@ -3,7 +3,7 @@
  * exactly the files of an uninterrupted run, byte for byte: every row exactly once, no partial file ever
  * visible to a reader, no temporary file left.
  */
-import { mulberry32 } from "../src/core/prng.ts";
+import { mulberry32 } from "./helpers/prng.ts";
 import { strict as assert } from "node:assert";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";

@@ -14,7 +14,7 @@ import { it } from "node:test";
 import { MemoryDeadLetters } from "./helpers/dead-letters.ts";
 import { ErrorCodes } from "../src/core/errors.ts";
 import { Metrics } from "../src/core/metrics.ts";
-import { mulberry32 } from "../src/core/prng.ts";
+import { mulberry32 } from "./helpers/prng.ts";
 import type { FinishReason } from "../src/schemas/trajectory.ts";
 import { Assembler } from "../src/transforms/assemble/assembler.ts";
 import { assembleConfigSchema } from "../src/transforms/assemble/config.ts";

@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
-import { mulberry32 } from "../src/core/prng.ts";
+import { mulberry32 } from "./helpers/prng.ts";
 import { killAfterFiles, parquetFiles, runCli } from "./helpers/cli.ts";
 import { brokers, freshName } from "./helpers/kafka.ts";
 import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";

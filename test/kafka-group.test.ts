@@ -8,7 +8,7 @@ import { strict as assert } from "node:assert";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { mulberry32 } from "../src/core/prng.ts";
+import { mulberry32 } from "./helpers/prng.ts";
 import { killAfterFiles, parquetFiles, runCli } from "./helpers/cli.ts";
 import { freshName, kafkaTestScope, readTopic } from "./helpers/kafka.ts";
 import { assertGroupsWhole, groupWorkload, rowsIn } from "./helpers/workload.ts";

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, it } from "node:test";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
-import { referenceLogits, tinyWeights } from "../src/transforms/reward/stages/onnx/tiny-model.ts";
+import { referenceLogits, tinyWeights } from "./helpers/tiny-model.ts";
 import { runCli } from "./helpers/cli.ts";
 import { readWithPython } from "./helpers/python.ts";
 

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import type { SharedSettings } from "../contract/components.ts";
+import type { Resolved, SharedSettings } from "../contract/components.ts";
 
 /** Connection settings shared by the Kafka source and the Kafka sinks. Secrets are never logged. */
 export const kafkaConnectionSchema = z.strictObject({
@@ -35,10 +35,17 @@ export function shareConnection(connection: KafkaConnection): SharedSettings {
   return { [SHARED_CONNECTION]: connection };
 }
 
-/** A topic's connection: its own, else the one the source shares; undefined when neither is there. */
-export function resolveConnection(
-  own: KafkaConnection | undefined,
+/**
+ * A topic's config with its connection: its own, else the one a Kafka source shares; `missing` is the
+ * problem when neither is there.
+ */
+export function withConnection<C extends { connection?: KafkaConnection }>(
+  config: C,
   shared: SharedSettings,
-): KafkaConnection | undefined {
-  return own ?? (shared[SHARED_CONNECTION] as KafkaConnection | undefined);
+  missing: string,
+): Resolved<C> {
+  const connection = config.connection ?? (shared[SHARED_CONNECTION] as KafkaConnection | undefined);
+  return connection === undefined
+    ? { path: ["connection"], problem: missing }
+    : { config: { ...config, connection } };
 }

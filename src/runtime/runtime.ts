@@ -112,9 +112,6 @@ export class Runtime implements SourceHandler {
   private advancing = false;
   /** Set once the run stops or fails: no clock advance may forward anything after that. */
   private clockStopped = false;
-  private resolveStarted!: () => void;
-  /** Resolves once the source started delivering (benchmarks and tests reach the source then). */
-  readonly started = new Promise<void>((r) => (this.resolveStarted = r));
 
   constructor(plan: Plan, options: RunOptions) {
     this.plan = plan;
@@ -328,16 +325,6 @@ export class Runtime implements SourceHandler {
 
   // --- running -------------------------------------------------------------------------------------
 
-  /**
-   * Writes what every lane holds for throughput (scored sessions, the outbox) and cuts the files now,
-   * without finishing open sessions: a benchmark that consumed everything does not wait for the age cut.
-   */
-  async cutFiles(): Promise<void> {
-    await this.applying;
-    for (const runner of this.lanes.values()) await runner.endOfBatch(false);
-    for (const runner of this.lanes.values()) for (const s of runner.sinks) await s.cut();
-  }
-
   /** Builds, runs until the source ends or a stop, stops, and reports. */
   async run(ops?: { ready(ready: boolean): void }): Promise<RunResult> {
     const started = performance.now();
@@ -359,7 +346,6 @@ export class Runtime implements SourceHandler {
           () => void this.advanceQuietLanes(),
           Math.max(50, Math.min(500, Math.floor(live.idleAdvanceMs / 2))),
         );
-      this.resolveStarted();
       ops?.ready(true);
       const why = await this.waitForEnd();
       ops?.ready(false);

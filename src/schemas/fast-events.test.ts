@@ -1,6 +1,6 @@
 import { strict as assert } from "node:assert";
 import { it } from "node:test";
-import { mulberry32 } from "../core/prng.ts";
+import { mulberry32 } from "../../test/helpers/prng.ts";
 import { EVENT_TYPES, eventSchemas, samplingSettings, type EventType } from "./events.ts";
 import { FAST_FIELDS, fastEvent, SAMPLING_KEYS } from "./fast-events.ts";
 import { packRoutedExperts } from "./routed-experts.ts";

@@ -6,10 +6,7 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import ort from "onnxruntime-node";
-import {
-  tinyRewardModel,
-  type TinyModelWeights,
-} from "../../src/transforms/reward/stages/onnx/tiny-model.ts";
+import { tinyRewardModel, type TinyModelWeights } from "./tiny-model.ts";
 
 export interface RewardServer {
   url: string;

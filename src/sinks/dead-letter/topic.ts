@@ -19,7 +19,7 @@ import {
   disconnectWithin,
   type Producer,
 } from "../../kafka/client.ts";
-import { kafkaConnectionSchema, resolveConnection, type KafkaConnection } from "../../kafka/connection.ts";
+import { kafkaConnectionSchema, withConnection, type KafkaConnection } from "../../kafka/connection.ts";
 
 /** `dead_letters: { type: kafka, ... }` in a pipeline. */
 export const deadLetterTopicConfigSchema = z.strictObject({
@@ -31,15 +31,11 @@ export const deadLetterTopicConfigSchema = z.strictObject({
 export type DeadLetterTopicConfig = z.output<typeof deadLetterTopicConfigSchema>;
 
 /** The config with its connection: its own, else the source's (a kafka source shares it). */
-export function resolveDeadLetterTopic(
+export const resolveDeadLetterTopic = (
   config: DeadLetterTopicConfig,
   shared: SharedSettings,
-): Resolved<DeadLetterTopicConfig> {
-  const connection = resolveConnection(config.connection, shared);
-  return connection === undefined
-    ? { path: ["connection"], problem: "dead letters to a topic need a connection when the source has none" }
-    : { config: { ...config, connection } };
-}
+): Resolved<DeadLetterTopicConfig> =>
+  withConnection(config, shared, "dead letters to a topic need a connection when the source has none");
 
 /** Messages per produce request; a batch is also cut at this many bytes (under message.max.bytes). */
 const BATCH_MESSAGES = 500;

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import type { Resolved, SharedSettings } from "../../contract/components.ts";
-import { kafkaConnectionSchema, resolveConnection } from "../../kafka/connection.ts";
+import { kafkaConnectionSchema, withConnection } from "../../kafka/connection.ts";
 
 /** Configuration of the `kafka` trajectory sink: finished rows produced to a topic for trainers. */
 export const trajectoryTopicConfigSchema = z.strictObject({
@@ -29,12 +29,8 @@ export type TrajectoryTopicConfig = z.output<typeof trajectoryTopicConfigSchema>
 export type TrajectoryTopicConfigInput = z.input<typeof trajectoryTopicConfigSchema>;
 
 /** The config with its connection: its own, else the source's (a kafka source shares it). */
-export function resolveTrajectoryTopic(
+export const resolveTrajectoryTopic = (
   config: TrajectoryTopicConfig,
   shared: SharedSettings,
-): Resolved<TrajectoryTopicConfig> {
-  const connection = resolveConnection(config.connection, shared);
-  return connection === undefined
-    ? { path: ["connection"], problem: "a kafka sink needs a connection when the source has none" }
-    : { config: { ...config, connection } };
-}
+): Resolved<TrajectoryTopicConfig> =>
+  withConnection(config, shared, "a kafka sink needs a connection when the source has none");

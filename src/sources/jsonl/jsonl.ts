@@ -46,13 +46,6 @@ function isBlank(line: Uint8Array): boolean {
   return true;
 }
 
-/** Total bytes of the given files on disk (for progress reporting). */
-export async function totalBytes(paths: string[]): Promise<number> {
-  let total = 0;
-  for (const p of paths) total += (await fs.stat(p)).size;
-  return total;
-}
-
 export interface JsonlProgress {
   /** Bytes of the files on disk consumed so far (compressed bytes for gzip files). */
   bytesRead: number;

@@ -551,14 +551,6 @@ export class KafkaSource implements Source {
         this.log.warn({ client: name }, "The Kafka client did not disconnect within 10 s; going on.");
     }
   }
-
-  /** Positions per partition, for the offsets-held gauge. */
-  positions(): Record<string, { next: number; committed: number; held: number }> {
-    const out: Record<string, { next: number; committed: number; held: number }> = {};
-    for (const l of this.lanes.values())
-      out[String(l.partition)] = { next: l.ledger.next, committed: l.ledger.committed, held: l.ledger.holds };
-    return out;
-  }
 }
 
 /**

@@ -30,7 +30,8 @@ describe("rewards component", () => {
   // Regression: the Kafka path cleared its lookup of sessions being scored before awaiting the scores, so
   // most reward dead letters held no offset and the offset could be committed before the letter was sent.
   it("holds the session's offset with its reward dead letter until the letter is durable", async () => {
-    const failing = new URL("./testdata/failing-stage.ts", import.meta.url).pathname;
+    const failing = new URL("../../../test/fixtures/reward-stages/failing-stage.ts", import.meta.url)
+      .pathname;
     const deadLetters = new HeldDeadLetters();
     const component = await RewardsComponent.build(
       rewardsConfigSchema.parse({

@@ -61,7 +61,7 @@ describe("reward transform", () => {
 
   // Regression: two rewards of 1e308 summed to Infinity, written as the row's reward.
   it("nulls and flags a combined reward that overflows, keeping each stage's value", async () => {
-    const huge = new URL("./testdata/huge-stage.ts", import.meta.url).pathname;
+    const huge = new URL("../../../test/fixtures/reward-stages/huge-stage.ts", import.meta.url).pathname;
     const { rows, metrics } = await score(
       {
         stages: [
@@ -82,7 +82,8 @@ describe("reward transform", () => {
   });
 
   it("skips a stage that does not apply, and nulls the reward when a required stage fails", async () => {
-    const failing = new URL("./testdata/failing-stage.ts", import.meta.url).pathname;
+    const failing = new URL("../../../test/fixtures/reward-stages/failing-stage.ts", import.meta.url)
+      .pathname;
     const { rows, deadLetters } = await score(
       {
         stages: [
@@ -108,7 +109,8 @@ describe("reward transform", () => {
   });
 
   it("flags reward_timeout when a required stage does not report in time", async () => {
-    const hanging = new URL("./testdata/hanging-stage.ts", import.meta.url).pathname;
+    const hanging = new URL("../../../test/fixtures/reward-stages/hanging-stage.ts", import.meta.url)
+      .pathname;
     const { rows, deadLetters } = await score(
       {
         // The session stops waiting after 50 ms; the runner gives up on the call itself after 200 ms.

@@ -522,15 +522,6 @@ function schemaElements(w: CompactWriter, leaves: readonly Leaf[]): void {
 /** The Arrow schema as pyarrow and arrow-rs store it in `ARROW:schema`: one IPC schema message, base64. */
 const schemaValues = new WeakMap<readonly ParquetColumn[], string>();
 
-export function encodeParquetTrajflow(
-  rows: readonly object[],
-  columns: readonly ParquetColumn[],
-  statsColumns: ReadonlySet<string>,
-  options: ParquetTrajflowOptions,
-): Uint8Array {
-  return Buffer.concat([...parquetTrajflowChunks(rows, columns, statsColumns, options)]);
-}
-
 /**
  * The file's bytes in order, a column chunk at a time: a writer streams them to disk or to an upload, so
  * the encoded file is never whole in memory.

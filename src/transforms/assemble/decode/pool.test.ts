@@ -101,6 +101,23 @@ it("rejects deeply nested events on a worker without crashing it", async () => {
   assert.equal(ok!.kind, "event");
 });
 
+// Regression: an event the fast path hands back travels to the ingest thread parsed; output_ids nested
+// 100,000 deep (not a free-form field, so not refused for its depth) overflowed the worker's stack as it
+// was cloned, and the worker crashed. Such an event is decoded again from its bytes instead.
+it("gives the ingest thread an event too deep to clone as its bytes, rejected as decodeEvent does", async () => {
+  const pool = new DecodePool(1);
+  pools.push(pool);
+  const deep = `{"v":1,"uid":"u","session_id":"s","seq":1,"ts":2,"type":"response","call_id":"c","output_ids":${"[".repeat(100_000)}1${"]".repeat(100_000)}}`;
+  const records: RawRecord[] = [deep, lines[1]!].map((raw, i) => ({
+    raw: new TextEncoder().encode(raw),
+    origin: { kind: "file", file: "x.jsonl", line: i + 1 },
+  }));
+  const [rejected, ok] = await pool.decode(records);
+  assert.deepEqual(rejected, decodeEvent(records[0]!));
+  assert.equal(rejected!.kind, "rejected");
+  assert.equal(ok!.kind, "event");
+});
+
 // Regression: on a worker, small JSON arrays share transferred blocks and large ones get their own buffer;
 // an event with two large arrays listed one buffer twice and the worker crashed (DataCloneError).
 it("decodes small and large JSON arrays on a worker as decodeEvent does", async () => {

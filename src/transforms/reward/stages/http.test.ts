@@ -9,7 +9,7 @@ import { judgeTokens, startRewardServer, type RewardServer } from "../../../../t
 import { rewardItem } from "../../../../test/helpers/reward-items.ts";
 import { batchPolicySchema, StageRunner } from "../runner.ts";
 import { fillTemplate, httpStage, httpStageOptionsSchema } from "./http.ts";
-import { referenceLogits, tinyWeights } from "./onnx/tiny-model.ts";
+import { referenceLogits, tinyWeights } from "../../../../test/helpers/tiny-model.ts";
 
 const weights = tinyWeights();
 let server: RewardServer;

@@ -9,7 +9,7 @@ import { rewardItem } from "../../../../../test/helpers/reward-items.ts";
 import { cudaProviderMissing } from "./cuda.ts";
 import { onnxStageOptionsSchema } from "./options.ts";
 import { onnxStage } from "./stage.ts";
-import { referenceLogits, tinyRewardModel, tinyWeights } from "./tiny-model.ts";
+import { referenceLogits, tinyRewardModel, tinyWeights } from "../../../../../test/helpers/tiny-model.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "trajflow-onnx-"));
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -6,7 +6,7 @@
  * The ONNX file is written by a minimal protobuf encoder (onnx.proto3 field numbers), since no model can be
  * downloaded here and the project needs no Python for it.
  */
-import { mulberry32 } from "../../../../core/prng.ts";
+import { mulberry32 } from "./prng.ts";
 
 export interface TinyModelWeights {
   vocab: number;
