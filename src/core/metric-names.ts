@@ -184,6 +184,10 @@ export const METRICS = {
   // Gauges (read when /metrics is scraped)
   gateway_open_sessions: { kind: "gauge", help: "Sessions the gateway holds in memory." },
   gateway_in_flight: { kind: "gauge", help: "Calls forwarded and not yet answered." },
+  gateway_tips_bytes: {
+    kind: "gauge",
+    help: "Bytes of the sessions' branch tips (the delta form's memory; bounded by max_sessions).",
+  },
   gateway_upstream_healthy: {
     kind: "gauge",
     label: "upstream",

@@ -53,7 +53,14 @@ export function startEvent(s: GatewaySession, ts: number): EventRecord {
     ...(s.sampleIndex !== undefined ? { sample_index: s.sampleIndex } : {}),
     ...(s.groupSize !== undefined ? { group_size: s.groupSize } : {}),
     ...(s.metadata !== undefined ? { metadata: s.metadata } : {}),
+    // The key's hash (never the key): a restarted gateway maps the key to its session again.
+    ...(s.apiKeyHash !== null ? { api_key_sha256: s.apiKeyHash } : {}),
   });
+}
+
+/** policy.update: the trainer's new policy version (POST /weights), for the pipeline's staleness stage. */
+export function policyUpdateEvent(version: number, ts: number): string {
+  return JSON.stringify({ v: 1, type: "policy.update", weight_version: version, ts });
 }
 
 /**

@@ -42,7 +42,8 @@ export async function forwardCall(
 ): Promise<void> {
   const began = performance.now();
   const controller = new AbortController();
-  const signal = AbortSignal.any([controller.signal, AbortSignal.timeout(ctx.upstreamTimeoutMs)]);
+  const deadline = AbortSignal.timeout(ctx.upstreamTimeoutMs);
+  const signal = AbortSignal.any([controller.signal, deadline]);
   let upstream = stickyUpstream(ctx.pool, s);
   if (upstream === null) return refuseNoUpstream(ctx, res);
   const dispatchVersion = ctx.version();
@@ -87,7 +88,7 @@ export async function forwardCall(
         }
         return refuseNoUpstream(ctx, res);
       }
-      return upstreamFailure(ctx, s, res, err);
+      return upstreamFailure(ctx, s, res, err, deadline.aborted);
     }
   }
   try {
@@ -109,7 +110,7 @@ export async function forwardCall(
     ctx.metrics.observe("gateway_added_seconds", Math.max(0, added) / 1000, ADDED_BUCKETS);
     ctx.metrics.observe("gateway_upstream_seconds", timing.upstreamMs / 1000);
   } catch (err) {
-    upstreamFailure(ctx, s, res, err);
+    upstreamFailure(ctx, s, res, err, deadline.aborted);
   } finally {
     upstream.inFlight--;
   }
@@ -128,7 +129,13 @@ function refuseNoUpstream(ctx: CallContext, res: ServerResponse): void {
   sendError(res, 503, "no_upstream", "no inference server answers; retry shortly", { "retry-after": "1" });
 }
 
-function upstreamFailure(ctx: CallContext, s: GatewaySession, res: ServerResponse, err: unknown): void {
+function upstreamFailure(
+  ctx: CallContext,
+  s: GatewaySession,
+  res: ServerResponse,
+  err: unknown,
+  timedOut: boolean,
+): void {
   s.failedCalls++;
   if (isTrajflowError(err) && err.code === "EVENT_OUTPUT_FAILED") {
     // The engine answered but its events could not be made durable: the agent must not use the answer.
@@ -143,7 +150,7 @@ function upstreamFailure(ctx: CallContext, s: GatewaySession, res: ServerRespons
     );
     return;
   }
-  const timeout = (err as Error).name === "TimeoutError";
+  const timeout = timedOut;
   if (!res.headersSent) {
     ctx.metrics.inc("gateway_calls", timeout ? "upstream_timeout" : "upstream_error");
     if (timeout) sendError(res, 504, "upstream_timeout", "the inference server did not answer in time");

@@ -60,6 +60,15 @@ export const gatewayConfigSchema = z.strictObject({
     .array(upstreamUrl)
     .min(1)
     .describe("Base URLs of the inference servers (a trailing /v1 is dropped). A session sticks to one."),
+  upstream_api_key: z
+    .string()
+    .min(1)
+    .optional()
+    .describe(
+      "Sent as Authorization: Bearer to every upstream (an engine started with --api-key). Write ${VAR} in " +
+        "a pipeline file; the CLI reads $TRAJFLOW_UPSTREAM_API_KEY. Never logged; the agent's own Authorization " +
+        "header is never forwarded.",
+    ),
   engine: z
     .enum(ENGINE_NAMES)
     .default("vllm")
@@ -95,7 +104,10 @@ export const gatewayConfigSchema = z.strictObject({
     .int()
     .positive()
     .default(60 * 60_000)
-    .describe("A session with no call for this long is forgotten by the gateway (not ended)."),
+    .describe(
+      "A session with no call for this long is forgotten (not ended; keep it above the pipeline's " +
+        "--idle-timeout-ms, which finalizes it first); a later call for it is answered 409 session_expired.",
+    ),
   upstream_timeout_ms: z
     .int()
     .positive()

@@ -28,6 +28,7 @@ export type GatewayErrorCode =
   | "no_session"
   | "unknown_session"
   | "session_ended"
+  | "session_expired"
   | "session_exists"
   | "too_many_calls"
   | "output_unavailable"

@@ -14,7 +14,7 @@ import type { AddressInfo } from "node:net";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { prometheusText, type Gauge } from "../core/status-server.ts";
-import { endEvent, rewardEvent, startEvent } from "./call-events.ts";
+import { endEvent, policyUpdateEvent, rewardEvent, startEvent } from "./call-events.ts";
 import { forwardCall, type CallContext } from "./call.ts";
 import type { GatewayConfig } from "./config.ts";
 import type { AgentRoute, EngineAdapter } from "./engines/engine.ts";
@@ -66,7 +66,7 @@ export class GatewayServer {
       idleMs: parts.config.session_idle_ms,
       maxTips: parts.config.max_tips_per_session,
     });
-    this.pool = new UpstreamPool(parts.config.upstreams, parts.logger);
+    this.pool = new UpstreamPool(parts.config.upstreams, parts.logger, parts.config.upstream_api_key);
     this.recorder = new Recorder(parts.output, parts.metrics);
     this.ctx = {
       adapter: this.adapter,
@@ -80,6 +80,7 @@ export class GatewayServer {
     };
     this.gauges.set("gateway_open_sessions", () => this.sessions.size);
     this.gauges.set("gateway_in_flight", () => this.inFlight);
+    this.gauges.set("gateway_tips_bytes", () => this.sessions.tipBytes());
     this.gauges.set("gateway_upstream_healthy", () =>
       this.pool.upstreams.map((u) => ({ labels: { upstream: u.url.origin }, value: u.healthy ? 1 : 0 })),
     );
@@ -93,6 +94,7 @@ export class GatewayServer {
       events++;
     }
     this.sessions.restored();
+    this.weightVersion ??= this.sessions.restoredVersion;
     return events;
   }
 
@@ -236,6 +238,15 @@ export class GatewayServer {
     }
     const known = this.sessions.get(id);
     if (known !== undefined) return this.open(known, res);
+    if (this.sessions.expired(id)) {
+      sendError(
+        res,
+        409,
+        "session_expired",
+        `session ${id} had no call for longer than session_idle_ms and was forgotten (the pipeline has finalized it); start a new session`,
+      );
+      return null;
+    }
     if (!this.config.implicit_sessions) {
       sendError(res, 404, "unknown_session", `no session ${id}: start it with POST /sessions first`);
       return null;
@@ -497,6 +508,17 @@ export class GatewayServer {
     const v = body.version;
     if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > 2147483647)
       return sendError(res, 400, "invalid_request", "version must be an integer 0..2147483647");
+    // Recorded as policy.update, so the pipeline's staleness stage and a restarted gateway know it.
+    try {
+      await this.output.broadcast(policyUpdateEvent(v, Date.now()));
+    } catch (err) {
+      return this.refuse(
+        res,
+        503,
+        "output_unavailable",
+        `the version could not be recorded: ${(err as Error).message}`,
+      );
+    }
     this.weightVersion = v;
     this.metrics.inc("gateway_lifecycle", "weights");
     this.logger.info({ version: v }, "The policy version is now this one.");

@@ -8,7 +8,7 @@
  * `maxTips` tips are kept per session: a call that extends a forgotten one is sent in the full form, which
  * is always correct, only larger.
  */
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { decodeTokenIds } from "../schemas/tokens.ts";
 
 export interface Tip {
@@ -32,7 +32,8 @@ export class GatewaySession {
   readonly sampleIndex: number | undefined;
   readonly groupSize: number | undefined;
   readonly metadata: Record<string, unknown> | undefined;
-  apiKey: string | null = null;
+  /** SHA-256 of the session's API key (POST /sessions), hex; the key itself is never kept. */
+  apiKeyHash: string | null = null;
   /** The upstream this session sticks to (its KV cache lives there); -1 before its first call. */
   upstream = -1;
   state: SessionState = "open";
@@ -99,6 +100,11 @@ export class GatewaySession {
     if (this.tips.length > this.maxTips) this.tips.shift();
   }
 
+  /** Forgets every tip (the size bound): the next call goes in the full prompt form. */
+  dropTips(): void {
+    this.tips.length = 0;
+  }
+
   /** The tokens of a remembered tip. */
   tipOf(callId: string): Int32Array | undefined {
     return this.tips.find((t) => t.callId === callId)?.tokens;
@@ -133,20 +139,39 @@ export class GatewaySession {
   }
 }
 
+/** The SHA-256 of an API key, hex: what the gateway keeps and writes in session.start. */
+export function keyHash(key: string): string {
+  return createHash("sha256").update(key).digest("hex");
+}
+
 function startsWith(a: Int32Array, prefix: Int32Array): boolean {
   for (let i = 0; i < prefix.length; i++) if (a[i] !== prefix[i]) return false;
   return true;
 }
 
-/** Sessions by id and by API key, with the bounds that keep the table's memory fixed. */
+/**
+ * Sessions by id and by API key, with the bounds that keep the table's memory fixed:
+ * - a session with no call for `idleMs` is forgotten (the pipeline has finalized it by then: its idle
+ *   timeout is shorter); its id is remembered (a bounded set) so a late call is answered 409, never given
+ *   a second seq 0;
+ * - past `maxSessions` sessions with branch tips, the longest idle lose their tips (the large part): their
+ *   next call is sent in the full prompt form, which is always correct. Their seq counters stay.
+ */
 export class SessionTable {
+  /** In the order of last use (touch re-inserts): the first entries are the longest idle. */
   private readonly byId = new Map<string, GatewaySession>();
-  private readonly byKey = new Map<string, GatewaySession>();
+  /** Sessions holding tips, in the order of last use. */
+  private readonly tipped = new Map<string, GatewaySession>();
+  /** API keys by their SHA-256 (the key itself is never kept; a restart rebuilds this from the events). */
+  private readonly byKeyHash = new Map<string, GatewaySession>();
+  private readonly expiredIds = new Set<string>();
   private readonly maxSessions: number;
   private readonly idleMs: number;
   private readonly maxTips: number;
-  /** Sessions forgotten for the bounds (their next call starts over in the full prompt form). */
+  /** Sessions forgotten for idleness. */
   forgotten = 0;
+  /** Sessions whose tips were dropped for the size bound. */
+  tipsDropped = 0;
 
   constructor(options: { maxSessions: number; idleMs: number; maxTips: number }) {
     this.maxSessions = options.maxSessions;
@@ -162,14 +187,20 @@ export class SessionTable {
     return this.byId.get(id);
   }
 
+  /** Whether `id` was forgotten for idleness (a call for it now comes too late). */
+  expired(id: string): boolean {
+    return this.expiredIds.has(id);
+  }
+
   byApiKey(key: string): GatewaySession | undefined {
-    return this.byKey.get(key);
+    return this.byKeyHash.get(keyHash(key));
   }
 
   /** Creates a session (the caller checked the id is free). */
   create(init: SessionInit): GatewaySession {
     const s = new GatewaySession(init, this.maxTips);
     this.byId.set(s.id, s);
+    this.expiredIds.delete(s.id);
     this.evict();
     return s;
   }
@@ -177,32 +208,40 @@ export class SessionTable {
   /** Gives the session a fresh API key (returned once, to POST /sessions' caller). */
   issueKey(s: GatewaySession): string {
     const key = `tf-${randomBytes(24).toString("base64url")}`;
-    s.apiKey = key;
-    this.byKey.set(key, s);
+    this.adoptKeyHash(s, keyHash(key));
     return key;
   }
 
-  /** Removes a session from memory (DELETE, or ended and idle). */
-  drop(s: GatewaySession): void {
-    this.byId.delete(s.id);
-    if (s.apiKey !== null) this.byKey.delete(s.apiKey);
+  /** Maps a key's hash to the session (issueKey, and restore from its session.start). */
+  adoptKeyHash(s: GatewaySession, hash: string): void {
+    s.apiKeyHash = hash;
+    this.byKeyHash.set(hash, s);
   }
 
-  /** Forgets idle sessions and, past the size bound, the longest idle ones; never one with a call in flight. */
+  /** Removes a session from memory (DELETE, or forgotten). */
+  drop(s: GatewaySession): void {
+    this.byId.delete(s.id);
+    this.tipped.delete(s.id);
+    if (s.apiKeyHash !== null) this.byKeyHash.delete(s.apiKeyHash);
+  }
+
+  /** Applies the bounds; never to a session with a call in flight. */
   evict(now = Date.now()): void {
     for (const s of this.byId.values()) {
-      if (s.inFlight === 0 && now - s.lastActive > this.idleMs) {
-        this.drop(s);
-        this.forgotten++;
-      }
-    }
-    if (this.byId.size <= this.maxSessions) return;
-    // Map order is insertion order; touch() re-inserts, so the first entries are the longest idle.
-    for (const s of this.byId.values()) {
-      if (this.byId.size <= this.maxSessions) break;
+      if (now - s.lastActive <= this.idleMs) break;
       if (s.inFlight > 0) continue;
       this.drop(s);
       this.forgotten++;
+      this.expiredIds.add(s.id);
+      if (this.expiredIds.size > this.maxSessions)
+        this.expiredIds.delete(this.expiredIds.values().next().value!);
+    }
+    for (const s of this.tipped.values()) {
+      if (this.tipped.size <= this.maxSessions) break;
+      if (s.inFlight > 0) continue;
+      s.dropTips();
+      this.tipped.delete(s.id);
+      this.tipsDropped++;
     }
   }
 
@@ -211,6 +250,8 @@ export class SessionTable {
     s.lastActive = Date.now();
     this.byId.delete(s.id);
     this.byId.set(s.id, s);
+    this.tipped.delete(s.id);
+    this.tipped.set(s.id, s);
   }
 
   /** Bytes the tips of every session hold. */
@@ -236,6 +277,10 @@ export class SessionTable {
       return;
     }
     const { uid, session_id: id, seq, type } = ev;
+    if (type === "policy.update" && typeof ev.weight_version === "number") {
+      this.restoredVersion = ev.weight_version;
+      return;
+    }
     if (typeof uid !== "string" || typeof id !== "string" || typeof seq !== "number") return;
     let s = this.byId.get(id);
     if (s === undefined) {
@@ -247,13 +292,21 @@ export class SessionTable {
       });
     }
     if (seq + 1 > s.seq) s.seq = seq + 1;
-    if (type === "session.start") s.started = true;
+    // A session seen in the events has begun: its session.start (if it had one) is among them or older
+    // than the window read back, and a second one would be rejected.
+    s.started = true;
+    this.touch(s);
+    if (type === "session.start" && typeof ev.api_key_sha256 === "string")
+      this.adoptKeyHash(s, ev.api_key_sha256);
     else if (type === "session.end") {
       s.state = "ended";
       s.endStatus = typeof ev.status === "string" ? ev.status : null;
     } else if (type === "request") this.restoreRequest(s, ev);
     else if (type === "response") this.restoreResponse(s, ev);
   }
+
+  /** The policy version of the last policy.update read back (POST /weights before the restart). */
+  restoredVersion: number | undefined;
 
   /** Prompts of restored requests, until their responses come: call id → prompt tokens. */
   private readonly restoring = new Map<string, { prompt: Int32Array; parent: string | null }>();

@@ -43,9 +43,13 @@ export class UpstreamPool {
   private readonly logger: Logger;
   private probeTimer: NodeJS.Timeout | null = null;
 
-  constructor(urls: string[], logger: Logger) {
+  /** Sent to every upstream (an engine started with --api-key); never logged. */
+  private readonly auth: Record<string, string>;
+
+  constructor(urls: string[], logger: Logger, apiKey?: string) {
     this.upstreams = urls.map((u, index) => ({ index, url: new URL(u), healthy: true, inFlight: 0 }));
     this.logger = logger;
+    this.auth = apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` };
   }
 
   /** The upstream for a new session: the healthy one with the fewest calls in flight (lowest index on ties). */
@@ -83,7 +87,11 @@ export class UpstreamPool {
         {
           method,
           agent: https ? this.httpsAgent : this.httpAgent,
-          headers: { ...headers, ...(body !== null ? { "content-length": String(body.length) } : {}) },
+          headers: {
+            ...headers,
+            ...this.auth,
+            ...(body !== null ? { "content-length": String(body.length) } : {}),
+          },
           signal,
         },
         (res) => resolve(res),
@@ -140,15 +148,21 @@ export class UpstreamPool {
       return;
     }
     for (const u of down) {
-      try {
-        const res = await this.send(u, "GET", "/health", null, {}, AbortSignal.timeout(2000));
-        res.resume();
-        if ((res.statusCode ?? 500) < 500) {
-          u.healthy = true;
-          this.logger.info({ upstream: u.url.origin }, "An upstream answers again.");
+      // llama.cpp, vLLM and SGLang answer /health; an OpenAI-compatible server without it, /v1/models.
+      for (const path of ["/health", "/v1/models"]) {
+        try {
+          const res = await this.send(u, "GET", path, null, {}, AbortSignal.timeout(2000));
+          res.resume();
+          const status = res.statusCode ?? 500;
+          if (status === 404) continue;
+          if (status < 500) {
+            u.healthy = true;
+            this.logger.info({ upstream: u.url.origin }, "An upstream answers again.");
+          }
+        } catch {
+          // still down
         }
-      } catch {
-        // still down
+        break;
       }
     }
   }

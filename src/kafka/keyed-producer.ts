@@ -48,6 +48,24 @@ export class KeyedProducer {
     await this.producer.send({ topic: this.topic, acks: -1, messages: records });
   }
 
+  /** Sends one unkeyed message to every partition of the topic (control events every member must see). */
+  async sendToAll(value: string): Promise<void> {
+    const admin = this.kafka.admin();
+    await admin.connect();
+    let partitions: number[];
+    try {
+      const meta = await admin.fetchTopicMetadata({ topics: [this.topic] });
+      partitions = meta.topics[0]!.partitions.map((p) => p.partitionId);
+    } finally {
+      await disconnectWithin(admin, 2_000);
+    }
+    await this.producer.send({
+      topic: this.topic,
+      acks: -1,
+      messages: partitions.map((partition) => ({ value, partition })),
+    });
+  }
+
   /** Whether a broker answers a metadata request for the topic now. */
   async probe(): Promise<boolean> {
     const admin = this.probeClient.admin();

@@ -72,6 +72,21 @@ export class KafkaEventOutput implements EventOutput {
     }
   }
 
+  async broadcast(value: string): Promise<void> {
+    try {
+      await this.producer.sendToAll(value);
+    } catch (err) {
+      this.markDown(err);
+      throw new TrajflowError(
+        "EVENT_OUTPUT_FAILED",
+        `Kafka did not acknowledge the event: ${(err as Error).message}`,
+        {
+          cause: err,
+        },
+      );
+    }
+  }
+
   private markDown(err: unknown): void {
     if (!this.healthy) return;
     this.healthy = false;

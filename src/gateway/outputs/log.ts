@@ -16,7 +16,6 @@ import { SEGMENT_PATTERN, segmentName } from "../../core/event-log-files.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { EventOutput, EventRecord } from "./output.ts";
 
-
 /** The log's segments in order: their numbers and paths. */
 export async function listSegments(dir: string): Promise<Array<{ n: number; path: string }>> {
   const names = await fs.readdir(dir).catch((err: NodeJS.ErrnoException) => {
@@ -98,6 +97,10 @@ export class EventLog implements EventOutput {
       this.waiters.push({ resolve, reject });
       if (!this.writing) void this.flush();
     });
+  }
+
+  broadcast(value: string): Promise<void> {
+    return this.append([{ key: "", value }]);
   }
 
   /** Writes everything queued, one write and one fdatasync per round, until nothing is queued. */

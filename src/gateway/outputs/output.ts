@@ -22,6 +22,11 @@ export interface EventOutput {
   /** Appends the events of one call (or one lifecycle change); resolves once they are durable. */
   append(records: EventRecord[]): Promise<void>;
   /**
+   * Appends a control event that belongs to no session (policy.update): to every partition of a topic, so
+   * every pipeline member sees it. Resolves once durable.
+   */
+  broadcast(value: string): Promise<void>;
+  /**
    * The events written since `sinceMs` (event time, approximately: a log may give older ones too), to
    * rebuild the sessions the gateway had open before a restart.
    */
