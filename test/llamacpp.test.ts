@@ -167,6 +167,50 @@ describe("llama.cpp adapter against llama-server", () => {
     assert.notEqual(split, undefined, "no answer split a UTF-8 character in 12 seeds");
   });
 
+  it("captures a tool call the server parsed, with the same answer the agent would get without the gateway", async () => {
+    // The random model does not write tool calls by itself: the call continues an assistant message that
+    // holds one (llama-server's prefill) and the end of turn is made certain, so the answer is the parsed
+    // call (finish reason tool_calls) after one sampled token.
+    const adapter = new LlamaCppAdapter();
+    const conversation = toolConversation(5);
+    const body = {
+      ...conversation,
+      messages: [
+        ...(conversation.messages as Json[]),
+        {
+          role: "assistant",
+          content: '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich"}}\n</tool_call>',
+        },
+      ],
+      logit_bias: [[460, 100]],
+    };
+    const prepared = await adapter.prepare("chat", body, upstream);
+    const json = (await upstream(prepared.path, prepared.body)) as Json;
+    const { captures, forAgent } = adapter.answer(prepared, json);
+    const capture = captures[0]!;
+    const choice = (json.choices as Json[])[0]!;
+    assert.equal(capture.finishReason, "tool_calls");
+    assert.deepEqual(capture.outputIds, Int32Array.of(460));
+    assert.equal(capture.outputIds.length, (json.usage as { completion_tokens: number }).completion_tokens);
+    assert.deepEqual(capture.toolCalls, (choice.message as Json).tool_calls);
+    assert.deepEqual(
+      (capture.toolCalls as Array<{ function: unknown }>).map((c) => c.function),
+      [{ name: "get_weather", arguments: '{"city": "Zürich"}' }],
+    );
+    assert.deepEqual(Array.from(capture.promptIds!), (await serverPrompt(body)).ids);
+    assertEntriesPlaced(capture, entriesOf(choice));
+    // The plain request's answer differs only in its time, id and tool-call id (random per answer).
+    const plain = (await upstream("/v1/chat/completions", body)) as Json;
+    const withoutCallIds = (j: Json) => {
+      const c = comparable(j);
+      for (const ch of c.choices as Array<{ message: { tool_calls: Json[] } }>) {
+        for (const t of ch.message.tool_calls) delete t.id;
+      }
+      return c;
+    };
+    assert.deepEqual(withoutCallIds(structuredClone(forAgent)), withoutCallIds(plain));
+  });
+
   it("captures a streamed chat call: ids where the stream reported them, the gaps marked, the same tokens as the whole call", async () => {
     const adapter = new LlamaCppAdapter();
     let gaps = 0;

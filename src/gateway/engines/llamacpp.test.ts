@@ -169,10 +169,22 @@ describe("llama.cpp adapter: whole answers", () => {
   });
 
   it("keeps logprobs and __verbose the agent asked for", async () => {
-    const { call } = await prepared({ messages: [], logprobs: true, verbose: true });
+    const { call } = await prepared({ messages: [], logprobs: true, verbose: true, return_tokens: true });
     const json = chatAnswer([72, EOS], [entry(72, -1, [72]), entry(EOS, -2, [])]);
     const { forAgent } = new LlamaCppAdapter().answer(call, json);
     assert.deepEqual(forAgent, json);
+  });
+
+  it("empties __verbose.tokens again when the agent asked __verbose but not return_tokens", async () => {
+    const { call } = await prepared({ messages: [], verbose: true });
+    assert.deepEqual(call.body, { messages: [], verbose: true, n_probs: 1, return_tokens: true });
+    const json = chatAnswer([72, EOS], [entry(72, -1, [72]), entry(EOS, -2, [])], {
+      __verbose: { index: 0, content: "H", tokens: [72, EOS], stop: true },
+    });
+    const { captures, forAgent } = new LlamaCppAdapter().answer(call, json);
+    assert.deepEqual(captures[0]!.outputIds, Int32Array.of(72, EOS));
+    assert.deepEqual(forAgent.__verbose, { index: 0, content: "H", tokens: [], stop: true });
+    assert.equal("logprobs" in (forAgent.choices as Array<Record<string, unknown>>)[0]!, false);
   });
 
   it("takes no prompt ids when the engine counted a different prompt", async () => {
@@ -362,8 +374,23 @@ describe("llama.cpp adapter: streams", () => {
     const [c] = reader.captures(false);
     assert.equal(c!.finishReason, "abort");
     assert.deepEqual(c!.outputIds, Int32Array.of(72, 105));
+    assert.deepEqual(Array.from(c!.logprobs!), [-5, -4]);
     assert.equal(c!.missingIds, undefined);
     assert.equal(c!.text, "Hi");
+  });
+
+  it("keeps the finish reason of a choice the engine finished before the stream broke", async () => {
+    const { call } = await prepared({ messages: [], stream: true });
+    const reader = new LlamaCppAdapter().stream(call);
+    reader.chunk(
+      streamChunk(
+        { content: "H" },
+        { timings: timings(1) },
+        { logprobs: { content: [entry(72, -5, [72])] } },
+      ),
+    );
+    reader.chunk(streamChunk({}, { timings: timings(1) }, { finish_reason: "length" }));
+    assert.equal(reader.captures(false)[0]!.finishReason, "length");
   });
 
   it("gives abort when the upstream ended without a finish reason, even if the reader was told it finished", async () => {

@@ -59,6 +59,11 @@ interface LlamaState {
   addedProbs: boolean;
   /** The gateway added `verbose` and `response_fields` (whole answers): `__verbose` is stripped. */
   addedVerbose: boolean;
+  /**
+   * The gateway added `return_tokens` to a call whose `__verbose` the agent asked for: its `tokens` go back
+   * to the empty array the server writes without the flag.
+   */
+  addedTokensToVerbose: boolean;
   /** The gateway added `timings_per_token` (streams): partial chunks' `timings` are stripped. */
   addedTimings: boolean;
   /** The prompt ids by prompt (one, unless a completions call sent several prompts), before verification. */
@@ -310,7 +315,7 @@ class LlamaStreamReader implements StreamReader {
     return out;
   }
 
-  captures(finished: boolean): Capture[] {
+  captures(_finished: boolean): Capture[] {
     const out: Capture[] = [];
     for (const [index, c] of [...this.choices].sort((a, b) => a[0] - b[0])) {
       const n = Math.max(c.sampled, c.ids.length);
@@ -324,7 +329,9 @@ class LlamaStreamReader implements StreamReader {
         choiceIndex: index,
         outputIds,
         logprobs,
-        finishReason: finished && c.finishReason !== undefined ? c.finishReason : "abort",
+        // A choice the engine finished keeps its reason even when the stream broke later; one it did not
+        // finish was cut short (`finished` only says whether the stream ended normally).
+        finishReason: c.finishReason ?? "abort",
         text: c.text,
       };
       if (missing.length > 0) capture.missingIds = Int32Array.from(missing);
@@ -391,6 +398,7 @@ export class LlamaCppAdapter implements EngineAdapter {
     if (addedProbs) out.n_probs = 1;
     let addedVerbose = false;
     let addedTimings = false;
+    let addedTokensToVerbose = false;
     if (stream) {
       if (body.timings_per_token !== true) {
         out.timings_per_token = true;
@@ -398,6 +406,7 @@ export class LlamaCppAdapter implements EngineAdapter {
       }
     } else {
       out.return_tokens = true;
+      addedTokensToVerbose = body.verbose === true && body.return_tokens !== true;
       if (body.verbose !== true) {
         out.verbose = true;
         // Only the ids and the choice they belong to; __verbose would otherwise repeat the prompt as text.
@@ -412,6 +421,7 @@ export class LlamaCppAdapter implements EngineAdapter {
       stream,
       addedProbs,
       addedVerbose,
+      addedTokensToVerbose,
       addedTimings,
       prompts,
       n,
@@ -455,9 +465,13 @@ export class LlamaCppAdapter implements EngineAdapter {
 
   /** The answer without what the gateway added: `__verbose`, and logprob entries the agent did not ask for. */
   private strip(state: LlamaState, json: Json, choices: unknown[]): Json {
-    if (!state.addedVerbose && !state.addedProbs) return json;
+    if (!state.addedVerbose && !state.addedProbs && !state.addedTokensToVerbose) return json;
     const out: Json = { ...json };
     if (state.addedVerbose) delete out.__verbose;
+    const verbose = asObject(out.__verbose);
+    if (state.addedTokensToVerbose && verbose !== undefined && "tokens" in verbose) {
+      out.__verbose = { ...verbose, tokens: [] };
+    }
     if (state.addedProbs) {
       out.choices = choices.map((raw) => {
         const choice = asObject(raw);
