@@ -105,8 +105,9 @@ export interface EngineAdapter {
   /** A reader for one streamed answer. */
   stream(prepared: PreparedCall): StreamReader;
   /**
-   * Completes captures after the answer when the engine needs another round trip (llama.cpp's token ids
-   * for an output it reported as text). Optional.
+   * Completes captures after the answer when the engine needs another round trip (llama.cpp: the bytes of
+   * the sampled ids, to place logprob entries the ids alone cannot; never ids from tokenizing output text,
+   * which is not what the model sampled). Call it with the captures `answer` returned. Optional.
    */
   complete?(prepared: PreparedCall, captures: Capture[], upstream: UpstreamJson): Promise<void>;
 }
