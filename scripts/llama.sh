@@ -39,7 +39,8 @@ log="$dir/server.log"
 python="$root/.cache/python/bin/python"
 
 # CPU only; no OpenSSL (the server never downloads a model here), no web UI (it would fetch prebuilt assets),
-# no tests, examples or other tools; a static binary, so the cached file runs on its own.
+# no tests, examples or other tools; llama.cpp's own libraries linked in (BUILD_SHARED_LIBS=OFF), so the cached
+# binary runs on its own (it needs only the C++ runtime).
 cmake_flags=(
   -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF
   -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENMP=OFF
@@ -76,7 +77,7 @@ build() {
   mkdir -p "$home/bin"
   cp "$home/build/bin/llama-server" "$binary"
   printf '%s' "${cmake_flags[*]}" >"$home/bin/.complete"
-  # The sources and objects are not needed to run (the binary is static): keep the cache small.
+  # The sources and objects are not needed to run the binary: keep the cache small.
   rm -rf "$home/src" "$home/build"
 }
 
@@ -86,7 +87,8 @@ tiny_model() {
   local want
   want=$(sha256sum scripts/tiny_llm.py | cut -d' ' -f1)
   if [ -f "$model" ] && [ "$(cat "$model.stamp" 2>/dev/null)" = "$want" ]; then return; fi
-  [ -x "$python" ] || bash scripts/python-env.sh >&2
+  # The project's venv has gguf (scripts/python-requirements.txt); an older one is brought up to date.
+  { [ -x "$python" ] && "$python" -c "import gguf" 2>/dev/null; } || bash scripts/python-env.sh >&2
   mkdir -p "$cache"
   "$python" scripts/tiny_llm.py "$model.tmp" >&2
   mv "$model.tmp" "$model"
