@@ -42,7 +42,7 @@ python="$root/.cache/python/bin/python"
 # no tests, examples or other tools; llama.cpp's own libraries linked in (BUILD_SHARED_LIBS=OFF), so the cached
 # binary runs on its own (it needs only the C++ runtime).
 cmake_flags=(
-  -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF
+  -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF
   -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENMP=OFF
   -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
   -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
@@ -53,7 +53,6 @@ build() {
   # The stamp holds the flags the binary was built with: a change of flags rebuilds.
   if [ -x "$binary" ] && [ "$(cat "$home/bin/.complete" 2>/dev/null)" = "${cmake_flags[*]}" ]; then return; fi
   command -v cmake >/dev/null || { echo "llama: cmake is not installed" >&2; exit 1; }
-  command -v ninja >/dev/null || { echo "llama: ninja is not installed" >&2; exit 1; }
   command -v c++ >/dev/null || { echo "llama: no C++ compiler (c++)" >&2; exit 1; }
   mkdir -p "$home"
   local sdist="$home/llama_cpp_python-$version.tar.gz"
@@ -70,7 +69,10 @@ build() {
   rm -rf "$home/src" "$home/build"
   mkdir -p "$home/src"
   tar -xzf "$sdist" -C "$home/src" --strip-components=3 "llama_cpp_python-$version/vendor/llama.cpp"
-  cmake -S "$home/src" -B "$home/build" "${cmake_flags[@]}" >"$home/cmake.log" 2>&1 ||
+  # Ninja when there is one, else make (both run two jobs: -j2 below).
+  local generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  cmake -S "$home/src" -B "$home/build" "${generator[@]}" "${cmake_flags[@]}" >"$home/cmake.log" 2>&1 ||
     { echo "llama: cmake failed; see $home/cmake.log" >&2; tail -20 "$home/cmake.log" >&2; exit 1; }
   cmake --build "$home/build" --target llama-server -j2 >"$home/build.log" 2>&1 ||
     { echo "llama: the build failed; see $home/build.log" >&2; tail -20 "$home/build.log" >&2; exit 1; }
