@@ -1,4 +1,4 @@
-# Sourced by scripts/kafka.sh and scripts/s3.sh: the servers they start are tracked by a pid file.
+# Sourced by scripts/kafka.sh, scripts/s3.sh and scripts/llama.sh: the servers they start are tracked by a pid file.
 
 # Whether the process in pid file $1 is alive.
 pid_running() {

@@ -2,7 +2,8 @@
 # Creates .cache/python, a virtual environment with the independent readers the tests use to check
 # trajflow's output (pyarrow, DuckDB), pytest, torch and onnx for the reward server the reward tests score
 # against (test/fixtures/reward_server.py; PyPI's torch brings CUDA's libraries, ~5 GB in all, and runs on
-# CPU where there is no GPU), and the trajflow Python package (python/, installed editable), from PyPI.
+# CPU where there is no GPU), gguf for the tiny llama.cpp test model (scripts/tiny_llm.py), and the trajflow
+# Python package (python/, installed editable), from PyPI.
 # Idempotent: a complete environment is reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."

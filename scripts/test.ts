@@ -1,7 +1,8 @@
 /**
  * `npm test`: prepares the independent readers (pyarrow, DuckDB, confluent-kafka from PyPI) and the
- * trajflow Python package, starts a Kafka broker (unless KAFKA_BROKERS names one) and an S3 server
- * (unless TRAJFLOW_TEST_S3 names one), and runs every test:
+ * trajflow Python package, starts a Kafka broker (unless KAFKA_BROKERS names one), an S3 server
+ * (unless TRAJFLOW_TEST_S3 names one) and a llama.cpp server (unless LLAMA_SERVER names one), and runs every
+ * test:
  * node's test runner for unit tests beside the code (src/**) and integration tests (test/**), then pytest
  * for the Python package (python/tests, against real trajflow output). Patterns select node tests only.
  */
@@ -37,6 +38,11 @@ const startedKafka = server("KAFKA_BROKERS", "scripts/kafka.sh", "the Kafka brok
   out.split("\n").pop()!,
 );
 const startedS3 = server("TRAJFLOW_TEST_S3", "scripts/s3.sh", "the S3 server", (out) => out);
+// A real llama-server (built once from the llama-cpp-python sdist, serving the tiny generated model): its
+// base URL, the script's last line.
+const startedLlama = server("LLAMA_SERVER", "scripts/llama.sh", "the llama.cpp server", (out) =>
+  out.split("\n").pop()!,
+);
 const patterns = process.argv.slice(2);
 const result = spawnSync(
   process.execPath,
@@ -58,4 +64,5 @@ const python =
       });
 if (startedKafka) spawnSync("bash", ["scripts/kafka.sh", "stop"], { cwd: root, stdio: "inherit" });
 if (startedS3) spawnSync("bash", ["scripts/s3.sh", "stop"], { cwd: root, stdio: "inherit" });
+if (startedLlama) spawnSync("bash", ["scripts/llama.sh", "stop"], { cwd: root, stdio: "inherit" });
 process.exit(result.status !== 0 ? (result.status ?? 1) : (python.status ?? 1));

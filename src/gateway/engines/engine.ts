@@ -48,6 +48,12 @@ export interface Capture {
   promptIds?: Int32Array;
   outputIds: Int32Array;
   /**
+   * Positions in `outputIds` (ascending) of tokens the engine sampled but whose ids it did not report;
+   * `outputIds` holds -1 there and `logprobs` NaN. Absent when every id is known. Only llama.cpp's streamed
+   * routes leave such gaps (docs/engines.md): a gateway must not train on a capture that has them.
+   */
+  missingIds?: Int32Array;
+  /**
    * One logprob per output id, or undefined when the engine gave none at all. NaN marks a token the engine
    * gave no logprob for (never filled in: the event builder turns it into a missing value).
    */
@@ -99,8 +105,9 @@ export interface EngineAdapter {
   /** A reader for one streamed answer. */
   stream(prepared: PreparedCall): StreamReader;
   /**
-   * Completes captures after the answer when the engine needs another round trip (llama.cpp's token ids
-   * for an output it reported as text). Optional.
+   * Completes captures after the answer when the engine needs another round trip (llama.cpp: the bytes of
+   * the sampled ids, to place logprob entries the ids alone cannot; never ids from tokenizing output text,
+   * which is not what the model sampled). Call it with the captures `answer` returned. Optional.
    */
   complete?(prepared: PreparedCall, captures: Capture[], upstream: UpstreamJson): Promise<void>;
 }

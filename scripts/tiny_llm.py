@@ -1,0 +1,231 @@
+"""A tiny llama-architecture model in GGUF for tests against a real llama-server (scripts/llama.sh).
+
+    .cache/python/bin/python scripts/tiny_llm.py OUT.gguf
+
+Everything is generated here, from a fixed seed, so the file is the same on every machine and nothing is
+downloaded:
+- weights: random (normal, seed 20261124), two layers of width 64, float32 (about 0.3 MB): it loads in
+  milliseconds and samples hundreds of tokens a second on one CPU core. What it says is noise, which is what
+  the tests want: nearly uniform sampling over a small vocabulary picks single byte tokens often, so an answer
+  regularly splits a multi-byte UTF-8 character over several tokens (the case where llama-server leaves out
+  logprob entries; docs/engines.md).
+- tokenizer: GPT-2 style byte-level BPE (`tokenizer.ggml.model = gpt2`): the 256 byte tokens, merges learned
+  from the short multilingual text below (some of them join the bytes of one multi-byte character, some
+  join a character with its neighbour), and the ChatML special tokens. `<tool_call>` and `</tool_call>` are
+  added tokens, as in Qwen2.5, so a tool call's markup is one token each.
+- chat template: ChatML with tools and tool calls in the Hermes / Qwen2.5 layout, so `llama-server --jinja`
+  accepts `tools`, `tool_choice` and assistant `tool_calls` in the history, and parses `<tool_call>` blocks
+  in an answer into OpenAI `tool_calls`.
+"""
+
+import collections
+import re
+import sys
+
+import gguf
+import numpy as np
+
+SEED = 20261124
+N_EMBD = 64
+N_HEAD = 4
+N_HEAD_KV = 2
+N_FF = 128
+N_LAYER = 2
+N_CTX = 4096
+N_MERGES = 200
+
+# Text the merges are learned from: English, accented Latin, Greek, CJK and emoji, so that merges inside
+# multi-byte characters exist next to plain byte tokens.
+TEXT = """
+The quick brown fox jumps over the lazy dog. The agent calls a tool, reads the answer and calls another tool.
+Tool calls carry a name and arguments; the answer carries the result. The weather in Paris is mild today.
+Crème brûlée, déjà vu, naïve café, façade, Straße, Ärger, Übermut, smörgåsbord, año, niño, señor.
+Καλημέρα κόσμε, η γλώσσα είναι ελληνική. Привет, мир: это проверка.
+你好，世界。这是一个测试。中文的字符需要三个字节。今天天气很好。我们调用工具。
+こんにちは世界。ツールを呼び出します。🙂 🚀 🎉 ✓ → ← ∑ ∞ €
+"""
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+ADDED = ["<tool_call>", "</tool_call>"]
+
+# ChatML with tools, the layout of Qwen2.5's template (Hermes 2 Pro tool calls), which llama.cpp's chat
+# parser recognises.
+CHAT_TEMPLATE = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\\n<tool_call>\\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' }}
+        {{- message.content }}
+        {{- '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
+
+
+def bytes_to_unicode():
+    """GPT-2's reversible map from bytes to printable characters (what byte-level BPE vocabularies store)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+def learn_merges(text, n_merges):
+    """Plain BPE over the words of `text` (a leading space stays with its word, as GPT-2 splits)."""
+    enc = bytes_to_unicode()
+    words = collections.Counter(re.findall(r" ?\w+| ?[^\s\w]+|\s+", text))
+    splits = {w: [enc[b] for b in w.encode("utf-8")] for w in words}
+    merges = []
+    for _ in range(n_merges):
+        pairs = collections.Counter()
+        for w, count in words.items():
+            parts = splits[w]
+            for a, b in zip(parts, parts[1:]):
+                pairs[(a, b)] += count
+        if not pairs:
+            break
+        # the most frequent pair; ties broken by the pair itself so the result does not depend on dict order
+        (a, b), _count = max(pairs.items(), key=lambda item: (item[1], item[0]))
+        merges.append((a, b))
+        for w in words:
+            parts = splits[w]
+            out = []
+            i = 0
+            while i < len(parts):
+                if i + 1 < len(parts) and parts[i] == a and parts[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(parts[i])
+                    i += 1
+            splits[w] = out
+    return merges
+
+
+def main(path):
+    enc = bytes_to_unicode()
+    merges = learn_merges(TEXT, N_MERGES)
+    tokens = [enc[b] for b in range(256)]
+    seen = set(tokens)
+    for a, b in merges:
+        if a + b not in seen:
+            tokens.append(a + b)
+            seen.add(a + b)
+    types = [gguf.TokenType.NORMAL] * len(tokens)
+    for t in ADDED:
+        tokens.append(t)
+        types.append(gguf.TokenType.USER_DEFINED)
+    for t in SPECIALS:
+        tokens.append(t)
+        types.append(gguf.TokenType.CONTROL)
+    n_vocab = len(tokens)
+    ids = {t: i for i, t in enumerate(tokens)}
+
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("trajflow tiny test model (random weights)")
+    w.add_context_length(N_CTX)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(N_LAYER)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_HEAD_KV)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(N_EMBD // N_HEAD)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges([f"{a} {b}" for a, b in merges])
+    w.add_bos_token_id(ids["<|endoftext|>"])
+    w.add_eos_token_id(ids["<|im_end|>"])
+    w.add_eot_token_id(ids["<|im_end|>"])
+    w.add_pad_token_id(ids["<|endoftext|>"])
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHAT_TEMPLATE)
+
+    rng = np.random.default_rng(SEED)
+
+    def weight(rows, cols, scale):
+        # numpy (rows, cols) is ggml's (ne0 = cols, ne1 = rows): a matrix mapping cols inputs to rows outputs
+        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+
+    head_dim = N_EMBD // N_HEAD
+    w.add_tensor("token_embd.weight", weight(n_vocab, N_EMBD, 1.0))
+    for i in range(N_LAYER):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.attn_q.weight", weight(N_EMBD, N_EMBD, 0.1))
+        w.add_tensor(f"blk.{i}.attn_k.weight", weight(N_HEAD_KV * head_dim, N_EMBD, 0.1))
+        w.add_tensor(f"blk.{i}.attn_v.weight", weight(N_HEAD_KV * head_dim, N_EMBD, 0.1))
+        w.add_tensor(f"blk.{i}.attn_output.weight", weight(N_EMBD, N_EMBD, 0.1))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", weight(N_FF, N_EMBD, 0.1))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", weight(N_FF, N_EMBD, 0.1))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", weight(N_EMBD, N_FF, 0.1))
+    w.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+    # Output scale 0.15: logits spread by about 1.2 nats, so sampling at temperature 1 is far from greedy
+    # (every token is drawn now and then) but the logprobs still differ from token to token.
+    w.add_tensor("output.weight", weight(n_vocab, N_EMBD, 0.15))
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"{path}: vocabulary {n_vocab} ({len(merges)} merges), {N_LAYER} layers of {N_EMBD}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: tiny_llm.py OUT.gguf")
+    main(sys.argv[1])
