@@ -211,8 +211,8 @@ describe("llama.cpp adapter against llama-server", () => {
     assert.deepEqual(withoutCallIds(structuredClone(forAgent)), withoutCallIds(plain));
   });
 
-  it("captures a streamed chat call: ids where the stream reported them, the gaps marked, the same tokens as the whole call", async () => {
-    const adapter = new LlamaCppAdapter();
+  it("captures a relayed stream (streams: relay): ids where the stream reported them, the gaps marked, the same tokens as the whole call", async () => {
+    const adapter = new LlamaCppAdapter({ streams: "relay" });
     let gaps = 0;
     for (let seed = 1; seed <= 6; seed++) {
       const body = { ...toolConversation(seed), stream: true, stream_options: { include_usage: true } };
@@ -267,8 +267,8 @@ describe("llama.cpp adapter against llama-server", () => {
     assert.ok(gaps > 0, "no stream in 6 seeds left a token unreported");
   });
 
-  it("captures a completions call with a text prompt, whole and streamed, and a stream cut short as abort", async () => {
-    const adapter = new LlamaCppAdapter();
+  it("captures a completions call with a text prompt, whole and relayed, and a stream cut short as abort", async () => {
+    const adapter = new LlamaCppAdapter({ streams: "relay" });
     const body = { model: "tiny", prompt: "Grüße aus Köln: ", max_tokens: 24, temperature: 1, seed: 3 };
     const prepared = await adapter.prepare("completions", body, upstream);
     const json = (await upstream(prepared.path, prepared.body)) as Json;

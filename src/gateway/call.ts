@@ -12,6 +12,7 @@ import type { Metrics } from "../core/metrics.ts";
 import { callEvents, samplingOf, type RecordedCall } from "./call-events.ts";
 import type { AgentRoute, Capture, EngineAdapter, PreparedCall } from "./engines/engine.ts";
 import { sendError, sendJson, SseSplitter, sseData } from "./http.ts";
+import { wholeAsStream } from "./whole-as-stream.ts";
 import type { Recorder } from "./recorder.ts";
 import type { GatewaySession } from "./sessions.ts";
 import { ConnectFailed, readAll, type Upstream, type UpstreamPool } from "./upstreams.ts";
@@ -44,6 +45,14 @@ export async function forwardCall(
   const controller = new AbortController();
   const deadline = AbortSignal.timeout(ctx.upstreamTimeoutMs);
   const signal = AbortSignal.any([controller.signal, deadline]);
+  // An agent that leaves cancels the upstream call (a stream records what was sampled so far).
+  let gone = false;
+  res.once("close", () => {
+    if (!res.writableFinished) {
+      gone = true;
+      controller.abort();
+    }
+  });
   let upstream = stickyUpstream(ctx.pool, s);
   if (upstream === null) return refuseNoUpstream(ctx, res);
   const dispatchVersion = ctx.version();
@@ -88,7 +97,7 @@ export async function forwardCall(
         }
         return refuseNoUpstream(ctx, res);
       }
-      return upstreamFailure(ctx, s, res, err, deadline.aborted);
+      return upstreamFailure(ctx, s, res, err, deadline.aborted, gone);
     }
   }
   try {
@@ -105,12 +114,12 @@ export async function forwardCall(
       ...(dispatchVersion !== undefined ? { dispatchVersion } : {}),
     };
     if (streamed) await relayStream(ctx, s, prepared, call, answer, res, controller, upstream, timing);
-    else await relayWhole(ctx, s, prepared, call, answer, res, upstream, timing);
+    else await relayWhole(ctx, s, prepared, call, answer, res, upstream, timing, route, body);
     const added = performance.now() - timing.began - timing.upstreamMs - timing.ackMs;
     ctx.metrics.observe("gateway_added_seconds", Math.max(0, added) / 1000, ADDED_BUCKETS);
     ctx.metrics.observe("gateway_upstream_seconds", timing.upstreamMs / 1000);
   } catch (err) {
-    upstreamFailure(ctx, s, res, err, deadline.aborted);
+    upstreamFailure(ctx, s, res, err, deadline.aborted, gone);
   } finally {
     upstream.inFlight--;
   }
@@ -135,7 +144,14 @@ function upstreamFailure(
   res: ServerResponse,
   err: unknown,
   timedOut: boolean,
+  gone = false,
 ): void {
+  if (gone) {
+    // The agent left before a whole answer came: the engine's call was cancelled, nothing was recorded.
+    ctx.metrics.inc("gateway_client_disconnects");
+    ctx.metrics.inc("gateway_calls", "client_gone");
+    return;
+  }
   s.failedCalls++;
   if (isTrajflowError(err) && err.code === "EVENT_OUTPUT_FAILED") {
     // The engine answered but its events could not be made durable: the agent must not use the answer.
@@ -194,8 +210,11 @@ async function relayWhole(
   res: ServerResponse,
   upstream: Upstream,
   timing: Timing,
+  route: AgentRoute,
+  body: Record<string, unknown>,
 ): Promise<void> {
   const upStart = performance.now();
+  // The agent may leave while the whole answer is prepared: the upstream call is cancelled then.
   const text = await readAll(answer);
   timing.upstreamMs = performance.now() - upStart;
   const json = JSON.parse(text.toString("utf8")) as Record<string, unknown>;
@@ -207,7 +226,14 @@ async function relayWhole(
   const ids = await record(ctx, s, prepared, call, captures);
   timing.ackMs = performance.now() - ackStart;
   if (ids === null) return refuseUnrecorded(ctx, res);
-  sendJson(res, 200, forAgent, { "x-trajflow-call-id": ids.join(","), "x-trajflow-session-id": s.id });
+  const headers = { "x-trajflow-call-id": ids.join(","), "x-trajflow-session-id": s.id };
+  if (prepared.wholeAsStream === true) {
+    const options = body.stream_options as { include_usage?: unknown } | undefined;
+    res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", ...headers });
+    res.end(wholeAsStream(route, forAgent, options?.include_usage === true));
+    return;
+  }
+  sendJson(res, 200, forAgent, headers);
 }
 
 async function relayStream(
@@ -347,7 +373,9 @@ async function record(
   const calls: RecordedCall[] = [];
   for (const c of captures) {
     const prompt = c.promptIds ?? prepared.promptIds;
-    if (prompt === undefined) return null;
+    // Without the prompt's ids, or with sampled ids the engine never reported, nothing exact can be
+    // recorded: the call is refused (counted) rather than recorded with guessed tokens.
+    if (prompt === undefined || c.missingIds !== undefined) return null;
     calls.push({
       ...call,
       callId: captures.length > 1 ? `${call.callId}.${c.choiceIndex}` : call.callId,

@@ -5,6 +5,7 @@
 import { z } from "zod";
 import { kafkaConnectionSchema } from "../kafka/connection.ts";
 import { ENGINE_NAMES } from "./engines/engine.ts";
+import { ENGINE_OPTIONS } from "./engines/index.ts";
 
 const upstreamUrl = z
   .string()
@@ -73,6 +74,13 @@ export const gatewayConfigSchema = z.strictObject({
     .enum(ENGINE_NAMES)
     .default("vllm")
     .describe("Which engine the upstreams run: vllm, sglang or llamacpp."),
+  engine_options: z
+    .record(z.string(), z.unknown())
+    .default({})
+    .describe(
+      "Options of the engine's adapter (docs/engines.md): sglang {routed_experts: {layers, top_k, dtype}}, " +
+        "llamacpp {streams: whole | relay}; checked against the engine's own list.",
+    ),
   output: z.discriminatedUnion("type", [logOutputSchema, kafkaOutputSchema]).describe("Where events go."),
   implicit_sessions: z
     .boolean()
@@ -118,6 +126,21 @@ export const gatewayConfigSchema = z.strictObject({
     .positive()
     .default(8)
     .describe("Branch tips remembered per session for the delta form; older tips fall back to full prompts."),
+});
+
+/** The gateway's config with its engine options checked against the engine's own list. */
+export const checkedGatewayConfigSchema = gatewayConfigSchema.superRefine((c, ctx) => {
+  const checked = ENGINE_OPTIONS[c.engine].safeParse(c.engine_options);
+  if (checked.success) return;
+  for (const issue of checked.error.issues) {
+    const keys = issue.code === "unrecognized_keys" ? issue.keys : [undefined];
+    for (const key of keys)
+      ctx.addIssue({
+        code: "custom",
+        message: key === undefined ? issue.message : `unknown option of engine ${c.engine}`,
+        path: ["engine_options", ...issue.path, ...(key === undefined ? [] : [key])],
+      });
+  }
 });
 
 export type GatewayConfig = z.output<typeof gatewayConfigSchema>;

@@ -37,7 +37,7 @@ export async function startGateway(
   try {
     const server = new GatewayServer({
       config,
-      adapter: await createAdapter(config.engine),
+      adapter: await createAdapter(config.engine, config.engine_options),
       output,
       metrics,
       logger,

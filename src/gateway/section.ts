@@ -3,7 +3,7 @@
  * validate` with every problem listed, and started by `trajflow run` beside the pipeline.
  */
 import { issueProblems } from "../core/config.ts";
-import { gatewayConfigSchema, type GatewayConfig } from "./config.ts";
+import { checkedGatewayConfigSchema, type GatewayConfig } from "./config.ts";
 
 /** The section's config, or its problems (each as `file:line: gateway.path: message`). */
 export function checkGatewaySection(
@@ -11,7 +11,7 @@ export function checkGatewaySection(
   where: (path: ReadonlyArray<string | number>) => string,
 ): { config: GatewayConfig | null; problems: string[] } {
   if (value === undefined) return { config: null, problems: [] };
-  const parsed = gatewayConfigSchema.safeParse(value);
+  const parsed = checkedGatewayConfigSchema.safeParse(value);
   if (parsed.success) return { config: parsed.data, problems: [] };
   const problems = parsed.error.issues.flatMap((issue) =>
     issueProblems(issue).map(({ path, message }) => {

@@ -2,7 +2,7 @@
 import { resolve } from "node:path";
 import { ConfigProblems } from "../../core/config.ts";
 import { createLogger } from "../../core/logger.ts";
-import { gatewayConfigSchema, type GatewayConfig } from "../../gateway/config.ts";
+import { checkedGatewayConfigSchema, type GatewayConfig } from "../../gateway/config.ts";
 import type { Plan } from "../../runtime/plan.ts";
 import { ExitCode, intOption, parse, throwFlagProblems, usageError } from "../args.ts";
 import { embeddedPlan } from "../presets.ts";
@@ -115,7 +115,7 @@ export async function runGateway(argv: string[]): Promise<number> {
   }
   throwFlagProblems();
   const problems = new ConfigProblems();
-  const config = problems.check("gateway", gatewayConfigSchema.safeParse(stripUndefined(input)));
+  const config = problems.check("gateway", checkedGatewayConfigSchema.safeParse(stripUndefined(input)));
   problems.throwIfAny();
   return serve(config!, plan, values.json === true);
 }

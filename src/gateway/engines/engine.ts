@@ -36,6 +36,11 @@ export interface PreparedCall {
   asked: Asked;
   /** Prompt ids the adapter already knows before the call (from a token prompt or a tokenize round trip). */
   promptIds?: Int32Array;
+  /**
+   * The agent asked for a stream but the call goes upstream whole, because this engine's streams cannot
+   * report every sampled id (llama.cpp): the gateway gives the agent the whole answer as a stream.
+   */
+  wholeAsStream?: boolean;
   /** Adapter-private state carried from `prepare` to reading the answer. */
   state?: unknown;
 }

@@ -28,12 +28,16 @@ function fakeUpstream(answers: Record<string, unknown>): {
 const PROMPT = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
 const PROMPT_IDS = [459, 117, 115, 101, 114, 10, 104, 105, EOS, 10, 459, 97, 10];
 
-async function prepared(body: Record<string, unknown>, route: "chat" | "completions" = "chat") {
+async function prepared(
+  body: Record<string, unknown>,
+  route: "chat" | "completions" = "chat",
+  streams: "whole" | "relay" = "whole",
+) {
   const { upstream, calls } = fakeUpstream({
     "/apply-template": { prompt: PROMPT },
     "/tokenize": { tokens: PROMPT_IDS },
   });
-  const call = await new LlamaCppAdapter().prepare(route, body, upstream);
+  const call = await new LlamaCppAdapter({ streams }).prepare(route, body, upstream);
   return { call, calls, upstream };
 }
 
@@ -91,10 +95,28 @@ describe("llama.cpp adapter: prepare", () => {
     ]);
   });
 
-  it("asks a stream for n_probs and timings_per_token only (a stream's final result has no ids)", async () => {
-    const body = { messages: [{ role: "user", content: "hi" }], stream: true, tools: [] };
+  it("sends a streamed call upstream whole by default, for every sampled id, and says so", async () => {
+    const body = {
+      messages: [{ role: "user", content: "hi" }],
+      stream: true,
+      stream_options: { include_usage: true },
+    };
     const { call } = await prepared(body);
+    assert.deepEqual(call.body, {
+      messages: body.messages,
+      n_probs: 1,
+      return_tokens: true,
+      verbose: true,
+      response_fields: ["tokens", "index"],
+    });
+    assert.equal(call.wholeAsStream, true);
+  });
+
+  it("relays a stream (streams: relay) asking n_probs and timings_per_token only (a stream's final result has no ids)", async () => {
+    const body = { messages: [{ role: "user", content: "hi" }], stream: true, tools: [] };
+    const { call } = await prepared(body, "chat", "relay");
     assert.deepEqual(call.body, { ...body, n_probs: 1, timings_per_token: true });
+    assert.equal(call.wholeAsStream, undefined);
   });
 
   it("leaves the agent's own logprobs request alone (llama.cpp then sends 20 alternatives)", async () => {
@@ -304,8 +326,8 @@ const timings = (predicted: number) => ({
 
 describe("llama.cpp adapter: streams", () => {
   it("puts each reported id at its position, marks the tokens the stream never reported, strips the additions", async () => {
-    const { call } = await prepared({ messages: [], stream: true });
-    const reader = new LlamaCppAdapter().stream(call);
+    const { call } = await prepared({ messages: [], stream: true }, "chat", "relay");
+    const reader = new LlamaCppAdapter({ streams: "relay" }).stream(call);
     // Tokens: H, E4, B8, AD (中 complete), <|im_end|>. No chunk for E4 and B8 (cut character) nor for the
     // end of turn (no message delta); the final result's chunk says 5 were sampled.
     const chunks = [
@@ -355,8 +377,8 @@ describe("llama.cpp adapter: streams", () => {
   });
 
   it("gives abort to a stream cut short, with what it sampled so far", async () => {
-    const { call } = await prepared({ messages: [], stream: true });
-    const reader = new LlamaCppAdapter().stream(call);
+    const { call } = await prepared({ messages: [], stream: true }, "chat", "relay");
+    const reader = new LlamaCppAdapter({ streams: "relay" }).stream(call);
     reader.chunk(
       streamChunk(
         { content: "H" },
@@ -380,8 +402,8 @@ describe("llama.cpp adapter: streams", () => {
   });
 
   it("keeps the finish reason of a choice the engine finished before the stream broke", async () => {
-    const { call } = await prepared({ messages: [], stream: true });
-    const reader = new LlamaCppAdapter().stream(call);
+    const { call } = await prepared({ messages: [], stream: true }, "chat", "relay");
+    const reader = new LlamaCppAdapter({ streams: "relay" }).stream(call);
     reader.chunk(
       streamChunk(
         { content: "H" },
@@ -394,8 +416,8 @@ describe("llama.cpp adapter: streams", () => {
   });
 
   it("gives abort when the upstream ended without a finish reason, even if the reader was told it finished", async () => {
-    const { call } = await prepared({ messages: [], stream: true });
-    const reader = new LlamaCppAdapter().stream(call);
+    const { call } = await prepared({ messages: [], stream: true }, "chat", "relay");
+    const reader = new LlamaCppAdapter({ streams: "relay" }).stream(call);
     reader.chunk(
       streamChunk(
         { content: "H" },

@@ -363,8 +363,24 @@ function promptFor(state: LlamaState, choiceIndex: number): Int32Array | undefin
   return state.prompts[Math.floor(choiceIndex / state.n)];
 }
 
+export interface LlamaCppAdapterOptions {
+  /**
+   * How a streamed call goes upstream. `whole` (the default): whole, and the gateway streams the whole
+   * answer to the agent, because llama-server's streams leave some sampled ids unreported (see above) and
+   * only exact ids are recorded. `relay`: streamed through chunk by chunk (a real time to first token), and a
+   * call whose stream left an id unreported is not recorded (counted as not_recorded; the agent's stream
+   * ends with an error event).
+   */
+  streams?: "whole" | "relay";
+}
+
 export class LlamaCppAdapter implements EngineAdapter {
   readonly name = "llamacpp" as const;
+  private readonly streams: "whole" | "relay";
+
+  constructor(options: LlamaCppAdapterOptions = {}) {
+    this.streams = options.streams ?? "whole";
+  }
 
   async prepare(
     route: AgentRoute,
@@ -372,7 +388,10 @@ export class LlamaCppAdapter implements EngineAdapter {
     upstream: UpstreamJson,
     signal?: AbortSignal,
   ): Promise<PreparedCall> {
-    const stream = body.stream === true;
+    // A stream cannot carry every sampled id (see above): a streamed call goes upstream whole and the
+    // gateway streams the whole answer to the agent (PreparedCall.wholeAsStream). Exact ids beat chunking.
+    const stream = body.stream === true && this.streams === "relay";
+    const wholeAsStream = body.stream === true && !stream;
     const nProbs = typeof body.n_probs === "number" ? body.n_probs : undefined;
     // The agent's own logprobs: chat `logprobs: true` (n_probs = top_logprobs, 20 by default); completions
     // `logprobs: N` (an alias of n_probs in llama.cpp, server-schema.cpp); or llama.cpp's own `n_probs`.
@@ -392,6 +411,10 @@ export class LlamaCppAdapter implements EngineAdapter {
       tokenIds: body.return_tokens === true,
     };
     const out: Record<string, unknown> = { ...body };
+    if (wholeAsStream) {
+      delete out.stream;
+      delete out.stream_options;
+    }
     const addedProbs = !askedProbs;
     // One alternative a token is the least that makes the server write entries (each entry still has
     // the sampled token's own id and logprob, whatever the alternatives).
@@ -427,7 +450,13 @@ export class LlamaCppAdapter implements EngineAdapter {
       n,
       unplaced: new Map(),
     };
-    return { path: route === "chat" ? "/v1/chat/completions" : "/v1/completions", body: out, asked, state };
+    return {
+      path: route === "chat" ? "/v1/chat/completions" : "/v1/completions",
+      body: out,
+      asked,
+      state,
+      ...(wholeAsStream ? { wholeAsStream } : {}),
+    };
   }
 
   answer(prepared: PreparedCall, json: Record<string, unknown>): { captures: Capture[]; forAgent: Json } {
