@@ -18,16 +18,21 @@ export interface ClientSpec {
   /** Stop after this many measured calls (with `seconds`, whichever comes first). */
   calls: number;
   seconds: number;
-  /** Calls (per run, not measured) before measuring starts. */
+  /** Calls (over all agents, not measured) before measuring starts, or this many seconds, whichever is first. */
   warmupCalls: number;
+  warmupSeconds: number;
   turns: number;
   stream: boolean;
   maxTokens: number;
   sessionPrefix: string;
+  /** Sent as `authorization: Bearer <key>`. */
+  apiKey?: string;
 }
 
 export interface ClientResult {
   calls: number;
+  /** Calls made before measuring began (and in flight then). */
+  warmupCalls: number;
   errors: number;
   firstError: string | null;
   seconds: number;
@@ -59,7 +64,11 @@ function post(path: string, payload: string, started: number): Promise<Answer> {
         port: target.port,
         path,
         method: "POST",
-        headers: { "content-type": "application/json", "content-length": Buffer.byteLength(payload) },
+        headers: {
+          "content-type": "application/json",
+          "content-length": Buffer.byteLength(payload),
+          ...(spec.apiKey !== undefined ? { authorization: `Bearer ${spec.apiKey}` } : {}),
+        },
       },
       (res) => {
         const chunks: Buffer[] = [];
@@ -130,7 +139,8 @@ async function agentLoop(): Promise<void> {
         temperature: 0,
         ...(spec.stream ? { stream: true } : {}),
       });
-      const measuring = issued++ >= spec.warmupCalls;
+      const measuring =
+        issued++ >= spec.warmupCalls || performance.now() - started >= spec.warmupSeconds * 1000;
       if (measuring && Number.isNaN(measuringSince)) begin();
       const t0 = performance.now();
       let answer: Answer;
@@ -165,6 +175,7 @@ const cpu = process.cpuUsage(cpuAtStart);
 agent.destroy();
 const result: ClientResult = {
   calls: measured,
+  warmupCalls: Math.max(0, issued - measured),
   errors,
   firstError,
   seconds: (ended - (Number.isNaN(measuringSince) ? started : measuringSince)) / 1000,

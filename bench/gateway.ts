@@ -51,6 +51,7 @@ const CONCURRENCY = 64;
 const TURNS = 8;
 const MODEL = "bench";
 const CLK_TCK = 100;
+const LITELLM_KEY = `sk-bench-${process.pid}-${Date.now()}`;
 const run = promisify(execFile);
 
 const children = new Set<ChildProcess>();
@@ -171,6 +172,8 @@ interface Path {
   url: string;
   /** The process whose CPU is the path's own (null: direct). */
   pid: number | null;
+  /** Sent as `authorization: Bearer <key>` (LiteLLM's master key). */
+  apiKey?: string;
   /** trajflow's /metrics, or null. */
   metricsUrl: string | null;
   close(): Promise<void>;
@@ -254,6 +257,8 @@ async function litellm(upstream: string, model: string): Promise<Path> {
       "  turn_off_message_logging: true",
       "  request_timeout: 600",
       "general_settings:",
+      // LiteLLM refuses to start without one; with no database it is checked in memory.
+      `  master_key: ${LITELLM_KEY}`,
       "  disable_spend_logs: true",
       "  disable_error_logs: true",
       "",
@@ -280,6 +285,7 @@ async function litellm(upstream: string, model: string): Promise<Path> {
   return {
     name: "litellm",
     url: `http://127.0.0.1:${port}/v1/chat/completions`,
+    apiKey: LITELLM_KEY,
     pid: child.pid!,
     metricsUrl: null,
     close: () => stop(child),
@@ -336,6 +342,7 @@ const quantile = (xs: number[], q: number): number => {
 
 interface Phase {
   calls: number;
+  warmupCalls: number;
   errors: number;
   firstError: string | null;
   seconds: number;
@@ -362,7 +369,12 @@ interface Phase {
 async function phase(path: Path, spec: Omit<ClientSpec, "url" | "sessionPrefix">): Promise<Phase> {
   const before = await scrape(path.metricsUrl);
   const cpu0 = path.pid === null ? 0 : treeCpuSeconds(path.pid);
-  const full: ClientSpec = { ...spec, url: path.url, sessionPrefix: `${path.name}-${Date.now()}` };
+  const full: ClientSpec = {
+    ...spec,
+    url: path.url,
+    ...(path.apiKey !== undefined ? { apiKey: path.apiKey } : {}),
+    sessionPrefix: `${path.name}-${Date.now()}`,
+  };
   const t0 = performance.now();
   const { stdout } = await run(
     process.execPath,
@@ -378,10 +390,11 @@ async function phase(path: Path, spec: Omit<ClientSpec, "url" | "sessionPrefix">
   if (r.errors > 0) console.error(`  ${path.name}: ${r.errors} failed calls; the first: ${r.firstError}`);
   // The proxy's CPU is counted over the whole client run (warm-up included), so per call it is divided by
   // every call the client made then.
-  const allCalls = r.calls + spec.warmupCalls;
+  const allCalls = r.calls + r.warmupCalls;
   const h = (name: string, q: number) => histQuantile(before, after, name, q);
   return {
     calls: r.calls,
+    warmupCalls: r.warmupCalls,
     errors: r.errors,
     firstError: r.firstError,
     seconds: r.seconds,
@@ -410,6 +423,27 @@ interface PathResult {
   latency: Phase;
   stream: Phase;
   throughput: Phase | null;
+  /** With BENCH_GATEWAY_CPU_PROF: bench/gateway-profile.ts's split of the gateway's profile. */
+  profile?: string;
+}
+
+/** Splits the newest profile of gateway `name` by part (bench/gateway-profile.ts), per call of the run. */
+async function analyse(name: string, r: PathResult): Promise<string> {
+  const file = readdirSync(PROFILE_DIR!)
+    .filter((f) => f.startsWith(`${name}-`) && f.endsWith(".cpuprofile"))
+    .sort()
+    .pop();
+  if (file === undefined) return `no profile of ${name} in ${PROFILE_DIR}`;
+  const calls = [r.latency, r.stream, r.throughput].reduce(
+    (n, p) => n + (p === null ? 0 : p.calls + p.warmupCalls),
+    0,
+  );
+  const { stdout } = await run(process.execPath, [
+    join(ROOT, "bench/gateway-profile.ts"),
+    join(PROFILE_DIR!, file),
+    String(calls),
+  ]);
+  return `${r.upstream} / ${name}, ${calls} calls (all phases):\n${stdout}`;
 }
 
 async function measure(
@@ -417,7 +451,7 @@ async function measure(
   path: Path,
   options: { calls: number; maxTokens: number; throughput: boolean },
 ): Promise<PathResult> {
-  const base = { model: MODEL, turns: TURNS, maxTokens: options.maxTokens, seconds: 3600 };
+  const base = { model: MODEL, turns: TURNS, maxTokens: options.maxTokens, seconds: 3600, warmupSeconds: 5 };
   const warm = Math.min(200, Math.ceil(options.calls / 10));
   console.error(`  ${upstream} / ${path.name}: latency, one session at a time (${options.calls} calls)`);
   const latency = await phase(path, {
@@ -444,6 +478,7 @@ async function measure(
       calls: Number.MAX_SAFE_INTEGER,
       seconds: SECONDS,
       warmupCalls: 2_000,
+      warmupSeconds: 3,
       stream: false,
     });
   }
@@ -518,11 +553,15 @@ async function allPaths(
   for (const [i, make] of makers.entries()) {
     if (ONLY !== null && !ONLY.includes(PATH_NAMES[i]!)) continue;
     const path = await make();
+    let result: PathResult;
     try {
-      out.push(await measure(upstreamName, path, { calls, maxTokens, throughput }));
+      result = await measure(upstreamName, path, { calls, maxTokens, throughput });
     } finally {
       await path.close();
     }
+    if (PROFILE_DIR !== undefined && path.metricsUrl !== null)
+      result.profile = await analyse(path.name, result);
+    out.push(result);
   }
   return out;
 }
@@ -595,7 +634,7 @@ for (const r of results) {
 }
 say();
 say(
-  `Throughput, ${CONCURRENCY} concurrent 8-turn sessions, non-streaming, ${SECONDS} s after a 2,000-call warm-up:`,
+  `Throughput, ${CONCURRENCY} concurrent 8-turn sessions, non-streaming, ${SECONDS} s after a warm-up (2,000 calls or 3 s):`,
 );
 say();
 say(
@@ -649,6 +688,7 @@ for (const r of results.filter((x) => x.upstream === "instant" && x.path.startsW
   }
 }
 for (const t of targets) say(`- ${t.path}: ${t.target}: ${t.figure}: ${t.pass ? "pass" : "MISS"}`);
+for (const r of results) if (r.profile !== undefined) say(`\nCPU profile of the gateway, ${r.profile}`);
 console.log(lines.join("\n"));
 const json = {
   machine,
