@@ -37,6 +37,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import kafkajs from "kafkajs";
 import type { ClientResult, ClientSpec } from "./gateway-client.ts";
+import { fixKafkajsRequestQueue } from "../src/kafka/request-queue-fix.ts";
 import { benchBrokers } from "./kafka-harness.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
@@ -47,6 +48,8 @@ const PROFILE_DIR = process.env.BENCH_GATEWAY_CPU_PROF;
 /** BENCH_GATEWAY_PATHS: a comma-separated subset of PATH_NAMES to run (while working on one). */
 const PATH_NAMES = ["direct", "trajflow-log", "trajflow-kafka", "litellm"];
 const ONLY = process.env.BENCH_GATEWAY_PATHS?.split(",") ?? null;
+/** BENCH_GATEWAY_UPSTREAMS: instant, llama or both (default). */
+const UPSTREAMS = (process.env.BENCH_GATEWAY_UPSTREAMS ?? "instant,llama").split(",");
 const CONCURRENCY = 64;
 const TURNS = 8;
 const MODEL = "bench";
@@ -57,6 +60,8 @@ const run = promisify(execFile);
 const children = new Set<ChildProcess>();
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-bench-gateway-"));
 let llamaStartedHere = false;
+/** The instant upstream's process, whose CPU is reported beside the proxy's (null: not ours to measure). */
+let upstreamPid: number | null = null;
 
 /** Stops everything this bench started (also on an error or Ctrl-C). */
 async function cleanup(): Promise<void> {
@@ -355,6 +360,8 @@ interface Phase {
   /** The proxy's CPU (its whole process tree) per call, ms; NaN for direct. */
   proxyCpuMsPerCall: number;
   proxyCpuCores: number;
+  /** The instant upstream's CPU per call, ms (it answers larger bodies when trajflow asks for ids and logprobs). */
+  upstreamCpuMsPerCall: number;
   /** trajflow's /metrics over the phase (ms), NaN elsewhere. */
   server: {
     addedP50: number;
@@ -369,6 +376,7 @@ interface Phase {
 async function phase(path: Path, spec: Omit<ClientSpec, "url" | "sessionPrefix">): Promise<Phase> {
   const before = await scrape(path.metricsUrl);
   const cpu0 = path.pid === null ? 0 : treeCpuSeconds(path.pid);
+  const upCpu0 = upstreamPid === null ? 0 : treeCpuSeconds(upstreamPid);
   const full: ClientSpec = {
     ...spec,
     url: path.url,
@@ -385,6 +393,7 @@ async function phase(path: Path, spec: Omit<ClientSpec, "url" | "sessionPrefix">
   );
   const wall = (performance.now() - t0) / 1000;
   const cpu = path.pid === null ? NaN : treeCpuSeconds(path.pid) - cpu0;
+  const upCpu = upstreamPid === null ? NaN : treeCpuSeconds(upstreamPid) - upCpu0;
   const after = await scrape(path.metricsUrl);
   const r = JSON.parse(stdout) as ClientResult;
   if (r.errors > 0) console.error(`  ${path.name}: ${r.errors} failed calls; the first: ${r.firstError}`);
@@ -406,6 +415,7 @@ async function phase(path: Path, spec: Omit<ClientSpec, "url" | "sessionPrefix">
     clientCpuCores: r.cpuSeconds / r.seconds,
     proxyCpuMsPerCall: (cpu / allCalls) * 1000,
     proxyCpuCores: cpu / wall,
+    upstreamCpuMsPerCall: (upCpu / allCalls) * 1000,
     server: {
       addedP50: h("gateway_added_seconds", 0.5),
       addedP99: h("gateway_added_seconds", 0.99),
@@ -514,6 +524,7 @@ async function modelOf(upstream: string): Promise<string> {
 // The run
 
 const brokers = benchBrokers();
+fixKafkajsRequestQueue();
 const kafka = new kafkajs.Kafka({ brokers: [brokers], logLevel: kafkajs.logLevel.NOTHING });
 const topics: string[] = [];
 async function freshTopic(): Promise<string> {
@@ -573,9 +584,14 @@ try {
   console.error(`trajflow gateway bench on ${machine}; Kafka at ${brokers}`);
   const instant = spawnChild(process.execPath, [join(ROOT, "bench/gateway-upstream.ts")]);
   const instantUrl = await lineFrom(instant, /^(http:\/\/\S+)$/m, "the instant upstream");
-  results.push(...(await allPaths(instantUrl, "vllm", "instant", CALLS, 16, true)));
+  upstreamPid = instant.pid!;
+  if (UPSTREAMS.includes("instant"))
+    results.push(...(await allPaths(instantUrl, "vllm", "instant", CALLS, 16, true)));
   await stop(instant);
-  const llama = await llamaUpstream();
+  upstreamPid = null;
+  const llama = UPSTREAMS.includes("llama")
+    ? await llamaUpstream()
+    : { url: null, reason: "not in BENCH_GATEWAY_UPSTREAMS" };
   if (llama.url === null) llamaNote = `llama.cpp upstream: skipped (${llama.reason})`;
   else {
     llamaNote = `llama.cpp upstream: ${llama.url}, ${LLAMA_CALLS} calls per phase, max_tokens 16, latency phases only`;
@@ -638,16 +654,16 @@ say(
 );
 say();
 say(
-  "| upstream | path | calls/s | p50 ms | p99 ms | proxy CPU ms/call | proxy cores | client cores | server added p50 / p99 ms | ack p50 / p99 ms | errors |",
+  "| upstream | path | calls/s | p50 ms | p99 ms | proxy CPU ms/call | proxy cores | upstream CPU ms/call | client cores | server added p50 / p99 ms | ack p50 / p99 ms | errors |",
 );
-say("|---|---|---|---|---|---|---|---|---|---|---|");
+say("|---|---|---|---|---|---|---|---|---|---|---|---|");
 for (const r of results) {
   const t = r.throughput;
   if (t === null) continue;
   const tf = r.path.startsWith("trajflow");
   say(
     `| ${r.upstream} | ${r.path} | ${Math.round(t.callsPerSecond).toLocaleString("en-US")} | ${f(t.p50)} | ${f(t.p99)} | ` +
-      `${r.path === "direct" ? "" : f(t.proxyCpuMsPerCall, 3)} | ${r.path === "direct" ? "" : f(t.proxyCpuCores)} | ${f(t.clientCpuCores)} | ` +
+      `${r.path === "direct" ? "" : f(t.proxyCpuMsPerCall, 3)} | ${r.path === "direct" ? "" : f(t.proxyCpuCores)} | ${f(t.upstreamCpuMsPerCall, 3)} | ${f(t.clientCpuCores)} | ` +
       `${tf ? `${f(t.server.addedP50, 3)} / ${f(t.server.addedP99, 3)}` : ""} | ${tf ? `${f(t.server.ackP50, 3)} / ${f(t.server.ackP99, 3)}` : ""} | ${t.errors} |`,
   );
 }
