@@ -34,6 +34,8 @@ export interface ClientResult {
   /** Calls made before measuring began (and in flight then). */
   warmupCalls: number;
   errors: number;
+  /** Calls sent again after a reused keep-alive connection was reset. */
+  retries: number;
   firstError: string | null;
   seconds: number;
   latencyMs: number[];
@@ -85,7 +87,14 @@ function post(path: string, payload: string, started: number): Promise<Answer> {
         res.on("error", reject);
       },
     );
-    req.on("error", reject);
+    req.on("error", (err: NodeJS.ErrnoException) => {
+      // A keep-alive socket the server closed as this request went out (llama.cpp's server closes after
+      // some streams): nothing was processed; send again on a fresh connection, as Node's docs advise.
+      if (req.reusedSocket && err.code === "ECONNRESET") {
+        retries++;
+        post(path, payload, started).then(resolve, reject);
+      } else reject(err);
+    });
     req.end(payload);
   });
 }
@@ -104,6 +113,7 @@ function replyOf(a: Answer): string {
   return text;
 }
 
+let retries = 0;
 const latencyMs: number[] = [];
 const ttftMs: number[] = [];
 let started = 0;
@@ -177,6 +187,7 @@ const result: ClientResult = {
   calls: measured,
   warmupCalls: Math.max(0, issued - measured),
   errors,
+  retries,
   firstError,
   seconds: (ended - (Number.isNaN(measuringSince) ? started : measuringSince)) / 1000,
   latencyMs,

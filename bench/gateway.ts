@@ -396,6 +396,8 @@ async function phase(path: Path, spec: Omit<ClientSpec, "url" | "sessionPrefix">
   const upCpu = upstreamPid === null ? NaN : treeCpuSeconds(upstreamPid) - upCpu0;
   const after = await scrape(path.metricsUrl);
   const r = JSON.parse(stdout) as ClientResult;
+  if (r.retries > 0)
+    console.error(`  ${path.name}: ${r.retries} calls sent again after a keep-alive connection was reset`);
   if (r.errors > 0) console.error(`  ${path.name}: ${r.errors} failed calls; the first: ${r.firstError}`);
   // The proxy's CPU is counted over the whole client run (warm-up included), so per call it is divided by
   // every call the client made then.
@@ -499,6 +501,11 @@ async function measure(
 // Upstreams
 
 async function llamaUpstream(): Promise<{ url: string; reason: null } | { url: null; reason: string }> {
+  if (!existsSync(join(ROOT, "src/gateway/engines/llamacpp.ts")))
+    return {
+      url: null,
+      reason: "the gateway's llamacpp engine (src/gateway/engines/llamacpp.ts) is not in this checkout",
+    };
   if (process.env.LLAMA_SERVER !== undefined)
     return { url: process.env.LLAMA_SERVER.replace(/\/+$/, "").replace(/\/v1$/, ""), reason: null };
   const script = join(ROOT, "scripts/llama.sh");
