@@ -27,7 +27,9 @@
  * (.cache/litellm, created by scripts/litellm-env.sh from PyPI when missing). Environment: BENCH_GATEWAY_CALLS
  * (latency calls per phase, default 2000), BENCH_GATEWAY_SECONDS (throughput phase, default 10),
  * BENCH_GATEWAY_LLAMA_CALLS (default 40), BENCH_GATEWAY_CPU_PROF (a directory: the gateway runs with
- * --cpu-prof there; bench/gateway-profile.ts splits a profile by part). `--json <file>` writes the figures.
+ * --cpu-prof there, and each profile is split by part with bench/gateway-profile.ts), BENCH_GATEWAY_PATHS
+ * (a subset of direct,trajflow-log,trajflow-kafka,litellm) and BENCH_GATEWAY_UPSTREAMS (instant,llama) while
+ * working on one part. `--json <file>` writes the figures.
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
