@@ -1,0 +1,197 @@
+/**
+ * The load generator of `npm run bench:gateway`, in its own process so that its CPU is not the proxy's:
+ * `concurrency` agents, each running multi-turn chat sessions (each turn sends the previous prompt, the
+ * answer and a new user message, so a recording gateway exercises the delta form), over keep-alive
+ * connections (node:http Agent). Measures each call from the request's first byte to the answer's last (and,
+ * streaming, to the first content chunk), after a warm-up. Prints one JSON object: latencies (ms), calls,
+ * errors, seconds, and its own CPU seconds.
+ *
+ * Argument: one JSON object, ClientSpec.
+ */
+import { Agent, request } from "node:http";
+
+export interface ClientSpec {
+  /** The chat completions URL; `{sid}` is replaced by the session id. */
+  url: string;
+  model: string;
+  concurrency: number;
+  /** Stop after this many measured calls (with `seconds`, whichever comes first). */
+  calls: number;
+  seconds: number;
+  /** Calls (over all agents, not measured) before measuring starts, or this many seconds, whichever is first. */
+  warmupCalls: number;
+  warmupSeconds: number;
+  turns: number;
+  stream: boolean;
+  maxTokens: number;
+  sessionPrefix: string;
+  /** Sent as `authorization: Bearer <key>`. */
+  apiKey?: string;
+}
+
+export interface ClientResult {
+  calls: number;
+  /** Calls made before measuring began (and in flight then). */
+  warmupCalls: number;
+  errors: number;
+  /** Calls sent again after a reused keep-alive connection was reset. */
+  retries: number;
+  firstError: string | null;
+  seconds: number;
+  latencyMs: number[];
+  ttftMs: number[];
+  cpuSeconds: number;
+}
+
+const spec = JSON.parse(process.argv[2]!) as ClientSpec;
+const target = new URL(spec.url.replace("{sid}", "x"));
+const agent = new Agent({ keepAlive: true, maxSockets: spec.concurrency, maxFreeSockets: spec.concurrency });
+// About 200 bytes of user text per turn: the instant engine's tokens are bytes.
+const FILLER = "Please continue the task; here is the next observation from the environment. ".repeat(3);
+
+const FIRST_CONTENT = /"content":\s?"[^"]/;
+
+interface Answer {
+  status: number;
+  body: string;
+  ttft: number;
+}
+
+function post(path: string, payload: string, started: number): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        agent,
+        host: target.hostname,
+        port: target.port,
+        path,
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          "content-length": Buffer.byteLength(payload),
+          ...(spec.apiKey !== undefined ? { authorization: `Bearer ${spec.apiKey}` } : {}),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        let ttft = NaN;
+        res.on("data", (c: Buffer) => {
+          // Streaming: the first content chunk, not the role chunk every server sends first.
+          if (Number.isNaN(ttft) && spec.stream && FIRST_CONTENT.test(c.toString("latin1")))
+            ttft = performance.now() - started;
+          chunks.push(c);
+        });
+        res.on("end", () =>
+          resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8"), ttft }),
+        );
+        res.on("error", reject);
+      },
+    );
+    req.on("error", (err: NodeJS.ErrnoException) => {
+      // A keep-alive socket the server closed as this request went out (llama.cpp's server closes after
+      // some streams): nothing was processed; send again on a fresh connection, as Node's docs advise.
+      if (req.reusedSocket && err.code === "ECONNRESET") {
+        retries++;
+        post(path, payload, started).then(resolve, reject);
+      } else reject(err);
+    });
+    req.end(payload);
+  });
+}
+
+function replyOf(a: Answer): string {
+  if (!spec.stream) {
+    const j = JSON.parse(a.body) as { choices: Array<{ message: { content: string | null } }> };
+    return j.choices[0]?.message.content ?? "";
+  }
+  let text = "";
+  for (const line of a.body.split("\n")) {
+    if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
+    const j = JSON.parse(line.slice(6)) as { choices?: Array<{ delta?: { content?: string | null } }> };
+    text += j.choices?.[0]?.delta?.content ?? "";
+  }
+  return text;
+}
+
+let retries = 0;
+const latencyMs: number[] = [];
+const ttftMs: number[] = [];
+let started = 0;
+let issued = 0;
+let measured = 0;
+let errors = 0;
+let firstError: string | null = null;
+let measuringSince = NaN;
+let cpuAtStart = process.cpuUsage();
+let deadline = Infinity;
+let sessions = 0;
+
+function begin(): void {
+  measuringSince = performance.now();
+  cpuAtStart = process.cpuUsage();
+  deadline = measuringSince + spec.seconds * 1000;
+}
+
+async function agentLoop(): Promise<void> {
+  while (measured < spec.calls && performance.now() < deadline) {
+    const sid = `${spec.sessionPrefix}-${sessions++}`;
+    const path = new URL(spec.url.replace("{sid}", sid)).pathname;
+    const messages: Array<{ role: string; content: string }> = [
+      { role: "system", content: "You are a careful agent." },
+    ];
+    for (let turn = 0; turn < spec.turns; turn++) {
+      if (measured >= spec.calls || performance.now() >= deadline) return;
+      messages.push({ role: "user", content: `turn ${turn}: ${FILLER}` });
+      const payload = JSON.stringify({
+        model: spec.model,
+        messages,
+        max_tokens: spec.maxTokens,
+        temperature: 0,
+        ...(spec.stream ? { stream: true } : {}),
+      });
+      const measuring =
+        issued++ >= spec.warmupCalls || performance.now() - started >= spec.warmupSeconds * 1000;
+      if (measuring && Number.isNaN(measuringSince)) begin();
+      const t0 = performance.now();
+      let answer: Answer;
+      try {
+        answer = await post(path, payload, t0);
+      } catch (err) {
+        errors++;
+        firstError ??= (err as Error).message;
+        break;
+      }
+      const ms = performance.now() - t0;
+      if (answer.status !== 200) {
+        errors++;
+        firstError ??= `HTTP ${answer.status}: ${answer.body.slice(0, 300)}`;
+        break;
+      }
+      const reply = replyOf(answer);
+      if (measuring && measuringSince <= t0) {
+        measured++;
+        latencyMs.push(ms);
+        if (spec.stream) ttftMs.push(answer.ttft);
+      }
+      messages.push({ role: "assistant", content: reply });
+    }
+  }
+}
+
+started = performance.now();
+await Promise.all(Array.from({ length: spec.concurrency }, () => agentLoop()));
+const ended = performance.now();
+const cpu = process.cpuUsage(cpuAtStart);
+agent.destroy();
+const result: ClientResult = {
+  calls: measured,
+  warmupCalls: Math.max(0, issued - measured),
+  errors,
+  retries,
+  firstError,
+  seconds: (ended - (Number.isNaN(measuringSince) ? started : measuringSince)) / 1000,
+  latencyMs,
+  ttftMs,
+  cpuSeconds: (cpu.user + cpu.system) / 1e6,
+};
+process.stdout.write(`${JSON.stringify(result)}\n`);
