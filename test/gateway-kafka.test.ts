@@ -91,7 +91,9 @@ async function killAndRestart(gw: { current: RunningCli }, args: string[], base:
 
 it("gives the embedded mode's rows through the topic and consume, across a gateway killed mid-session", async () => {
   // Replies depend on the conversation only, so both modes sample the same tokens.
-  const engine = await startInstantEngine({ reply: (_, body) => `ok ${(body.messages as unknown[]).length}` });
+  const engine = await startInstantEngine({
+    reply: (_, body) => `ok ${(body.messages as unknown[]).length}`,
+  });
   const topic = freshName("gw-events");
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;

@@ -125,7 +125,9 @@ it("finds the imports it checks (the scan is not vacuous)", () => {
 it("keeps the gateway apart from the pipeline: it writes events and imports no component or the runtime", () => {
   const gateway = files.filter((f) => f.path.startsWith("gateway/"));
   const reaching = gateway.flatMap((f) =>
-    f.imports.filter((i) => /^(sources|sinks|transforms|runtime|cli)\//.test(i)).map((i) => `${f.path} → ${i}`),
+    f.imports
+      .filter((i) => /^(sources|sinks|transforms|runtime|cli)\//.test(i))
+      .map((i) => `${f.path} → ${i}`),
   );
   assert.deepEqual(reaching, []);
   assert.ok(gateway.some((f) => f.path === "gateway/server.ts"));

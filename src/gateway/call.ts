@@ -61,6 +61,8 @@ export async function forwardCall(
   let prepared: PreparedCall;
   let answer: IncomingMessage;
   const tried = new Set<number>();
+  // The upstream's time runs from sending the call to its answer's last byte (the engine's whole work).
+  let sendStart = performance.now();
   for (;;) {
     upstream.inFlight++;
     try {
@@ -71,6 +73,7 @@ export async function forwardCall(
         (path, payload, sig) => ctx.pool.json(up, path, payload, sig),
         signal,
       );
+      sendStart = performance.now();
       answer = await ctx.pool.send(
         upstream,
         "POST",
@@ -104,7 +107,7 @@ export async function forwardCall(
     const status = answer.statusCode ?? 502;
     if (status >= 400) return await passError(ctx, s, answer, res);
     const streamed = (answer.headers["content-type"] ?? "").includes("text/event-stream");
-    const timing = { began, upstreamMs: 0, ackMs: 0 };
+    const timing = { began, sendStart, upstreamMs: 0, ackMs: 0 };
     const call: Omit<RecordedCall, "prompt" | "capture" | "doneAt"> = {
       callId,
       sentAt,
@@ -197,6 +200,7 @@ async function passError(
 
 interface Timing {
   began: number;
+  sendStart: number;
   upstreamMs: number;
   ackMs: number;
 }
@@ -213,10 +217,9 @@ async function relayWhole(
   route: AgentRoute,
   body: Record<string, unknown>,
 ): Promise<void> {
-  const upStart = performance.now();
   // The agent may leave while the whole answer is prepared: the upstream call is cancelled then.
   const text = await readAll(answer);
-  timing.upstreamMs = performance.now() - upStart;
+  timing.upstreamMs = performance.now() - timing.sendStart;
   const json = JSON.parse(text.toString("utf8")) as Record<string, unknown>;
   const { captures, forAgent } = ctx.adapter.answer(prepared, json);
   await ctx.adapter.complete?.(prepared, captures, (path, payload, sig) =>
@@ -247,7 +250,6 @@ async function relayStream(
   upstream: Upstream,
   timing: Timing,
 ): Promise<void> {
-  const upStart = performance.now();
   const reader = ctx.adapter.stream(prepared);
   const splitter = new SseSplitter();
   let left = false;
@@ -289,7 +291,7 @@ async function relayStream(
     if (!left) broken = err;
   }
   res.off("close", onClose);
-  timing.upstreamMs = performance.now() - upStart;
+  timing.upstreamMs = performance.now() - timing.sendStart;
   if (left) ctx.metrics.inc("gateway_client_disconnects");
   const captures = reader.captures(finished && !left && broken === null);
   await ctx.adapter.complete?.(prepared, captures, (path, payload, sig) =>

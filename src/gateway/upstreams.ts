@@ -23,6 +23,13 @@ export class ConnectFailed extends Error {
   }
 }
 
+/** A reused keep-alive connection reset before any answer: the server had closed it while idle. */
+class StaleConnection extends Error {
+  constructor(cause: unknown) {
+    super("the upstream had closed a kept-alive connection", { cause });
+  }
+}
+
 const CONNECT_ERRORS = new Set([
   "ECONNREFUSED",
   "ECONNRESET",
@@ -68,9 +75,27 @@ export class UpstreamPool {
 
   /**
    * Sends one request; resolves with the response once its headers arrived. A connection refused before
-   * any byte marks the upstream down and rejects with ConnectFailed (the caller may try another).
+   * any byte marks the upstream down and rejects with ConnectFailed (the caller may try another). A reused
+   * keep-alive connection the server had closed (reset before any answer: llama-server closes after some
+   * answers) is tried once more on a fresh one.
    */
-  send(
+  async send(
+    upstream: Upstream,
+    method: string,
+    path: string,
+    body: Buffer | null,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<IncomingMessage> {
+    try {
+      return await this.sendOnce(upstream, method, path, body, headers, signal);
+    } catch (err) {
+      if (!(err instanceof StaleConnection)) throw err;
+      return this.sendOnce(upstream, method, path, body, headers, signal);
+    }
+  }
+
+  private sendOnce(
     upstream: Upstream,
     method: string,
     path: string,
@@ -82,6 +107,7 @@ export class UpstreamPool {
     const https = url.protocol === "https:";
     return new Promise((resolve, reject) => {
       let sentAny = false;
+      let reused = false;
       const req = (https ? httpsRequest : httpRequest)(
         url,
         {
@@ -98,14 +124,15 @@ export class UpstreamPool {
       );
       req.on("socket", (socket) => {
         // A reused keep-alive socket has already carried bytes; a fresh one has not until it connects.
-        if (!socket.connecting) sentAny = true;
+        if (!socket.connecting) sentAny = reused = true;
         else socket.once("connect", () => (sentAny = true));
       });
       req.on("error", (err: NodeJS.ErrnoException) => {
         if (!sentAny && err.code !== undefined && CONNECT_ERRORS.has(err.code)) {
           this.markDown(upstream, err);
           reject(new ConnectFailed(upstream, err));
-        } else reject(err);
+        } else if (reused && err.code === "ECONNRESET" && !signal.aborted) reject(new StaleConnection(err));
+        else reject(err);
       });
       req.end(body ?? undefined);
     });

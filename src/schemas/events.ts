@@ -276,7 +276,10 @@ export function eventJsonSchema(): Record<string, unknown> {
       {
         type: "object",
         properties: {
-          b64: { type: "string", description: "base64 of little-endian float32; NaN: no logprob for that token" },
+          b64: {
+            type: "string",
+            description: "base64 of little-endian float32; NaN: no logprob for that token",
+          },
         },
         required: ["b64"],
       },

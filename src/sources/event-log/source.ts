@@ -9,7 +9,7 @@
  * offset of the oldest session not yet durable, with its byte position) kept in the log directory under
  * `.trajflow-offsets/<group>.json`. A restart reads on from there; sessions already in files are skipped.
  */
-import { promises as fs } from "node:fs";
+import { promises as fs, watch, type FSWatcher } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import { TrajflowError } from "../../core/errors.ts";
@@ -36,7 +36,14 @@ export const eventLogSourceConfigSchema = z.strictObject({
     .regex(/^[A-Za-z0-9._-]{1,100}$/)
     .default("events")
     .describe("The input range files are named after (<range>-<first offset>-<last offset>)."),
-  poll_ms: z.int().positive().default(20).describe("How often the end of the log is checked for new lines."),
+  poll_ms: z
+    .int()
+    .positive()
+    .default(250)
+    .describe(
+      "How often the end of the log is checked for new lines when no change is signalled (the directory is " +
+        "watched, so new lines are read at once where the OS reports changes).",
+    ),
   idle_advance_ms: z
     .int()
     .nonnegative()
@@ -75,6 +82,8 @@ export class EventLogSource implements Source {
   private handedBytes = 0;
   private running: Promise<void> = Promise.resolve();
   private commitTimer: NodeJS.Timeout | null = null;
+  private watcher: FSWatcher | null = null;
+  private wake: (() => void) | null = null;
 
   constructor(config: EventLogSourceConfig) {
     this.config = config;
@@ -125,6 +134,26 @@ export class EventLogSource implements Source {
     });
   }
 
+  /** Waits for a change in the log's directory, or `poll_ms` at most (an idle log costs no CPU). */
+  private async waitForMore(): Promise<void> {
+    if (this.watcher === null) {
+      try {
+        this.watcher = watch(this.config.dir, () => this.wake?.());
+        this.watcher.on("error", () => {});
+      } catch {
+        // No directory yet, or no watching here: the poll alone.
+      }
+    }
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, this.config.poll_ms);
+      this.wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+    this.wake = null;
+  }
+
   /** Reads the log from `from` on, forever (until paused). */
   private async follow(handler: SourceHandler, lane: Lane, from: Position): Promise<void> {
     const live = () => !this.stopping;
@@ -140,7 +169,7 @@ export class EventLogSource implements Source {
       if (handle === null) {
         // The gateway has not written this segment yet (a fresh log): wait for it.
         this.atEnd = true;
-        await sleep(this.config.poll_ms);
+        await this.waitForMore();
         continue;
       }
       try {
@@ -156,7 +185,7 @@ export class EventLogSource implements Source {
               continue;
             }
             this.atEnd = true;
-            await sleep(this.config.poll_ms);
+            await this.waitForMore();
             continue;
           }
           this.atEnd = false;
@@ -266,12 +295,16 @@ export class EventLogSource implements Source {
 
   async pause(): Promise<void> {
     this.stopping = true;
+    this.watcher?.close();
+    this.wake?.();
     if (this.commitTimer !== null) clearInterval(this.commitTimer);
     await this.running;
   }
 
   close(): Promise<void> {
     this.stopping = true;
+    this.watcher?.close();
+    this.wake?.();
     if (this.commitTimer !== null) clearInterval(this.commitTimer);
     return this.running;
   }
@@ -283,5 +316,3 @@ async function exists(path: string): Promise<boolean> {
     () => false,
   );
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
