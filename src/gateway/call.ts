@@ -15,7 +15,7 @@ import { sendError, sendJson, SseSplitter, sseData } from "./http.ts";
 import { wholeAsStream } from "./whole-as-stream.ts";
 import type { Recorder } from "./recorder.ts";
 import type { GatewaySession } from "./sessions.ts";
-import { ConnectFailed, readAll, type Upstream, type UpstreamPool } from "./upstreams.ts";
+import { ConnectFailed, readAll, UpstreamRefused, type Upstream, type UpstreamPool } from "./upstreams.ts";
 
 /** What a call needs from the gateway around it. */
 export interface CallContext {
@@ -88,6 +88,7 @@ export async function forwardCall(
       break;
     } catch (err) {
       upstream.inFlight--;
+      if (err instanceof UpstreamRefused) return passRefusal(ctx, s, res, err);
       if (err instanceof ConnectFailed) {
         // Nothing reached the engine: nothing was sampled, so another upstream may take the call.
         tried.add(upstream.index);
@@ -189,13 +190,23 @@ async function passError(
   res: ServerResponse,
 ): Promise<void> {
   const body = await readAll(answer);
+  const contentType = answer.headers["content-type"] ?? "application/json";
+  passRefusal(ctx, s, res, new UpstreamRefused(answer.statusCode ?? 502, contentType, body));
+}
+
+function passRefusal(
+  ctx: CallContext,
+  s: GatewaySession,
+  res: ServerResponse,
+  refused: UpstreamRefused,
+): void {
   s.failedCalls++;
   ctx.metrics.inc("gateway_calls", "upstream_error");
-  res.writeHead(answer.statusCode ?? 502, {
-    "content-type": answer.headers["content-type"] ?? "application/json",
-    "content-length": String(body.length),
+  res.writeHead(refused.status, {
+    "content-type": refused.contentType,
+    "content-length": String(refused.body.length),
   });
-  res.end(body);
+  res.end(refused.body);
 }
 
 interface Timing {

@@ -23,6 +23,22 @@ export class ConnectFailed extends Error {
   }
 }
 
+/**
+ * The engine refused one of the adapter's own round trips (llama.cpp's /apply-template refuses what its
+ * chat route would refuse): the agent gets the engine's status and body, as for the call itself.
+ */
+export class UpstreamRefused extends Error {
+  readonly status: number;
+  readonly contentType: string;
+  readonly body: Buffer;
+  constructor(status: number, contentType: string, body: Buffer) {
+    super(`the upstream answered ${status}: ${body.toString("utf8").slice(0, 300)}`);
+    this.status = status;
+    this.contentType = contentType;
+    this.body = body;
+  }
+}
+
 /** A reused keep-alive connection reset before any answer: the server had closed it while idle. */
 class StaleConnection extends Error {
   constructor(cause: unknown) {
@@ -149,10 +165,9 @@ export class UpstreamPool {
       signal ?? new AbortController().signal,
     );
     const text = await readAll(res);
-    if ((res.statusCode ?? 500) >= 400)
-      throw new Error(
-        `upstream ${upstream.url.origin}${path} answered ${res.statusCode}: ${text.toString("utf8").slice(0, 300)}`,
-      );
+    const status = res.statusCode ?? 500;
+    if (status >= 400)
+      throw new UpstreamRefused(status, res.headers["content-type"] ?? "application/json", text);
     return JSON.parse(text.toString("utf8"));
   }
 

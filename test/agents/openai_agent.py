@@ -19,8 +19,8 @@ Every session gets a reward and an end. The policy version is 3, then 4 from the
 
 import json
 import sys
+import urllib.request
 
-import httpx
 import openai
 
 BASE = sys.argv[1].rstrip("/")
@@ -110,9 +110,11 @@ def follow_up(history, message, n):
 
 
 def post(path, body):
-    r = httpx.post(f"{BASE}{path}", json=body, timeout=30)
-    r.raise_for_status()
-    return r.json()
+    request = urllib.request.Request(
+        f"{BASE}{path}", data=json.dumps(body).encode(), headers={"content-type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
 
 
 def finish(session, reward):
@@ -174,7 +176,7 @@ def main():
         )
         for _ in stream:
             pass
-    except (openai.APITimeoutError, openai.APIConnectionError, httpx.TimeoutException):
+    except (openai.APITimeoutError, openai.APIConnectionError):
         left += 1
     follow_up(h, chat("leave", h), 0)
     finish("leave", 0.1)
