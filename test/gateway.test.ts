@@ -444,3 +444,26 @@ describe("gateway: streaming, disconnects, restarts and upstreams", () => {
     }
   });
 });
+
+it("lists every problem of `trajflow gateway`'s flags at once: the gateway's, the engine's and the embedded pipeline's", async () => {
+  const r = await runCli([
+    "gateway",
+    ...["--upstream", "ftp://engine", "--out", join(scratch, "never"), "--engine", "llamacpp"],
+    ...["--engine-option", "streams=bogus", "--max-sessions", "many", "--drift-policy", "nah"],
+  ]);
+  assert.equal(r.code, 2);
+  assert.deepEqual(
+    r.stderr
+      .trim()
+      .split("\n")
+      .slice(1)
+      .map((l) => l.trim())
+      .sort(),
+    [
+      '--max-sessions must be an integer, got "many"',
+      'gateway options: transforms.assemble.drift_policy: Invalid option: expected one of "fork"|"realign"',
+      'gateway.engine_options.streams: Invalid option: expected one of "whole"|"relay"',
+      "gateway.upstreams.0: an upstream is an http:// or https:// URL",
+    ],
+  );
+});

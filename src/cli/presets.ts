@@ -100,13 +100,13 @@ export function consumePlan(source: Doc, o: PresetOptions): Plan {
  * The gateway's embedded pipeline: its local event log followed live, written as `consume` writes a
  * topic (files named by the log's offsets, recovered on restart).
  */
-export function embeddedPlan(logDir: string, o: PresetOptions): Plan {
+export function embeddedPlan(logDir: string, decodeWorkers: number | undefined, o: PresetOptions): Plan {
   return plan(
     "gateway",
-    document(
-      { type: "event_log", dir: logDir },
-      { ...o, files: { max_file_age_ms: KAFKA_DEFAULT_FILE_AGE_MS, ...defined(o.files) } },
-    ),
+    document(defined({ type: "event_log", dir: logDir, decode_workers: decodeWorkers }), {
+      ...o,
+      files: { max_file_age_ms: KAFKA_DEFAULT_FILE_AGE_MS, ...defined(o.files) },
+    }),
     o,
   );
 }

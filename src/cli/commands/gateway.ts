@@ -4,7 +4,8 @@ import { ConfigProblems } from "../../core/config.ts";
 import { createLogger } from "../../core/logger.ts";
 import { checkedGatewayConfigSchema, type GatewayConfig } from "../../gateway/config.ts";
 import type { Plan } from "../../runtime/plan.ts";
-import { ExitCode, intOption, parse, throwFlagProblems, usageError } from "../args.ts";
+import { isTrajflowError } from "../../core/errors.ts";
+import { ExitCode, intOption, parse, takeFlagProblems, usageError } from "../args.ts";
 import { embeddedPlan } from "../presets.ts";
 import { runReport } from "../report.ts";
 import {
@@ -47,7 +48,17 @@ ${CONNECTION_HELP}
   --no-implicit-sessions    a call for a session not started with POST /sessions is answered 404
   --max-in-flight <n>       calls forwarded at once (default 1024); more are answered 429
   --max-body-bytes <n>      largest request body (default 32 MiB); larger ones are answered 413
-  --upstream-timeout-ms <n> longest a call may take upstream (default 600000)
+  --upstream-timeout-ms <n> longest a call may take upstream (default 600000); past it, 504
+  --max-in-flight-per-session <n>  calls of one session forwarded at once (default 64)
+  --max-sessions <n>        sessions whose branch tips are kept (default 100000)
+  --session-idle-ms <n>     a session with no call this long is forgotten; later calls: 409 (default 3600000)
+  --restore-window-ms <n>   Kafka: events this recent are read back at start (default 600000)
+  --async-buffer-events <n> Kafka --ack async: events waiting before calls are refused (default 10000)
+  --segment-bytes <n>       event log: bytes per segment (default 256 MiB)
+  --engine-option <k=v>     an engine adapter option (repeatable; docs/engines.md), e.g. streams=relay
+                            (llamacpp), routed_experts.layers=48 (sglang)
+  --log-level <level>       trace, debug, info (default), warn, error, silent
+  $TRAJFLOW_UPSTREAM_API_KEY  sent to every upstream as Authorization: Bearer (engines run with --api-key)
   --parquet-engine <e>      the embedded pipeline's Parquet writer (trajflow or parquet-wasm)
   --drift-policy, --idle-timeout-ms, --reward-grace-ms, --await-rewards, --max-tokens, --rewards,
   --grpo, --group-size, --group-timeout-ms, --partition-by, --format, --compression, --rows-per-file,
@@ -72,6 +83,14 @@ export async function runGateway(argv: string[]): Promise<number> {
     "max-in-flight": { type: "string" },
     "max-body-bytes": { type: "string" },
     "upstream-timeout-ms": { type: "string" },
+    "max-in-flight-per-session": { type: "string" },
+    "max-sessions": { type: "string" },
+    "session-idle-ms": { type: "string" },
+    "restore-window-ms": { type: "string" },
+    "async-buffer-events": { type: "string" },
+    "segment-bytes": { type: "string" },
+    "engine-option": { type: "string", multiple: true },
+    "log-level": { type: "string" },
     "parquet-engine": { type: "string" },
     json: { type: "boolean" },
     ...SHAPE_FLAGS,
@@ -92,8 +111,14 @@ export async function runGateway(argv: string[]): Promise<number> {
           topic: values.topic,
           connection: { ...connectionOptions(values), client_id: "trajflow-gateway" },
           ...(values.ack !== undefined ? { ack: values.ack } : {}),
+          restore_window_ms: intOption("restore-window-ms", values["restore-window-ms"]),
+          async_buffer_events: intOption("async-buffer-events", values["async-buffer-events"]),
         }
-      : { type: "log", dir: resolve(values["event-log"] ?? `${values.out}/_events`) };
+      : {
+          type: "log",
+          dir: resolve(values["event-log"] ?? `${values.out}/_events`),
+          segment_bytes: intOption("segment-bytes", values["segment-bytes"]),
+        };
   const input = {
     upstreams: values.upstream,
     ...(values.engine !== undefined ? { engine: values.engine } : {}),
@@ -103,7 +128,20 @@ export async function runGateway(argv: string[]): Promise<number> {
     max_in_flight: intOption("max-in-flight", values["max-in-flight"]),
     max_body_bytes: intOption("max-body-bytes", values["max-body-bytes"]),
     upstream_timeout_ms: intOption("upstream-timeout-ms", values["upstream-timeout-ms"]),
+    max_in_flight_per_session: intOption("max-in-flight-per-session", values["max-in-flight-per-session"]),
+    max_sessions: intOption("max-sessions", values["max-sessions"]),
+    session_idle_ms: intOption("session-idle-ms", values["session-idle-ms"]),
+    ...(values["engine-option"] !== undefined
+      ? { engine_options: engineOptions(values["engine-option"]) }
+      : {}),
+    // Never a flag: command lines are visible to other users of the host.
+    ...(process.env.TRAJFLOW_UPSTREAM_API_KEY
+      ? { upstream_api_key: process.env.TRAJFLOW_UPSTREAM_API_KEY }
+      : {}),
   };
+  // Every problem at once: the gateway's settings, the embedded pipeline's and the flags'.
+  const problems = new ConfigProblems();
+  const config = problems.check("gateway", checkedGatewayConfigSchema.safeParse(stripUndefined(input)));
   let plan: Plan | null = null;
   if (values.out !== undefined) {
     checkPolicyFlags(values);
@@ -111,13 +149,19 @@ export async function runGateway(argv: string[]): Promise<number> {
       { ...values, engine: values["parquet-engine"] },
       values.grpo === true,
     );
-    plan = embeddedPlan(output.dir as string, { ...options, files: { ...options.files, path: values.out } });
+    try {
+      plan = embeddedPlan(output.dir as string, intOption("decode-workers", values["decode-workers"]), {
+        ...options,
+        files: { ...options.files, path: values.out },
+      });
+    } catch (err) {
+      if (!(isTrajflowError(err) && err.code === "CONFIG_INVALID")) throw err;
+      for (const p of err.details.problems as string[]) problems.add(p);
+    }
   }
-  throwFlagProblems();
-  const problems = new ConfigProblems();
-  const config = problems.check("gateway", checkedGatewayConfigSchema.safeParse(stripUndefined(input)));
+  for (const p of takeFlagProblems()) problems.add(p);
   problems.throwIfAny();
-  return serve(config!, plan, values.json === true);
+  return serve(config!, plan, values.json === true, values["log-level"]);
 }
 
 /**
@@ -125,10 +169,15 @@ export async function runGateway(argv: string[]): Promise<number> {
  * gateway stops taking calls and finishes those in flight, then the pipeline stops (sessions still open
  * are read again from the log at the next start).
  */
-async function serve(config: GatewayConfig, plan: Plan | null, json: boolean): Promise<number> {
+async function serve(
+  config: GatewayConfig,
+  plan: Plan | null,
+  json: boolean,
+  logLevel: string | undefined,
+): Promise<number> {
   const { startGateway } = await import("../../gateway/gateway.ts");
   const { Runtime } = await import("../../runtime/runtime.ts");
-  const logger = createLogger({});
+  const logger = createLogger({ level: logLevel });
   let stopPipeline!: () => void;
   const pipelineStop = new Promise<void>((r) => (stopPipeline = r));
   const runtime =
@@ -153,6 +202,28 @@ async function serve(config: GatewayConfig, plan: Plan | null, json: boolean): P
   }
   if (pipeline !== null) process.stdout.write(runReport("gateway", await pipeline, json));
   return ExitCode.OK;
+}
+
+/** `--engine-option key=value` (a dotted key sets a nested option; the value is YAML-ish: numbers, true). */
+function engineOptions(pairs: string[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const pair of pairs) {
+    const at = pair.indexOf("=");
+    if (at <= 0) throw usageError(`--engine-option takes key=value, got ${JSON.stringify(pair)}`);
+    const keys = pair.slice(0, at).split(".");
+    const raw = pair.slice(at + 1);
+    const value = /^-?\d+(\.\d+)?$/.test(raw)
+      ? Number(raw)
+      : raw === "true"
+        ? true
+        : raw === "false"
+          ? false
+          : raw;
+    let node = out;
+    for (const k of keys.slice(0, -1)) node = (node[k] ??= {}) as Record<string, unknown>;
+    node[keys.at(-1)!] = value;
+  }
+  return out;
 }
 
 function stripUndefined(o: Record<string, unknown>): Record<string, unknown> {
