@@ -22,10 +22,23 @@ import { sendError, sendJson } from "./http.ts";
 import type { EventOutput } from "./outputs/output.ts";
 import { Recorder } from "./recorder.ts";
 import { SessionTable, type GatewaySession } from "./sessions.ts";
-import { BodyTooLarge, readAll, UpstreamPool } from "./upstreams.ts";
+import { readAll, UpstreamPool } from "./upstreams.ts";
+import {
+  chatProblem,
+  checkBody,
+  completionProblem,
+  endBody,
+  header,
+  intHeader,
+  readJsonBody,
+  rewardBody,
+  SAFE_ID,
+  sendText,
+  startSessionBody,
+  weightsBody,
+} from "./requests.ts";
 
 const SESSION_PATH = /^\/sessions\/([^/]+)(\/.*)?$/;
-const SAFE_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
 
 export interface GatewayParts {
   config: GatewayConfig;
@@ -173,39 +186,8 @@ export class GatewayServer {
     );
   }
 
-  /** Reads and parses a JSON object body; answers 400/413 itself and returns null when it is not one. */
-  private async jsonBody(req: IncomingMessage, res: ServerResponse): Promise<Record<string, unknown> | null> {
-    let buf: Buffer;
-    const declared = Number(req.headers["content-length"] ?? "0");
-    if (declared > this.config.max_body_bytes) {
-      req.resume();
-      sendError(
-        res,
-        413,
-        "body_too_large",
-        `the request body is larger than ${this.config.max_body_bytes} bytes`,
-      );
-      return null;
-    }
-    try {
-      buf = await readAll(req, this.config.max_body_bytes);
-    } catch (err) {
-      if (err instanceof BodyTooLarge) sendError(res, 413, "body_too_large", err.message);
-      else res.destroy();
-      return null;
-    }
-    let value: unknown;
-    try {
-      value = buf.length === 0 ? {} : JSON.parse(buf.toString("utf8"));
-    } catch (err) {
-      sendError(res, 400, "invalid_json", `the request body is not valid JSON: ${(err as Error).message}`);
-      return null;
-    }
-    if (typeof value !== "object" || value === null || Array.isArray(value)) {
-      sendError(res, 400, "invalid_json", "the request body must be a JSON object");
-      return null;
-    }
-    return value as Record<string, unknown>;
+  private jsonBody(req: IncomingMessage, res: ServerResponse): Promise<Record<string, unknown> | null> {
+    return readJsonBody(req, res, this.config.max_body_bytes);
   }
 
   /** The session a model call belongs to, created when implicit; answers the error itself when none. */
@@ -359,26 +341,14 @@ export class GatewayServer {
   }
 
   private async startSession(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = await this.jsonBody(req, res);
+    const raw = await this.jsonBody(req, res);
+    const body = raw === null ? null : checkBody(startSessionBody, raw, res);
     if (body === null) return;
-    const problems: string[] = [];
-    const id = body.session_id === undefined ? `s-${randomBytes(9).toString("base64url")}` : body.session_id;
-    if (typeof id !== "string" || !SAFE_ID.test(id))
-      problems.push("session_id is 1-200 letters, digits and . _ : @ -");
-    const uid = body.uid === undefined ? id : body.uid;
-    if (typeof uid !== "string" || !SAFE_ID.test(uid))
-      problems.push("uid is 1-200 letters, digits and . _ : @ -");
-    const sampleIndex = optionalCount(body.sample_index, "sample_index", problems, 0);
-    const groupSize = optionalCount(body.group_size, "group_size", problems, 1);
-    const metadata = body.metadata;
-    if (
-      metadata !== undefined &&
-      (typeof metadata !== "object" || metadata === null || Array.isArray(metadata))
-    )
-      problems.push("metadata must be an object");
-    if (problems.length > 0) return sendError(res, 400, "invalid_request", problems.join("; "));
-    if (this.sessions.get(id as string) !== undefined)
-      return sendError(res, 409, "session_exists", `session ${id as string} exists already`);
+    const id = body.session_id ?? `s-${randomBytes(9).toString("base64url")}`;
+    const uid = body.uid ?? id;
+    const { sample_index: sampleIndex, group_size: groupSize, metadata } = body;
+    if (this.sessions.get(id) !== undefined)
+      return sendError(res, 409, "session_exists", `session ${id} exists already`);
     if (!this.output.accepting())
       return this.refuse(
         res,
@@ -387,11 +357,11 @@ export class GatewayServer {
         `events cannot be recorded now (${this.output.where})`,
       );
     const s = this.sessions.create({
-      uid: uid as string,
-      sessionId: id as string,
+      uid,
+      sessionId: id,
       ...(sampleIndex !== undefined ? { sampleIndex } : {}),
       ...(groupSize !== undefined ? { groupSize } : {}),
-      ...(metadata !== undefined ? { metadata: metadata as Record<string, unknown> } : {}),
+      ...(metadata !== undefined ? { metadata } : {}),
     });
     const key = this.sessions.issueKey(s);
     try {
@@ -428,28 +398,8 @@ export class GatewayServer {
     const s = this.sessions.get(id);
     if (s === undefined)
       return sendError(res, 404, "unknown_session", `no session ${id} in this gateway's memory`);
-    const problems: string[] = [];
-    if (typeof body.value !== "number" || !Number.isFinite(body.value))
-      problems.push("value must be a finite number");
-    for (const k of ["target", "stage", "key"] as const)
-      if (body[k] !== undefined && (typeof body[k] !== "string" || body[k] === ""))
-        problems.push(`${k} must be a non-empty string`);
-    if (body.finished !== undefined && typeof body.finished !== "boolean")
-      problems.push("finished must be true or false");
-    if (
-      body.info !== undefined &&
-      (typeof body.info !== "object" || body.info === null || Array.isArray(body.info))
-    )
-      problems.push("info must be an object");
-    if (problems.length > 0) return sendError(res, 400, "invalid_request", problems.join("; "));
-    const fields = {
-      value: body.value as number,
-      ...(body.target !== undefined ? { target: body.target as string } : {}),
-      ...(body.stage !== undefined ? { stage: body.stage as string } : {}),
-      ...(body.key !== undefined ? { key: body.key as string } : {}),
-      ...(body.finished !== undefined ? { finished: body.finished as boolean } : {}),
-      ...(body.info !== undefined ? { info: body.info as Record<string, unknown> } : {}),
-    };
+    const fields = checkBody(rewardBody, body, res);
+    if (fields === null) return;
     await this.lifecycle(res, s, "reward", () => rewardEvent(s, Date.now(), fields));
   }
 
@@ -459,9 +409,9 @@ export class GatewayServer {
     const s = this.sessions.get(id);
     if (s === undefined)
       return sendError(res, 404, "unknown_session", `no session ${id} in this gateway's memory`);
-    const status = body.status ?? "ok";
-    if (status !== "ok" && status !== "aborted" && status !== "failed")
-      return sendError(res, 400, "invalid_request", "status must be ok, aborted or failed");
+    const checked = checkBody(endBody, body, res);
+    if (checked === null) return;
+    const status = checked.status;
     if (s.state === "ended")
       return sendError(res, 409, "session_ended", `session ${s.id} has ended already (${s.endStatus})`);
     s.state = "ended";
@@ -505,9 +455,9 @@ export class GatewayServer {
   private async setWeights(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const body = await this.jsonBody(req, res);
     if (body === null) return;
-    const v = body.version;
-    if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > 2147483647)
-      return sendError(res, 400, "invalid_request", "version must be an integer 0..2147483647");
+    const checked = checkBody(weightsBody, body, res);
+    if (checked === null) return;
+    const v = checked.version;
     // Recorded as policy.update, so the pipeline's staleness stage and a restarted gateway know it.
     try {
       await this.output.broadcast(policyUpdateEvent(v, Date.now()));
@@ -524,48 +474,4 @@ export class GatewayServer {
     this.logger.info({ version: v }, "The policy version is now this one.");
     sendJson(res, 200, { version: v });
   }
-}
-
-function sendText(res: ServerResponse, status: number, text: string): void {
-  res.writeHead(status, { "content-type": "text/plain" });
-  res.end(text);
-}
-
-function header(req: IncomingMessage, name: string): string | undefined {
-  const v = req.headers[name];
-  return typeof v === "string" && v !== "" ? v : undefined;
-}
-
-function intHeader(req: IncomingMessage, name: string): number | undefined {
-  const v = header(req, name);
-  if (v === undefined) return undefined;
-  const n = Number(v);
-  return Number.isInteger(n) && n >= 0 && n <= 2147483647 ? n : undefined;
-}
-
-function optionalCount(v: unknown, name: string, problems: string[], min: number): number | undefined {
-  if (v === undefined) return undefined;
-  if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > 2147483647) {
-    problems.push(`${name} must be an integer ≥ ${min}`);
-    return undefined;
-  }
-  return v;
-}
-
-function chatProblem(body: Record<string, unknown>): string | null {
-  if (!Array.isArray(body.messages) || body.messages.length === 0)
-    return "messages must be a non-empty array";
-  for (const [i, m] of body.messages.entries())
-    if (typeof m !== "object" || m === null || typeof (m as { role?: unknown }).role !== "string")
-      return `messages[${i}] must be an object with a role`;
-  if (body.tools !== undefined && !Array.isArray(body.tools)) return "tools must be an array";
-  return null;
-}
-
-function completionProblem(body: Record<string, unknown>): string | null {
-  const p = body.prompt;
-  if (typeof p === "string") return null;
-  if (Array.isArray(p) && p.length > 0 && p.every((t) => Number.isInteger(t) && (t as number) >= 0))
-    return null;
-  return "prompt must be a string or an array of token ids (one prompt per call)";
 }

@@ -7,7 +7,8 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
 import type { Capture, UpstreamJson } from "./engine.ts";
-import { LlamaCppAdapter, placeByPieces, placeEntries, validUtf8Length } from "./llamacpp.ts";
+import { LlamaCppAdapter } from "./llamacpp.ts";
+import { placeByPieces, placeEntries, validUtf8Length } from "./llamacpp-read.ts";
 
 const EOS = 460;
 
