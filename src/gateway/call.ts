@@ -10,7 +10,7 @@ import { isTrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { callEvents, samplingOf, type RecordedCall } from "./call-events.ts";
-import type { AgentRoute, Capture, EngineAdapter, PreparedCall } from "./engines/engine.ts";
+import type { AgentRoute, Capture, EngineAdapter, PreparedCall, UpstreamJson } from "./engines/engine.ts";
 import { sendError, sendJson, SseSplitter, sseData } from "./http.ts";
 import { wholeAsStream } from "./whole-as-stream.ts";
 import type { Recorder } from "./recorder.ts";
@@ -53,28 +53,73 @@ export async function forwardCall(
       controller.abort();
     }
   });
-  let upstream = stickyUpstream(ctx.pool, s);
-  if (upstream === null) return refuseNoUpstream(ctx, res);
   const dispatchVersion = ctx.version();
-  const callId = ctx.nextCallId();
-  const sentAt = Date.now();
-  let prepared: PreparedCall;
-  let answer: IncomingMessage;
+  const call: Omit<RecordedCall, "prompt" | "capture" | "doneAt"> = {
+    callId: ctx.nextCallId(),
+    sentAt: Date.now(),
+    ...(Array.isArray(body.messages) ? { messages: body.messages } : {}),
+    ...(Array.isArray(body.tools) ? { tools: body.tools } : {}),
+    sampling: samplingOf(body, ctx.adapter.name),
+    ...(dispatchVersion !== undefined ? { dispatchVersion } : {}),
+  };
+  let sent: Sent | null;
+  try {
+    sent = await sendUpstream(ctx, s, route, body, signal, res);
+  } catch (err) {
+    return upstreamFailure(ctx, s, res, err, deadline.aborted, gone);
+  }
+  if (sent === null) return;
+  const { prepared, answer, upstream } = sent;
+  try {
+    const status = answer.statusCode ?? 502;
+    if (status >= 400) return await passError(ctx, s, answer, res);
+    const streamed = (answer.headers["content-type"] ?? "").includes("text/event-stream");
+    const timing = { began, sendStart: sent.sendStart, upstreamMs: 0, ackMs: 0 };
+    if (streamed) await relayStream(ctx, s, prepared, call, answer, res, () => gone, upstream, timing);
+    else await relayWhole(ctx, s, prepared, call, answer, res, upstream, timing, route, body);
+    const added = performance.now() - timing.began - timing.upstreamMs - timing.ackMs;
+    ctx.metrics.observe("gateway_added_seconds", Math.max(0, added) / 1000, ADDED_BUCKETS);
+    ctx.metrics.observe("gateway_upstream_seconds", timing.upstreamMs / 1000);
+  } catch (err) {
+    upstreamFailure(ctx, s, res, err, deadline.aborted, gone);
+  } finally {
+    upstream.inFlight--;
+  }
+}
+
+/** A call on its way: what was sent, where, when, and the answer's head. */
+interface Sent {
+  prepared: PreparedCall;
+  answer: IncomingMessage;
+  /** Counted in its `inFlight` until the caller is done with the answer. */
+  upstream: Upstream;
+  /** From here to the answer's last byte is the upstream's time (the engine's whole work). */
+  sendStart: number;
+}
+
+/**
+ * Sends the call to the session's upstream, or on to another when one refuses the connection before any
+ * byte (nothing was sampled). Null when it answered the agent itself (no upstream, the engine refused an
+ * adapter's round trip); throws what failed otherwise.
+ */
+async function sendUpstream(
+  ctx: CallContext,
+  s: GatewaySession,
+  route: AgentRoute,
+  body: Record<string, unknown>,
+  signal: AbortSignal,
+  res: ServerResponse,
+): Promise<Sent | null> {
+  let upstream = stickyUpstream(ctx.pool, s);
   const tried = new Set<number>();
-  // The upstream's time runs from sending the call to its answer's last byte (the engine's whole work).
-  let sendStart = performance.now();
-  for (;;) {
+  while (upstream !== null) {
     upstream.inFlight++;
     try {
       const up = upstream;
-      prepared = await ctx.adapter.prepare(
-        route,
-        body,
-        (path, payload, sig) => ctx.pool.json(up, path, payload, sig),
-        signal,
-      );
-      sendStart = performance.now();
-      answer = await ctx.pool.send(
+      const json: UpstreamJson = (path, payload, sig) => ctx.pool.json(up, path, payload, sig);
+      const prepared = await ctx.adapter.prepare(route, body, json, signal);
+      const sendStart = performance.now();
+      const answer = await ctx.pool.send(
         upstream,
         "POST",
         prepared.path,
@@ -85,48 +130,24 @@ export async function forwardCall(
         },
         signal,
       );
-      break;
+      return { prepared, answer, upstream, sendStart };
     } catch (err) {
       upstream.inFlight--;
-      if (err instanceof UpstreamRefused) return passRefusal(ctx, s, res, err);
-      if (err instanceof ConnectFailed) {
-        // Nothing reached the engine: nothing was sampled, so another upstream may take the call.
-        tried.add(upstream.index);
-        const next = ctx.pool.pick(tried);
-        if (next !== null) {
-          ctx.metrics.inc("gateway_upstream_retries");
-          upstream = next;
-          s.upstream = next.index;
-          continue;
-        }
-        return refuseNoUpstream(ctx, res);
+      if (err instanceof UpstreamRefused) {
+        passRefusal(ctx, s, res, err);
+        return null;
       }
-      return upstreamFailure(ctx, s, res, err, deadline.aborted, gone);
+      if (!(err instanceof ConnectFailed)) throw err;
+      tried.add(upstream.index);
+      upstream = ctx.pool.pick(tried);
+      if (upstream !== null) {
+        ctx.metrics.inc("gateway_upstream_retries");
+        s.upstream = upstream.index;
+      }
     }
   }
-  try {
-    const status = answer.statusCode ?? 502;
-    if (status >= 400) return await passError(ctx, s, answer, res);
-    const streamed = (answer.headers["content-type"] ?? "").includes("text/event-stream");
-    const timing = { began, sendStart, upstreamMs: 0, ackMs: 0 };
-    const call: Omit<RecordedCall, "prompt" | "capture" | "doneAt"> = {
-      callId,
-      sentAt,
-      ...(Array.isArray(body.messages) ? { messages: body.messages } : {}),
-      ...(Array.isArray(body.tools) ? { tools: body.tools } : {}),
-      sampling: samplingOf(body, ctx.adapter.name),
-      ...(dispatchVersion !== undefined ? { dispatchVersion } : {}),
-    };
-    if (streamed) await relayStream(ctx, s, prepared, call, answer, res, controller, upstream, timing);
-    else await relayWhole(ctx, s, prepared, call, answer, res, upstream, timing, route, body);
-    const added = performance.now() - timing.began - timing.upstreamMs - timing.ackMs;
-    ctx.metrics.observe("gateway_added_seconds", Math.max(0, added) / 1000, ADDED_BUCKETS);
-    ctx.metrics.observe("gateway_upstream_seconds", timing.upstreamMs / 1000);
-  } catch (err) {
-    upstreamFailure(ctx, s, res, err, deadline.aborted, gone);
-  } finally {
-    upstream.inFlight--;
-  }
+  refuseNoUpstream(ctx, res);
+  return null;
 }
 
 function stickyUpstream(pool: UpstreamPool, s: GatewaySession): Upstream | null {
@@ -257,51 +278,19 @@ async function relayStream(
   call: Omit<RecordedCall, "prompt" | "capture" | "doneAt">,
   answer: IncomingMessage,
   res: ServerResponse,
-  controller: AbortController,
+  gone: () => boolean,
   upstream: Upstream,
   timing: Timing,
 ): Promise<void> {
   const reader = ctx.adapter.stream(prepared);
-  const splitter = new SseSplitter();
-  let left = false;
-  const onClose = () => {
-    if (!res.writableFinished) {
-      left = true;
-      controller.abort();
-    }
-  };
-  res.once("close", onClose);
   res.writeHead(200, {
     "content-type": "text/event-stream",
     "cache-control": "no-cache",
     "x-trajflow-call-id": call.callId,
     "x-trajflow-session-id": s.id,
   });
-  // From the first chunk that finishes a choice on, chunks wait until the events are durable: the agent
-  // acts on a finished answer only after it is recorded.
-  const held: string[] = [];
-  let holding = false;
-  let finished = false;
-  let broken: unknown = null;
-  try {
-    for await (const chunk of answer as AsyncIterable<Buffer>) {
-      for (const ev of splitter.push(chunk)) {
-        const out = relayEvent(reader, ev.raw, ev.data);
-        if (out === null) continue;
-        if (out.done) finished = true;
-        if (out.finishes) holding = true;
-        if (holding || out.done) held.push(out.text);
-        else res.write(out.text);
-      }
-    }
-    for (const ev of splitter.end()) {
-      const out = relayEvent(reader, ev.raw, ev.data);
-      if (out !== null) held.push(out.text);
-    }
-  } catch (err) {
-    if (!left) broken = err;
-  }
-  res.off("close", onClose);
+  const { held, finished, broken } = await pumpStream(reader, answer, res, gone);
+  const left = gone();
   timing.upstreamMs = performance.now() - timing.sendStart;
   if (left) ctx.metrics.inc("gateway_client_disconnects");
   const captures = reader.captures(finished && !left && broken === null);
@@ -321,13 +310,8 @@ async function relayStream(
   timing.ackMs = performance.now() - ackStart;
   if (left || res.writableEnded) return;
   if (ids === null) {
-    res.end(
-      sseData(
-        JSON.stringify({
-          error: errorBody("not_recorded", "the engine's answer had no token ids; see docs/engines.md"),
-        }),
-      ),
-    );
+    const message = "the engine's answer did not report every sampled id; see docs/engines.md";
+    res.end(sseData(JSON.stringify({ error: errorBody("not_recorded", message) })));
     return;
   }
   if (broken !== null) {
@@ -335,6 +319,42 @@ async function relayStream(
     return;
   }
   res.end(held.join(""));
+}
+
+/**
+ * Relays the upstream's chunks to the agent as they come, through the adapter's reader. From the first
+ * chunk that finishes a choice on, chunks are held: the agent acts on a finished answer only once it is
+ * recorded. `broken`: the upstream failed mid-stream (an agent leaving is not a failure).
+ */
+async function pumpStream(
+  reader: ReturnType<EngineAdapter["stream"]>,
+  answer: IncomingMessage,
+  res: ServerResponse,
+  gone: () => boolean,
+): Promise<{ held: string[]; finished: boolean; broken: unknown }> {
+  const splitter = new SseSplitter();
+  const held: string[] = [];
+  let holding = false;
+  let finished = false;
+  try {
+    for await (const chunk of answer as AsyncIterable<Buffer>) {
+      for (const ev of splitter.push(chunk)) {
+        const out = relayEvent(reader, ev.raw, ev.data);
+        if (out === null) continue;
+        if (out.done) finished = true;
+        if (out.finishes) holding = true;
+        if (holding || out.done) held.push(out.text);
+        else res.write(out.text);
+      }
+    }
+    for (const ev of splitter.end()) {
+      const out = relayEvent(reader, ev.raw, ev.data);
+      if (out !== null) held.push(out.text);
+    }
+  } catch (err) {
+    return { held, finished, broken: gone() ? null : err };
+  }
+  return { held, finished, broken: null };
 }
 
 function errorBody(code: string, message: string) {
