@@ -69,34 +69,36 @@ ${CONNECTION_HELP}
 Exit codes: 0 stopped by SIGTERM or SIGINT (calls in flight finished and recorded), 1 failed, 2 usage.
 `;
 
+const GATEWAY_FLAGS = {
+  upstream: { type: "string", multiple: true },
+  engine: { type: "string" },
+  listen: { type: "string" },
+  out: { type: "string" },
+  "event-log": { type: "string" },
+  topic: { type: "string" },
+  ...CONNECTION_FLAGS,
+  ack: { type: "string" },
+  "no-implicit-sessions": { type: "boolean" },
+  "max-in-flight": { type: "string" },
+  "max-body-bytes": { type: "string" },
+  "upstream-timeout-ms": { type: "string" },
+  "max-in-flight-per-session": { type: "string" },
+  "max-sessions": { type: "string" },
+  "session-idle-ms": { type: "string" },
+  "restore-window-ms": { type: "string" },
+  "async-buffer-events": { type: "string" },
+  "segment-bytes": { type: "string" },
+  "engine-option": { type: "string", multiple: true },
+  "log-level": { type: "string" },
+  "parquet-engine": { type: "string" },
+  json: { type: "boolean" },
+  ...SHAPE_FLAGS,
+  ...FILE_FLAGS,
+  help: { type: "boolean", short: "h" },
+} as const;
+
 export async function runGateway(argv: string[]): Promise<number> {
-  const { values } = parse(argv, {
-    upstream: { type: "string", multiple: true },
-    engine: { type: "string" },
-    listen: { type: "string" },
-    out: { type: "string" },
-    "event-log": { type: "string" },
-    topic: { type: "string" },
-    ...CONNECTION_FLAGS,
-    ack: { type: "string" },
-    "no-implicit-sessions": { type: "boolean" },
-    "max-in-flight": { type: "string" },
-    "max-body-bytes": { type: "string" },
-    "upstream-timeout-ms": { type: "string" },
-    "max-in-flight-per-session": { type: "string" },
-    "max-sessions": { type: "string" },
-    "session-idle-ms": { type: "string" },
-    "restore-window-ms": { type: "string" },
-    "async-buffer-events": { type: "string" },
-    "segment-bytes": { type: "string" },
-    "engine-option": { type: "string", multiple: true },
-    "log-level": { type: "string" },
-    "parquet-engine": { type: "string" },
-    json: { type: "boolean" },
-    ...SHAPE_FLAGS,
-    ...FILE_FLAGS,
-    help: { type: "boolean", short: "h" },
-  });
+  const { values } = parse(argv, GATEWAY_FLAGS);
   if (values.help === true) {
     process.stdout.write(GATEWAY_HELP);
     return ExitCode.OK;
@@ -104,6 +106,37 @@ export async function runGateway(argv: string[]): Promise<number> {
   if (values.upstream === undefined) throw usageError("gateway needs --upstream <url>");
   if ((values.out === undefined && values["event-log"] === undefined) === (values.topic === undefined))
     throw usageError("gateway needs one of --out <dir> (a local event log) or --topic <t> (Kafka)");
+  const input = gatewayInput(values);
+  // Every problem at once: the gateway's settings, the embedded pipeline's and the flags'.
+  const problems = new ConfigProblems();
+  const config = problems.check("gateway", checkedGatewayConfigSchema.safeParse(stripUndefined(input)));
+  let plan: Plan | null = null;
+  if (values.out !== undefined) {
+    checkPolicyFlags(values);
+    const { baseDir: _baseDir, ...options } = presetOptions(
+      { ...values, engine: values["parquet-engine"] },
+      values.grpo === true,
+    );
+    try {
+      const logDir = (input.output as { dir: string }).dir;
+      plan = embeddedPlan(logDir, intOption("decode-workers", values["decode-workers"]), {
+        ...options,
+        files: { ...options.files, path: values.out },
+      });
+    } catch (err) {
+      if (!(isTrajflowError(err) && err.code === "CONFIG_INVALID")) throw err;
+      for (const p of err.details.problems as string[]) problems.add(p);
+    }
+  }
+  for (const p of takeFlagProblems()) problems.add(p);
+  problems.throwIfAny();
+  return serve(config!, plan, values.json === true, values["log-level"]);
+}
+
+type GatewayValues = ReturnType<typeof parse<typeof GATEWAY_FLAGS>>["values"];
+
+/** The gateway's settings the flags give (checked by the config's schema, every problem listed). */
+function gatewayInput(values: GatewayValues): Record<string, unknown> {
   const output: Record<string, unknown> =
     values.topic !== undefined
       ? {
@@ -119,7 +152,7 @@ export async function runGateway(argv: string[]): Promise<number> {
           dir: resolve(values["event-log"] ?? `${values.out}/_events`),
           segment_bytes: intOption("segment-bytes", values["segment-bytes"]),
         };
-  const input = {
+  return {
     upstreams: values.upstream,
     ...(values.engine !== undefined ? { engine: values.engine } : {}),
     ...(values.listen !== undefined ? { listen: values.listen } : {}),
@@ -139,29 +172,6 @@ export async function runGateway(argv: string[]): Promise<number> {
       ? { upstream_api_key: process.env.TRAJFLOW_UPSTREAM_API_KEY }
       : {}),
   };
-  // Every problem at once: the gateway's settings, the embedded pipeline's and the flags'.
-  const problems = new ConfigProblems();
-  const config = problems.check("gateway", checkedGatewayConfigSchema.safeParse(stripUndefined(input)));
-  let plan: Plan | null = null;
-  if (values.out !== undefined) {
-    checkPolicyFlags(values);
-    const { baseDir: _baseDir, ...options } = presetOptions(
-      { ...values, engine: values["parquet-engine"] },
-      values.grpo === true,
-    );
-    try {
-      plan = embeddedPlan(output.dir as string, intOption("decode-workers", values["decode-workers"]), {
-        ...options,
-        files: { ...options.files, path: values.out },
-      });
-    } catch (err) {
-      if (!(isTrajflowError(err) && err.code === "CONFIG_INVALID")) throw err;
-      for (const p of err.details.problems as string[]) problems.add(p);
-    }
-  }
-  for (const p of takeFlagProblems()) problems.add(p);
-  problems.throwIfAny();
-  return serve(config!, plan, values.json === true, values["log-level"]);
 }
 
 /**

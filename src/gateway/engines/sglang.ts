@@ -245,6 +245,45 @@ class SglangStream implements StreamReader {
 }
 
 /** The SGLang adapter; see SglangAdapterOptions. */
+/** The capture of one choice of a whole answer (ids from sglext on chat, else the choice's own). */
+function wholeCapture(
+  c: Json,
+  state: SglangState,
+  sglext: Json,
+  weightVersion: number | undefined,
+  layout: SglangAdapterOptions["routedExperts"],
+): Capture {
+  const route = state.route;
+  const inputIds = readIds(sglext.input_ids);
+  const outputIds = Array.isArray(sglext.output_ids) ? sglext.output_ids : [];
+  const index = typeof c.index === "number" ? c.index : 0;
+  const ids =
+    (route === "chat" ? readIds(outputIds[index]) : undefined) ?? readIds(c.token_ids) ?? new Int32Array(0);
+  const capture: Capture = {
+    choiceIndex: index,
+    outputIds: ids,
+    finishReason: typeof c.finish_reason === "string" ? c.finish_reason : "abort",
+  };
+  const prompt = (route === "chat" ? inputIds : undefined) ?? readIds(c.prompt_token_ids);
+  if (prompt !== undefined) capture.promptIds = prompt;
+  const entries = logprobEntries(route, c.logprobs);
+  if (entries !== undefined) {
+    const lp = float32Builder();
+    if (route === "chat") {
+      appendLogprobs(route, entries, entries.length, lp);
+      capture.logprobs = alignedLogprobs(lp.take(), ids.length);
+    } else {
+      // Completions `echo` puts the prompt's logprobs first: the last ones are the sampled tokens'.
+      appendLogprobs(route, entries, ids.length, lp);
+      capture.logprobs = lp.take();
+    }
+  }
+  if (weightVersion !== undefined) capture.weightVersion = weightVersion;
+  textOf(route, c, capture);
+  if (index === 0) routedExpertsOf(capture, sglext.routed_experts, state, layout);
+  return capture;
+}
+
 export function createSglangAdapter(options: SglangAdapterOptions = {}): EngineAdapter {
   const layout = options.routedExperts;
   if (layout !== undefined) {
@@ -288,44 +327,12 @@ export function createSglangAdapter(options: SglangAdapterOptions = {}): EngineA
 
     answer(prepared, json) {
       const state = prepared.state as SglangState;
-      const route = state.route;
       const sglext = isRecord(json.sglext) ? json.sglext : {};
-      const inputIds = readIds(sglext.input_ids);
-      const outputIds = Array.isArray(sglext.output_ids) ? sglext.output_ids : [];
       const weightVersion = isRecord(json.metadata)
         ? sglangWeightVersion(json.metadata.weight_version)
         : undefined;
       const choices = Array.isArray(json.choices) ? json.choices.filter(isRecord) : [];
-      const captures = choices.map((c) => {
-        const index = typeof c.index === "number" ? c.index : 0;
-        const ids =
-          (route === "chat" ? readIds(outputIds[index]) : undefined) ??
-          readIds(c.token_ids) ??
-          new Int32Array(0);
-        const capture: Capture = {
-          choiceIndex: index,
-          outputIds: ids,
-          finishReason: typeof c.finish_reason === "string" ? c.finish_reason : "abort",
-        };
-        const prompt = (route === "chat" ? inputIds : undefined) ?? readIds(c.prompt_token_ids);
-        if (prompt !== undefined) capture.promptIds = prompt;
-        const entries = logprobEntries(route, c.logprobs);
-        if (entries !== undefined) {
-          const lp = float32Builder();
-          if (route === "chat") {
-            appendLogprobs(route, entries, entries.length, lp);
-            capture.logprobs = alignedLogprobs(lp.take(), ids.length);
-          } else {
-            // Completions `echo` puts the prompt's logprobs first: the last ones are the sampled tokens'.
-            appendLogprobs(route, entries, ids.length, lp);
-            capture.logprobs = lp.take();
-          }
-        }
-        if (weightVersion !== undefined) capture.weightVersion = weightVersion;
-        textOf(route, c, capture);
-        if (index === 0) routedExpertsOf(capture, sglext.routed_experts, state, layout);
-        return capture;
-      });
+      const captures = choices.map((c) => wholeCapture(c, state, sglext, weightVersion, layout));
       return { captures, forAgent: forAgent(state, prepared.asked, json, false) ?? json };
     },
 
