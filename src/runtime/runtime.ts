@@ -202,6 +202,13 @@ export class Runtime implements SourceHandler {
   // --- SourceHandler -------------------------------------------------------------------------------
 
   async assigned(lane: Lane): Promise<void> {
+    // A live source is read again after a restart: output named in cut order (part-00000, ...) would
+    // collide with its own earlier files, so its lanes must name the input range their offsets belong to.
+    if (this.plan.sourceTraits.live && lane.files.range === undefined)
+      throw new TrajflowError(
+        "INTERNAL_ERROR",
+        `lane ${lane.id} of a live source has no input range; a live source must name its lanes' range`,
+      );
     const parts = await Promise.all(this.sinks.map((s) => s.openLane(lane)));
     const durable = parts[this.sinks.indexOf(this.durable)]!;
     const written = (await durable.recover?.()) ?? new Map<string, number>();
