@@ -425,6 +425,41 @@ describe("gateway: streaming, disconnects, restarts and upstreams", () => {
     }
   });
 
+  // Regression: a session forgotten for idleness started over at seq 0 on its next call (duplicate seqs
+  // the pipeline rejects); and after a restart it came back to life.
+  it("answers 409 session_expired for a session forgotten for idleness, also after a restart", async () => {
+    const engine = await startInstantEngine();
+    const dir = join(scratch, "expired");
+    let g = await gateway(engine, { session_idle_ms: 1 }, dir);
+    try {
+      assert.equal((await chat(`${g.base}/sessions/old/v1`, [{ role: "user", content: "a" }])).status, 200);
+      const last = Date.now();
+      await waitUntil(() => Date.now() > last + 5);
+      // A new session's arrival applies the bounds.
+      assert.equal((await chat(`${g.base}/sessions/new/v1`, [{ role: "user", content: "b" }])).status, 200);
+      const late = await chat(`${g.base}/sessions/old/v1`, [{ role: "user", content: "a" }]);
+      assert.equal(late.status, 409);
+      assert.equal(late.body.error.code, "session_expired");
+      const again = await fetch(`${g.base}/sessions`, {
+        method: "POST",
+        body: JSON.stringify({ session_id: "old" }),
+      });
+      assert.equal(again.status, 409);
+      await g.gw.close();
+      g = await gateway(engine, { session_idle_ms: 1 }, dir);
+      assert.equal((await chat(`${g.base}/sessions/old/v1`, [{ role: "user", content: "a" }])).status, 409);
+      assert.deepEqual(
+        events(dir)
+          .filter((e) => e.session_id === "old")
+          .map((e) => e.seq),
+        [0, 1, 2],
+      );
+    } finally {
+      await g.gw.close();
+      await engine.close();
+    }
+  });
+
   it("refuses calls past the in-flight limit of a session with 429 and Retry-After", async () => {
     const engine = await startInstantEngine({ tokenDelayMs: 30 });
     const { gw, base } = await gateway(engine, { max_in_flight_per_session: 1 });

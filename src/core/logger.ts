@@ -1,4 +1,5 @@
 import { pino, type Logger, type LoggerOptions } from "pino";
+import { TrajflowError } from "./errors.ts";
 
 export type { Logger };
 
@@ -9,12 +10,17 @@ export interface LoggerConfig {
   pretty?: boolean;
 }
 
+const LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
+
 /**
  * The process-wide logger. Logs go to stderr so that stdout stays free for command output (summaries,
  * `inspect` listings) that people pipe into other tools.
  */
 export function createLogger(config: LoggerConfig = {}): Logger {
   const level = config.level ?? process.env.TRAJFLOW_LOG_LEVEL ?? "info";
+  // A typo is a usage problem (exit 2), not pino's internal error.
+  if (!LEVELS.includes(level))
+    throw new TrajflowError("USAGE", `the log level must be one of ${LEVELS.join(", ")}, got ${JSON.stringify(level)}`);
   const pretty = config.pretty ?? process.stderr.isTTY === true;
   const options: LoggerOptions = { level, base: { app: "trajflow" } };
   if (pretty) {

@@ -139,7 +139,7 @@ export const METRICS = {
   gateway_calls: {
     kind: "counter",
     label: "outcome",
-    help: "Model calls the gateway handled, by outcome: recorded, upstream_error, bad_request, busy, output_unavailable, no_upstream, not_recorded.",
+    help: "Model calls the gateway handled, by outcome: recorded, upstream_error, upstream_timeout, bad_request, busy, output_unavailable, no_upstream, not_recorded, client_gone.",
   },
   gateway_route_calls: {
     kind: "counter",

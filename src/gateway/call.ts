@@ -310,7 +310,10 @@ async function relayStream(
   timing.ackMs = performance.now() - ackStart;
   if (left || res.writableEnded) return;
   if (ids === null) {
-    const message = "the engine's answer did not report every sampled id; see docs/engines.md";
+    s.failedCalls++;
+    ctx.metrics.inc("gateway_calls", "not_recorded");
+    const message =
+      "the engine's stream did not report every sampled id (or the prompt's), so the call was not recorded; see docs/engines.md";
     res.end(sseData(JSON.stringify({ error: errorBody("not_recorded", message) })));
     return;
   }

@@ -349,6 +349,9 @@ export class GatewayServer {
     const { sample_index: sampleIndex, group_size: groupSize, metadata } = body;
     if (this.sessions.get(id) !== undefined)
       return sendError(res, 409, "session_exists", `session ${id} exists already`);
+    // Its events are in the log up to some seq: starting it again would write a second seq 0.
+    if (this.sessions.expired(id))
+      return sendError(res, 409, "session_expired", `session ${id} was forgotten for idleness; use a new id`);
     if (!this.output.accepting())
       return this.refuse(
         res,

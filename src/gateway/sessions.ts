@@ -139,6 +139,9 @@ export class GatewaySession {
   }
 }
 
+/** Sessions held (tips or not) per session whose tips are kept: the bound on the table's size. */
+const HELD_PER_TIPPED = 4;
+
 /** The SHA-256 of an API key, hex: what the gateway keeps and writes in session.start. */
 export function keyHash(key: string): string {
   return createHash("sha256").update(key).digest("hex");
@@ -227,14 +230,13 @@ export class SessionTable {
 
   /** Applies the bounds; never to a session with a call in flight. */
   evict(now = Date.now()): void {
+    // Sessions held at all: idle ones, and past HELD_PER_TIPPED × max_sessions the longest idle (a session
+    // without tips is a few hundred bytes; this bound keeps a burst of new sessions from growing memory).
+    const held = this.maxSessions * HELD_PER_TIPPED;
     for (const s of this.byId.values()) {
-      if (now - s.lastActive <= this.idleMs) break;
+      if (now - s.lastActive <= this.idleMs && this.byId.size <= held) break;
       if (s.inFlight > 0) continue;
-      this.drop(s);
-      this.forgotten++;
-      this.expiredIds.add(s.id);
-      if (this.expiredIds.size > this.maxSessions)
-        this.expiredIds.delete(this.expiredIds.values().next().value!);
+      this.expire(s);
     }
     for (const s of this.tipped.values()) {
       if (this.tipped.size <= this.maxSessions) break;
@@ -243,6 +245,15 @@ export class SessionTable {
       this.tipped.delete(s.id);
       this.tipsDropped++;
     }
+  }
+
+  /** Forgets a session; a later call for it is answered 409 (never a second seq 0). */
+  private expire(s: GatewaySession): void {
+    this.drop(s);
+    this.forgotten++;
+    this.expiredIds.add(s.id);
+    if (this.expiredIds.size > this.maxSessions * HELD_PER_TIPPED)
+      this.expiredIds.delete(this.expiredIds.values().next().value!);
   }
 
   /** Marks a session as just used (it moves to the end of the eviction order). */
@@ -284,18 +295,29 @@ export class SessionTable {
     if (typeof uid !== "string" || typeof id !== "string" || typeof seq !== "number") return;
     let s = this.byId.get(id);
     if (s === undefined) {
-      s = this.create({
-        uid,
-        sessionId: id,
-        ...(typeof ev.sample_index === "number" ? { sampleIndex: ev.sample_index } : {}),
-        ...(typeof ev.group_size === "number" ? { groupSize: ev.group_size } : {}),
-      });
+      // Not create(): the bounds apply once the whole log is read (restored()).
+      s = new GatewaySession(
+        {
+          uid,
+          sessionId: id,
+          ...(typeof ev.sample_index === "number" ? { sampleIndex: ev.sample_index } : {}),
+          ...(typeof ev.group_size === "number" ? { groupSize: ev.group_size } : {}),
+        },
+        this.maxTips,
+      );
+      s.lastActive = 0;
+      this.byId.set(s.id, s);
     }
     if (seq + 1 > s.seq) s.seq = seq + 1;
     // A session seen in the events has begun: its session.start (if it had one) is among them or older
     // than the window read back, and a second one would be rejected.
     s.started = true;
-    this.touch(s);
+    // Idle time counts from the session's last event: one idle before the restart is expired again.
+    if (typeof ev.ts === "number") s.lastActive = Math.max(s.lastActive, ev.ts);
+    this.byId.delete(s.id);
+    this.byId.set(s.id, s);
+    this.tipped.delete(s.id);
+    this.tipped.set(s.id, s);
     if (type === "session.start" && typeof ev.api_key_sha256 === "string")
       this.adoptKeyHash(s, ev.api_key_sha256);
     else if (type === "session.end") {

@@ -59,7 +59,9 @@ ${CONNECTION_HELP}
                             (llamacpp), routed_experts.layers=48 (sglang)
   --log-level <level>       trace, debug, info (default), warn, error, silent
   $TRAJFLOW_UPSTREAM_API_KEY  sent to every upstream as Authorization: Bearer (engines run with --api-key)
-  --parquet-engine <e>      the embedded pipeline's Parquet writer (trajflow or parquet-wasm)
+  --parquet-engine <e>      the embedded pipeline's Parquet writer (trajflow, parquet-wasm or parquetjs-lite)
+  --decode-workers, --encode-workers, --max-open-sessions, --max-buffered-bytes, --max-policy-lag,
+  --current-policy          the embedded pipeline's, as for consume
   --drift-policy, --idle-timeout-ms, --reward-grace-ms, --await-rewards, --max-tokens, --rewards,
   --grpo, --group-size, --group-timeout-ms, --partition-by, --format, --compression, --rows-per-file,
   --tokens-per-file, --file-age-ms, --dead-letter-dir   the embedded pipeline's, as for consume
