@@ -96,7 +96,7 @@ describe("pipeline validation", () => {
       .map((l) => l.trim());
     assert.deepEqual(lines, [
       `${path}:2: sources.events.paths.0: environment variable TRAJFLOW_TEST_UNSET is not set (write \${TRAJFLOW_TEST_UNSET:-default} for a default)`,
-      `${path}:11: colour: unknown section; a pipeline has version, sources, transforms, sinks, dead_letters`,
+      `${path}:11: colour: unknown section; a pipeline has version, sources, transforms, sinks, dead_letters, gateway`,
       `${path}:5: transforms.assemble.drift_polcy: unknown key`,
       `${path}:7: transforms.b.max_lag: Invalid input: expected number, received string`,
       `${path}:9: sinks.files.compression: parquetjs-lite cannot write zstd; choose one of snappy, gzip, none`,
@@ -230,7 +230,7 @@ describe("pipeline validation", () => {
     assert.equal(r.code, 2, r.stderr);
     assert.match(r.stderr, /--set __proto__.polluted=1: "__proto__" is not a pipeline key/);
     assert.match(r.stderr, /--set a.constructor.b=2: "constructor" is not a pipeline key/);
-    assert.match(r.stderr, /sources.events.type: must be one of jsonl, kafka \(got "toString"\)/);
+    assert.match(r.stderr, /sources.events.type: must be one of jsonl, event_log, kafka \(got "toString"\)/);
     assert.match(r.stderr, /transforms.assemble.type: must be one of/);
   });
 
