@@ -20,7 +20,10 @@ export function createLogger(config: LoggerConfig = {}): Logger {
   const level = config.level ?? process.env.TRAJFLOW_LOG_LEVEL ?? "info";
   // A typo is a usage problem (exit 2), not pino's internal error.
   if (!LEVELS.includes(level))
-    throw new TrajflowError("USAGE", `the log level must be one of ${LEVELS.join(", ")}, got ${JSON.stringify(level)}`);
+    throw new TrajflowError(
+      "USAGE",
+      `the log level must be one of ${LEVELS.join(", ")}, got ${JSON.stringify(level)}`,
+    );
   const pretty = config.pretty ?? process.stderr.isTTY === true;
   const options: LoggerOptions = { level, base: { app: "trajflow" } };
   if (pretty) {
