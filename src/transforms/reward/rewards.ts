@@ -4,8 +4,6 @@
  * and the combined `reward`. Sessions leave in the order they came (deterministic output) while up to
  * `max_pending_sessions` are scored at once, so batches fill across sessions.
  */
-import { resolve } from "node:path";
-import { pathToFileURL } from "node:url";
 import { TrajflowError } from "../../core/errors.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
@@ -14,12 +12,9 @@ import { RowFlags, type RowFlag } from "../../schemas/trajectory.ts";
 import type { SessionOutput } from "../assemble/assembler.ts";
 import { combine, type StageValue } from "./combine.ts";
 import { scopeOf, type RewardsConfig, type StageConfig } from "./config.ts";
-import type { RewardItem, RewardOutcome, RewardStage, RewardStageFactory } from "./contract.ts";
+import type { RewardItem, RewardOutcome, RewardStage } from "./contract.ts";
 import { StageRunner } from "./runner.ts";
-import { envStage } from "./stages/env.ts";
-import { httpStage } from "./stages/http.ts";
-import { onnxStage } from "./stages/onnx/stage.ts";
-import { ruleStage } from "./stages/rule.ts";
+import { REWARD_STAGE_TYPES } from "./stages/index.ts";
 
 export interface RewardContext {
   metrics: Metrics;
@@ -30,49 +25,11 @@ export interface RewardContext {
 }
 
 async function buildStage(config: StageConfig, ctx: RewardContext): Promise<RewardStage> {
-  const logger = ctx.logger.child({ component: `reward.${config.name}` });
-  switch (config.type) {
-    case "env":
-      return envStage();
-    case "rule":
-      return ruleStage(config.options);
-    case "onnx":
-      return onnxStage(
-        { ...config.options, model: resolve(ctx.baseDir ?? process.cwd(), config.options.model) },
-        logger,
-      );
-    case "http":
-      return httpStage(config.options);
-    case "module": {
-      const url = pathToFileURL(resolve(ctx.baseDir ?? process.cwd(), config.path)).href;
-      let factory: unknown;
-      try {
-        factory = ((await import(url)) as { default?: unknown }).default;
-      } catch (err) {
-        throw new TrajflowError(
-          "REWARD_STAGE_UNAVAILABLE",
-          `could not import ${config.path}: ${(err as Error).message}`,
-          {
-            cause: err,
-          },
-        );
-      }
-      if (typeof factory !== "function") {
-        throw new TrajflowError(
-          "REWARD_STAGE_UNAVAILABLE",
-          `${config.path} must default-export a function (options, context) => RewardStage`,
-        );
-      }
-      const stage = await (factory as RewardStageFactory)(config.options, { logger });
-      if (typeof stage?.score !== "function") {
-        throw new TrajflowError(
-          "REWARD_STAGE_UNAVAILABLE",
-          `${config.path}'s factory returned no score() function`,
-        );
-      }
-      return stage;
-    }
-  }
+  // Validation built the config from the same entry, so the type is registered.
+  return REWARD_STAGE_TYPES[config.type]!.build(config as never, {
+    logger: ctx.logger.child({ component: `reward.${config.name}` }),
+    baseDir: ctx.baseDir ?? process.cwd(),
+  });
 }
 
 export function itemsOf(session: SessionOutput, scope: "row" | "session"): RewardItem[] {

@@ -11,7 +11,13 @@
  */
 import { z } from "zod";
 import { headerSecrets, redactor, urlSecrets } from "../../../core/redact.ts";
-import { RewardStageError, type RewardItem, type RewardOutcome, type RewardStage } from "../contract.ts";
+import {
+  RewardStageError,
+  type RewardItem,
+  type RewardOutcome,
+  type RewardStage,
+  type RewardStageType,
+} from "../contract.ts";
 import { sequenceOf } from "./onnx/stage.ts";
 
 const scoreSchema = z
@@ -249,6 +255,13 @@ export function httpStage(options: HttpStageOptions): RewardStage {
           : Promise.all(items.map((i) => judgeOne(i, signal))),
   };
 }
+
+export const httpStageType = {
+  description: "a remote scorer: KServe v2 / Triton, vLLM's classify endpoint, or an OpenAI-compatible judge",
+  fields: { options: httpStageOptionsSchema },
+  scope: "session",
+  build: (c: { options: HttpStageOptions }) => httpStage(c.options),
+} satisfies RewardStageType<{ options: HttpStageOptions }>;
 
 /**
  * Replaces `{name}` placeholders in one pass over the template only. Inserted text is never scanned
