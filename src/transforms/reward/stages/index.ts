@@ -6,7 +6,7 @@
  */
 import type { RewardStageType } from "../contract.ts";
 import { envStageType } from "./env.ts";
-import { httpStageType } from "./http.ts";
+import { httpStageType } from "./http/stage.ts";
 import { moduleStageType } from "./module.ts";
 import { onnxStageType } from "./onnx/stage.ts";
 import { ruleStageType } from "./rule.ts";
