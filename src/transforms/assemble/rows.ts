@@ -18,7 +18,8 @@ import {
   TURN_SAMPLING_FIELDS,
 } from "../../schemas/trajectory.ts";
 import type { AssembleConfig } from "./config.ts";
-import type { CallState, SessionState } from "./session.ts";
+import type { CallState } from "./call-state.ts";
+import type { SessionState } from "./session.ts";
 import { rowRouting, type RoutedTurn } from "./routing.ts";
 import type { TrieNode } from "./trie.ts";
 
