@@ -69,34 +69,38 @@ ${CONNECTION_HELP}
 Exit codes: 0 stopped by SIGTERM or SIGINT (calls in flight finished and recorded), 1 failed, 2 usage.
 `;
 
+const GATEWAY_FLAGS = {
+  upstream: { type: "string", multiple: true },
+  engine: { type: "string" },
+  listen: { type: "string" },
+  out: { type: "string" },
+  "event-log": { type: "string" },
+  topic: { type: "string" },
+  ...CONNECTION_FLAGS,
+  ack: { type: "string" },
+  "no-implicit-sessions": { type: "boolean" },
+  "max-in-flight": { type: "string" },
+  "max-body-bytes": { type: "string" },
+  "upstream-timeout-ms": { type: "string" },
+  "max-in-flight-per-session": { type: "string" },
+  "max-sessions": { type: "string" },
+  "session-idle-ms": { type: "string" },
+  "restore-window-ms": { type: "string" },
+  "async-buffer-events": { type: "string" },
+  "segment-bytes": { type: "string" },
+  "engine-option": { type: "string", multiple: true },
+  "log-level": { type: "string" },
+  "parquet-engine": { type: "string" },
+  json: { type: "boolean" },
+  ...SHAPE_FLAGS,
+  ...FILE_FLAGS,
+  help: { type: "boolean", short: "h" },
+} as const;
+
+type GatewayValues = ReturnType<typeof parse<typeof GATEWAY_FLAGS>>["values"];
+
 export async function runGateway(argv: string[]): Promise<number> {
-  const { values } = parse(argv, {
-    upstream: { type: "string", multiple: true },
-    engine: { type: "string" },
-    listen: { type: "string" },
-    out: { type: "string" },
-    "event-log": { type: "string" },
-    topic: { type: "string" },
-    ...CONNECTION_FLAGS,
-    ack: { type: "string" },
-    "no-implicit-sessions": { type: "boolean" },
-    "max-in-flight": { type: "string" },
-    "max-body-bytes": { type: "string" },
-    "upstream-timeout-ms": { type: "string" },
-    "max-in-flight-per-session": { type: "string" },
-    "max-sessions": { type: "string" },
-    "session-idle-ms": { type: "string" },
-    "restore-window-ms": { type: "string" },
-    "async-buffer-events": { type: "string" },
-    "segment-bytes": { type: "string" },
-    "engine-option": { type: "string", multiple: true },
-    "log-level": { type: "string" },
-    "parquet-engine": { type: "string" },
-    json: { type: "boolean" },
-    ...SHAPE_FLAGS,
-    ...FILE_FLAGS,
-    help: { type: "boolean", short: "h" },
-  });
+  const { values } = parse(argv, GATEWAY_FLAGS);
   if (values.help === true) {
     process.stdout.write(GATEWAY_HELP);
     return ExitCode.OK;
@@ -104,41 +108,8 @@ export async function runGateway(argv: string[]): Promise<number> {
   if (values.upstream === undefined) throw usageError("gateway needs --upstream <url>");
   if ((values.out === undefined && values["event-log"] === undefined) === (values.topic === undefined))
     throw usageError("gateway needs one of --out <dir> (a local event log) or --topic <t> (Kafka)");
-  const output: Record<string, unknown> =
-    values.topic !== undefined
-      ? {
-          type: "kafka",
-          topic: values.topic,
-          connection: { ...connectionOptions(values), client_id: "trajflow-gateway" },
-          ...(values.ack !== undefined ? { ack: values.ack } : {}),
-          restore_window_ms: intOption("restore-window-ms", values["restore-window-ms"]),
-          async_buffer_events: intOption("async-buffer-events", values["async-buffer-events"]),
-        }
-      : {
-          type: "log",
-          dir: resolve(values["event-log"] ?? `${values.out}/_events`),
-          segment_bytes: intOption("segment-bytes", values["segment-bytes"]),
-        };
-  const input = {
-    upstreams: values.upstream,
-    ...(values.engine !== undefined ? { engine: values.engine } : {}),
-    ...(values.listen !== undefined ? { listen: values.listen } : {}),
-    output,
-    ...(values["no-implicit-sessions"] === true ? { implicit_sessions: false } : {}),
-    max_in_flight: intOption("max-in-flight", values["max-in-flight"]),
-    max_body_bytes: intOption("max-body-bytes", values["max-body-bytes"]),
-    upstream_timeout_ms: intOption("upstream-timeout-ms", values["upstream-timeout-ms"]),
-    max_in_flight_per_session: intOption("max-in-flight-per-session", values["max-in-flight-per-session"]),
-    max_sessions: intOption("max-sessions", values["max-sessions"]),
-    session_idle_ms: intOption("session-idle-ms", values["session-idle-ms"]),
-    ...(values["engine-option"] !== undefined
-      ? { engine_options: engineOptions(values["engine-option"]) }
-      : {}),
-    // Never a flag: command lines are visible to other users of the host.
-    ...(process.env.TRAJFLOW_UPSTREAM_API_KEY
-      ? { upstream_api_key: process.env.TRAJFLOW_UPSTREAM_API_KEY }
-      : {}),
-  };
+  const output = outputOf(values);
+  const input = gatewayInput(values, output);
   // Every problem at once: the gateway's settings, the embedded pipeline's and the flags'.
   const problems = new ConfigProblems();
   const config = problems.check("gateway", checkedGatewayConfigSchema.safeParse(stripUndefined(input)));
@@ -162,6 +133,48 @@ export async function runGateway(argv: string[]): Promise<number> {
   for (const p of takeFlagProblems()) problems.add(p);
   problems.throwIfAny();
   return serve(config!, plan, values.json === true, values["log-level"]);
+}
+
+/** Where the gateway writes its events: a Kafka topic, or a local event log. */
+function outputOf(values: GatewayValues): Record<string, unknown> {
+  return values.topic !== undefined
+    ? {
+        type: "kafka",
+        topic: values.topic,
+        connection: { ...connectionOptions(values), client_id: "trajflow-gateway" },
+        ...(values.ack !== undefined ? { ack: values.ack } : {}),
+        restore_window_ms: intOption("restore-window-ms", values["restore-window-ms"]),
+        async_buffer_events: intOption("async-buffer-events", values["async-buffer-events"]),
+      }
+    : {
+        type: "log",
+        dir: resolve(values["event-log"] ?? `${values.out}/_events`),
+        segment_bytes: intOption("segment-bytes", values["segment-bytes"]),
+      };
+}
+
+/** The gateway's settings as the flags give them (absent ones take the config's defaults). */
+function gatewayInput(values: GatewayValues, output: Record<string, unknown>) {
+  return {
+    upstreams: values.upstream,
+    ...(values.engine !== undefined ? { engine: values.engine } : {}),
+    ...(values.listen !== undefined ? { listen: values.listen } : {}),
+    output,
+    ...(values["no-implicit-sessions"] === true ? { implicit_sessions: false } : {}),
+    max_in_flight: intOption("max-in-flight", values["max-in-flight"]),
+    max_body_bytes: intOption("max-body-bytes", values["max-body-bytes"]),
+    upstream_timeout_ms: intOption("upstream-timeout-ms", values["upstream-timeout-ms"]),
+    max_in_flight_per_session: intOption("max-in-flight-per-session", values["max-in-flight-per-session"]),
+    max_sessions: intOption("max-sessions", values["max-sessions"]),
+    session_idle_ms: intOption("session-idle-ms", values["session-idle-ms"]),
+    ...(values["engine-option"] !== undefined
+      ? { engine_options: engineOptions(values["engine-option"]) }
+      : {}),
+    // Never a flag: command lines are visible to other users of the host.
+    ...(process.env.TRAJFLOW_UPSTREAM_API_KEY
+      ? { upstream_api_key: process.env.TRAJFLOW_UPSTREAM_API_KEY }
+      : {}),
+  };
 }
 
 /**
