@@ -4,6 +4,7 @@ import { it } from "node:test";
 import { ErrorCodes } from "../src/core/errors.ts";
 import { METRICS } from "../src/core/metric-names.ts";
 import { describeColumnType, ROW_COLUMNS, RowFlags } from "../src/schemas/trajectory.ts";
+import { REWARD_STAGE_TYPES } from "../src/transforms/reward/stages/index.ts";
 
 const doc = (name: string) => readFileSync(new URL(`../docs/${name}`, import.meta.url), "utf8");
 /** A table row whose first cell is `name` in backticks (Prettier pads table cells). */
@@ -29,5 +30,13 @@ it("docs/output.md documents every column, in file order with its type, and ever
 it("docs/metrics.md documents every metric", () => {
   const metrics = doc("metrics.md");
   const missing = Object.keys(METRICS).filter((name) => !tableRow(metrics, name));
+  assert.deepEqual(missing, []);
+});
+
+it("docs/rewards.md documents every registered reward stage type under a heading of its own", () => {
+  const rewards = doc("rewards.md");
+  const missing = Object.keys(REWARD_STAGE_TYPES).filter(
+    (type) => !new RegExp(`^###.*\`${type}\``, "m").test(rewards),
+  );
   assert.deepEqual(missing, []);
 });

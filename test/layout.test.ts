@@ -3,12 +3,14 @@
  * grows: only the Kafka layer (src/kafka/) imports kafkajs, sources and sinks never import each other
  * (what both need lives below them: src/contract, src/core, src/schemas, src/kafka), the runtime
  * knows components only through the registry (their traits and roles, never their types) and knows no
- * Kafka, and no module imports itself through others (an import circle).
+ * Kafka, no module imports itself through others (an import circle), and every unit is one a reader can
+ * hold (issue 37 item 6): no file over 500 lines, no function over 80.
  */
 import { strict as assert } from "node:assert";
 import { readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { it } from "node:test";
+import ts from "typescript";
 
 const SRC = new URL("../src/", import.meta.url).pathname;
 
@@ -131,4 +133,65 @@ it("keeps the gateway apart from the pipeline: it writes events and imports no c
   );
   assert.deepEqual(reaching, []);
   assert.ok(gateway.some((f) => f.path === "gateway/server.ts"));
+});
+
+const MAX_FILE_LINES = 500;
+const MAX_FUNCTION_LINES = 80;
+
+/**
+ * What is over the limits still, and why; an entry that no longer is must go (the test says so), so the
+ * list only shrinks. Keys: a file's path under src/, or `path:function` (`Class.method` for methods).
+ */
+const OVERSIZED_ALLOWED: Record<string, string> = {
+  // Being split by its owner, with the Store, in parallel with this check (issue 37 item 6).
+  "sinks/files/encoders/parquet-trajflow.ts": "the Parquet encoder, split in its own branch",
+  // The gateway is another engineer's area; listed here until its split.
+  "gateway/engines/llamacpp.ts": "the gateway, split separately",
+  "gateway/server.ts": "the gateway, split separately",
+  "gateway/call.ts:forwardCall": "the gateway, split separately",
+  "gateway/call.ts:relayStream": "the gateway, split separately",
+  "gateway/engines/sglang.ts:createSglangAdapter": "the gateway, split separately",
+};
+
+/** Lines of every function-like node (methods as `Class.method`), with its name. */
+function functionSizes(path: string, text: string): Array<{ key: string; lines: number }> {
+  const sf = ts.createSourceFile(path, text, ts.ScriptTarget.Latest, true);
+  const lineOf = (pos: number) => sf.getLineAndCharacterOfPosition(pos).line;
+  const out: Array<{ key: string; lines: number }> = [];
+  const visit = (node: ts.Node, owner: string | undefined): void => {
+    if (ts.isFunctionLike(node) && "body" in node && node.body !== undefined) {
+      const parent = node.parent;
+      const name = ts.isConstructorDeclaration(node)
+        ? "constructor"
+        : node.name !== undefined
+          ? node.name.getText(sf)
+          : ts.isVariableDeclaration(parent) || ts.isPropertyAssignment(parent)
+            ? parent.name.getText(sf)
+            : "<anonymous>";
+      const lines = lineOf(node.getEnd()) - lineOf(node.getStart(sf)) + 1;
+      out.push({ key: `${path}:${owner === undefined ? "" : `${owner}.`}${name}`, lines });
+    }
+    const next = ts.isClassDeclaration(node) ? node.name?.getText(sf) : owner;
+    ts.forEachChild(node, (child) => visit(child, next));
+  };
+  visit(sf, undefined);
+  return out;
+}
+
+it("keeps every file under src/ within 500 lines and every function within 80 (allow-listed ones aside)", () => {
+  const oversized = new Map<string, number>();
+  for (const f of files) {
+    if (f.path.endsWith(".test.ts") || f.path.endsWith(".d.ts")) continue;
+    const text = readFileSync(join(SRC, f.path), "utf8");
+    const lines = text.split("\n").length - (text.endsWith("\n") ? 1 : 0);
+    if (lines > MAX_FILE_LINES) oversized.set(f.path, lines);
+    for (const fn of functionSizes(f.path, text))
+      if (fn.lines > MAX_FUNCTION_LINES) oversized.set(fn.key, fn.lines);
+  }
+  const unexpected = [...oversized]
+    .filter(([key]) => !(key in OVERSIZED_ALLOWED))
+    .map(([k, n]) => `${k}: ${n}`);
+  assert.deepEqual(unexpected, [], "split these by responsibility");
+  const stale = Object.keys(OVERSIZED_ALLOWED).filter((key) => !oversized.has(key));
+  assert.deepEqual(stale, [], "within the limits now: remove them from OVERSIZED_ALLOWED");
 });

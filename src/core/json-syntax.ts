@@ -19,117 +19,156 @@ const ESCAPE = /\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})/y;
 
 /** The first syntax error of `text`, or null when it is valid JSON. */
 export function jsonSyntaxError(text: string): JsonSyntaxError | null {
-  const stack: Array<"[" | "{"> = [];
-  let expect: Expect = "value";
-  let lastComma = -1;
-  let i = 0;
-  const at = (offset: number, message: string): JsonSyntaxError => {
+  return new Scanner(text).run();
+}
+
+const quoted = (c: string) => JSON.stringify(c);
+
+/** One pass over a text: punctuation by what is expected next, then the value or key found there. */
+class Scanner {
+  private readonly text: string;
+  private readonly stack: Array<"[" | "{"> = [];
+  private expect: Expect = "value";
+  private lastComma = -1;
+  private i = 0;
+
+  constructor(text: string) {
+    this.text = text;
+  }
+
+  run(): JsonSyntaxError | null {
+    const { text } = this;
+    while (true) {
+      while (this.i < text.length && " \t\n\r".includes(text[this.i]!)) this.i++;
+      if (this.i === text.length)
+        return this.expect === "end" ? null : this.at(this.i, "the file ends before the JSON does");
+      const c = text[this.i]!;
+      if (c === "\uFEFF") return this.at(this.i, "a byte order mark; save the file as UTF-8 without one");
+      const found = this.punctuation(c);
+      if (found === "next") continue;
+      const error = found === "value" ? this.token(c) : found;
+      if (error !== null) return error;
+    }
+  }
+
+  /** Where `offset` is (1-based line and column), with what is wrong there. */
+  private at(offset: number, message: string): JsonSyntaxError {
     let line = 1;
     let lineStart = 0;
     for (let k = 0; k < offset; k++) {
-      if (text.charCodeAt(k) === 10) {
+      if (this.text.charCodeAt(k) === 10) {
         line++;
         lineStart = k + 1;
       }
     }
     return { line, column: offset - lineStart + 1, message };
-  };
-  const afterValue = (): Expect => (stack.length === 0 ? "end" : "comma-or-close");
-  const quoted = (c: string) => JSON.stringify(c);
+  }
 
-  while (true) {
-    while (i < text.length && " \t\n\r".includes(text[i]!)) i++;
-    if (i === text.length) return expect === "end" ? null : at(i, "the file ends before the JSON does");
-    const c = text[i]!;
-    if (c === "\uFEFF") return at(i, "a byte order mark; save the file as UTF-8 without one");
-    switch (expect) {
+  private afterValue(): Expect {
+    return this.stack.length === 0 ? "end" : "comma-or-close";
+  }
+
+  /**
+   * What `c` is, given what is expected: punctuation taken ("next"), the start of a value or key
+   * ("value"), or an error.
+   */
+  private punctuation(c: string): JsonSyntaxError | "next" | "value" {
+    const { stack } = this;
+    switch (this.expect) {
       case "end":
-        return at(i, `${quoted(c)} after the end of the JSON value`);
+        return this.at(this.i, `${quoted(c)} after the end of the JSON value`);
       case "colon":
-        if (c !== ":") return at(i, `expected ':' after the key, found ${quoted(c)}`);
-        expect = "value";
-        i++;
-        continue;
+        if (c !== ":") return this.at(this.i, `expected ':' after the key, found ${quoted(c)}`);
+        this.expect = "value";
+        this.i++;
+        return "next";
       case "comma-or-close": {
         const close = stack[stack.length - 1] === "[" ? "]" : "}";
         if (c === ",") {
-          lastComma = i;
-          expect = close === "]" ? "value" : "key";
-          i++;
+          this.lastComma = this.i;
+          this.expect = close === "]" ? "value" : "key";
         } else if (c === close) {
           stack.pop();
-          expect = afterValue();
-          i++;
+          this.expect = this.afterValue();
         } else {
-          return at(i, `expected ',' or '${close}', found ${quoted(c)}`);
+          return this.at(this.i, `expected ',' or '${close}', found ${quoted(c)}`);
         }
-        continue;
+        this.i++;
+        return "next";
       }
       case "key-or-}":
       case "key":
         if (c === "}") {
-          if (expect === "key") return at(lastComma, "a trailing comma before '}'");
+          if (this.expect === "key") return this.at(this.lastComma, "a trailing comma before '}'");
           stack.pop();
-          expect = afterValue();
-          i++;
-          continue;
+          this.expect = this.afterValue();
+          this.i++;
+          return "next";
         }
-        if (c !== '"') return at(i, `expected a quoted key, found ${quoted(c)}`);
-        break;
+        if (c !== '"') return this.at(this.i, `expected a quoted key, found ${quoted(c)}`);
+        return "value";
       case "value":
       case "value-or-]":
         if (c === "]") {
           // Inside an array a value is expected (not "value-or-]") only after a comma.
-          if (expect === "value" && stack[stack.length - 1] === "[")
-            return at(lastComma, "a trailing comma before ']'");
-          if (expect === "value-or-]") {
+          if (this.expect === "value" && stack[stack.length - 1] === "[")
+            return this.at(this.lastComma, "a trailing comma before ']'");
+          if (this.expect === "value-or-]") {
             stack.pop();
-            expect = afterValue();
-            i++;
-            continue;
+            this.expect = this.afterValue();
+            this.i++;
+            return "next";
           }
         }
-        break;
+        return "value";
     }
-    // A value (or an object key, a string).
-    if (c === '"') {
-      const start = i++;
-      while (true) {
-        if (i >= text.length) return at(start, "a string that never ends (a missing '\"')");
-        const d = text.charCodeAt(i);
-        if (d === 34) break;
-        if (d < 32) return at(i, "a line break or control character inside a string; escape it");
-        if (d === 92) {
-          ESCAPE.lastIndex = i;
-          if (!ESCAPE.test(text)) return at(i, "an invalid escape in a string");
-          i = ESCAPE.lastIndex;
-        } else {
-          i++;
-        }
-      }
-      i++;
-      expect = expect === "key" || expect === "key-or-}" ? "colon" : afterValue();
-      continue;
-    }
-    if (expect === "key" || expect === "key-or-}") return at(i, `expected a quoted key, found ${quoted(c)}`);
+  }
+
+  /** A value (or an object key, a string) starting at `c`; null when it is well formed. */
+  private token(c: string): JsonSyntaxError | null {
+    const { text } = this;
+    if (c === '"') return this.string();
+    if (this.expect === "key" || this.expect === "key-or-}")
+      return this.at(this.i, `expected a quoted key, found ${quoted(c)}`);
     if (c === "{" || c === "[") {
-      stack.push(c);
-      expect = c === "{" ? "key-or-}" : "value-or-]";
-      i++;
-      continue;
+      this.stack.push(c);
+      this.expect = c === "{" ? "key-or-}" : "value-or-]";
+      this.i++;
+      return null;
     }
-    const literal = ["true", "false", "null"].find((w) => text.startsWith(w, i));
+    const literal = ["true", "false", "null"].find((w) => text.startsWith(w, this.i));
     if (literal !== undefined) {
-      i += literal.length;
-      expect = afterValue();
-      continue;
+      this.i += literal.length;
+      this.expect = this.afterValue();
+      return null;
     }
-    NUMBER.lastIndex = i;
+    NUMBER.lastIndex = this.i;
     if ((c === "-" || (c >= "0" && c <= "9")) && NUMBER.test(text)) {
-      i = NUMBER.lastIndex;
-      expect = afterValue();
-      continue;
+      this.i = NUMBER.lastIndex;
+      this.expect = this.afterValue();
+      return null;
     }
-    return at(i, `expected a value, found ${quoted(c)}`);
+    return this.at(this.i, `expected a value, found ${quoted(c)}`);
+  }
+
+  private string(): JsonSyntaxError | null {
+    const { text } = this;
+    const start = this.i++;
+    while (true) {
+      if (this.i >= text.length) return this.at(start, "a string that never ends (a missing '\"')");
+      const d = text.charCodeAt(this.i);
+      if (d === 34) break;
+      if (d < 32) return this.at(this.i, "a line break or control character inside a string; escape it");
+      if (d === 92) {
+        ESCAPE.lastIndex = this.i;
+        if (!ESCAPE.test(text)) return this.at(this.i, "an invalid escape in a string");
+        this.i = ESCAPE.lastIndex;
+      } else {
+        this.i++;
+      }
+    }
+    this.i++;
+    this.expect = this.expect === "key" || this.expect === "key-or-}" ? "colon" : this.afterValue();
+    return null;
   }
 }

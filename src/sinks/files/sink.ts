@@ -93,6 +93,26 @@ function partitionOf(rows: readonly TrajectoryRow[], by: FileSinkConfig["partiti
   return `policy=${version ?? "none"}`;
 }
 
+/** A cut's writes grouped by partition directory ("" without partitioning), in the order they came. */
+function byPartition(
+  batches: readonly Buffered[],
+  by: FileSinkConfig["partition_by"],
+): Map<string, { rows: TrajectoryRow[]; tags: unknown[] }> {
+  const out = new Map<string, { rows: TrajectoryRow[]; tags: unknown[] }>();
+  for (const b of batches) {
+    if (b.rows.length === 0) continue;
+    const p = partitionOf(b.rows, by);
+    let part = out.get(p);
+    if (part === undefined) {
+      part = { rows: [], tags: [] };
+      out.set(p, part);
+    }
+    for (const row of b.rows) part.rows.push(row);
+    if (b.tag !== undefined) part.tags.push(b.tag);
+  }
+  return out;
+}
+
 export class FileSink {
   private readonly config: FileSinkConfig;
   private readonly ctx: FileSinkContext;
@@ -213,14 +233,7 @@ export class FileSink {
     this.bufferedTokens = 0;
     this.bufferedBytes = 0;
     if (rows.length === 0) {
-      // Only acknowledgements of empty writes: they are durable once everything before them is.
-      const before = [...this.inFlight];
-      const tracked: Promise<void> = Promise.all(before)
-        .then(() => {
-          if (this.failure === null) for (const f of callbacks) f();
-        })
-        .finally(() => this.inFlight.delete(tracked));
-      this.inFlight.add(tracked);
+      this.acknowledgeEmpty(callbacks);
       return;
     }
 
@@ -240,38 +253,58 @@ export class FileSink {
       this.throwIfFailed();
     }
     this.cutsInFlight.add(cut);
-    const byPartition = new Map<string, { rows: TrajectoryRow[]; tags: unknown[] }>();
-    for (const b of batches) {
-      if (b.rows.length === 0) continue;
-      const p = partitionOf(b.rows, this.config.partition_by);
-      let part = byPartition.get(p);
-      if (part === undefined) {
-        part = { rows: [], tags: [] };
-        byPartition.set(p, part);
-      }
-      for (const row of b.rows) part.rows.push(row);
-      if (b.tag !== undefined) part.tags.push(b.tag);
-    }
     const writes: Array<Promise<boolean>> = [];
-    for (const [partition, part] of byPartition) {
+    for (const [partition, part] of byPartition(batches, this.config.partition_by)) {
       const file = partition === "" ? name : `${partition}/${name}`;
-      const options: EncodeOptions = {
-        format: this.config.format,
-        engine: this.config.engine,
-        compression: this.config.compression,
-        rowGroupSize: this.config.row_group_size,
-        metadata: {
-          "trajflow.schema_version": OUTPUT_SCHEMA_VERSION,
-          "trajflow.engine": this.config.format === "arrow" ? "apache-arrow" : this.config.engine,
-          "trajflow.cut": String(cut),
-          "trajflow.low_water": String(lowWater),
-          "trajflow.first_row": String(firstRow),
-          "trajflow.rows": String(part.rows.length),
-          ...this.ctx.describeCut?.(part.tags),
-        },
-      };
-      writes.push(this.commit(file, part.rows, options));
+      const metadata = { cut, lowWater, firstRow, rows: part.rows.length };
+      writes.push(this.commit(file, part.rows, this.encodeOptions(metadata, part.tags)));
     }
+    this.track(writes, callbacks, bytes, cut);
+    this.ctx.logger.debug({ file: name, rows: rows.length, tokens }, "Cut a file.");
+    while (this.inFlight.size >= this.config.max_in_flight) await Promise.race(this.inFlight);
+    this.throwIfFailed();
+  }
+
+  /** Only acknowledgements of empty writes: they are durable once everything before them is. */
+  private acknowledgeEmpty(callbacks: Array<() => void>): void {
+    const before = [...this.inFlight];
+    const tracked: Promise<void> = Promise.all(before)
+      .then(() => {
+        if (this.failure === null) for (const f of callbacks) f();
+      })
+      .finally(() => this.inFlight.delete(tracked));
+    this.inFlight.add(tracked);
+  }
+
+  /** How a cut's file is encoded, with the metadata that says where its rows sit in the output. */
+  private encodeOptions(
+    cut: { cut: number; lowWater: number; firstRow: number; rows: number },
+    tags: unknown[],
+  ): EncodeOptions {
+    return {
+      format: this.config.format,
+      engine: this.config.engine,
+      compression: this.config.compression,
+      rowGroupSize: this.config.row_group_size,
+      metadata: {
+        "trajflow.schema_version": OUTPUT_SCHEMA_VERSION,
+        "trajflow.engine": this.config.format === "arrow" ? "apache-arrow" : this.config.engine,
+        "trajflow.cut": String(cut.cut),
+        "trajflow.low_water": String(cut.lowWater),
+        "trajflow.first_row": String(cut.firstRow),
+        "trajflow.rows": String(cut.rows),
+        ...this.ctx.describeCut?.(tags),
+      },
+    };
+  }
+
+  /** Tracks a cut in flight until its files land; its writes' callbacks run once all of them did. */
+  private track(
+    writes: Array<Promise<boolean>>,
+    callbacks: Array<() => void>,
+    bytes: number,
+    cut: number,
+  ): void {
     // A cut is durable once every one of its files is; a fenced file leaves its input unacknowledged.
     const all = Promise.all(writes).then((landed) => {
       if (landed.every((l) => l)) for (const f of callbacks) f();
@@ -287,9 +320,6 @@ export class FileSink {
         this.cutsInFlight.delete(cut);
       });
     this.inFlight.add(tracked);
-    this.ctx.logger.debug({ file: name, rows: rows.length, tokens }, "Cut a file.");
-    while (this.inFlight.size >= this.config.max_in_flight) await Promise.race(this.inFlight);
-    this.throwIfFailed();
   }
 
   /** Encodes and commits one file; false when a fence refused it (nothing landed). */

@@ -10,15 +10,15 @@
  *   in a stable group; an expelled member's late file is dropped instead.
  * - kafkajs crashes it calls final while the broker is only away (a restarting single broker) restart the
  *   consumer with backoff; a watchdog restarts a consumer that stalled while messages wait.
+ * Its parts: lane.ts (a partition's lane), fence.ts (the ownership question), watermarks.ts (lag,
+ * caught up, drained); this file handles the group, the batches and the commits.
  */
-import type { Lane, LaneFiles, LiveSource, Source, SourceHandler } from "../../contract/components.ts";
-import { Ledger } from "../../contract/ledger.ts";
+import type { LiveSource, Source, SourceHandler } from "../../contract/components.ts";
 import type { Holdings } from "../../core/held-memory.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { RawRecord } from "../../core/records.ts";
 import {
-  assignedPartitions,
   connectClient,
   createKafka,
   describeConnection,
@@ -30,13 +30,11 @@ import {
   type EachBatchPayload,
 } from "../../kafka/client.ts";
 import type { KafkaSourceConfig } from "./config.ts";
+import { ownsPartition } from "./fence.ts";
+import { kafkaLane, type KafkaLane } from "./lane.ts";
+import { Watermarks } from "./watermarks.ts";
 
 const EMPTY = Buffer.alloc(0);
-
-interface KafkaLane extends Lane {
-  partition: number;
-  live: boolean;
-}
 
 export class KafkaSource implements Source {
   private readonly config: KafkaSourceConfig;
@@ -57,7 +55,7 @@ export class KafkaSource implements Source {
   private restarting = false;
   private commitTimer: NodeJS.Timeout | null = null;
   private lagTimer: NodeJS.Timeout | null = null;
-  private lagByPartition = new Map<number, number>();
+  private readonly watermarks: Watermarks;
   private lastProgress = { messages: 0, at: Date.now() };
   private count = 0;
   /** The last batch handed to the runtime, settled (failures handled) once it is applied. */
@@ -90,11 +88,17 @@ export class KafkaSource implements Source {
         ? {}
         : { maxBytes: config.fetch_max_bytes, maxBytesPerPartition: config.fetch_max_bytes }),
     });
+    this.watermarks = new Watermarks(this.admin, config, () => ({
+      lanes: this.lanes,
+      assignment: this.assignment,
+      restartAt: this.restartAt,
+    }));
     this.live = {
       idleAdvanceMs: config.idle_advance_ms,
       cutFilesWhenQuiet: config.cut_files_when_quiet,
-      caughtUp: (lanes) => this.caughtUp(lanes),
-      drained: () => this.drained(),
+      caughtUp: (lanes) => this.watermarks.caughtUp(lanes),
+      // Not while the watchdog restarts the consumer: its lanes are about to start over.
+      drained: async () => !this.restarting && (await this.watermarks.drained()),
     };
   }
 
@@ -177,59 +181,19 @@ export class KafkaSource implements Source {
     this.metrics.inc("kafka_rebalances");
   }
 
-  private laneFor(partition: number, firstOffset: number): KafkaLane {
-    const { topic } = this.config;
-    const files: LaneFiles = {
-      range: `${topic}-${partition}`,
-      describe: () => ({
-        "trajflow.source": "kafka",
-        "trajflow.kafka.topic": topic,
-        "trajflow.kafka.partition": String(partition),
-      }),
-      // The group's other members write here too: only a temporary untouched for 10 minutes is a
-      // crashed writer's.
-      sharedDirectoryTempAgeMs: 10 * 60_000,
-    };
-    const lane: KafkaLane = {
-      id: `${topic}/${partition}`,
-      partition,
-      ledger: new Ledger(firstOffset),
-      live: true,
-      files,
-      fence: () => this.fence(lane),
-    };
-    return lane;
-  }
-
-  /**
-   * Whether this member still owns the lane's partition in a stable group, asked of the coordinator.
-   * A member expelled while it was stalled still believes it owns its partitions until its next
-   * heartbeat; the coordinator knows better.
-   */
+  /** Whether this member still owns the lane's partition (fence.ts); if not, the lane starts over. */
   private async fence(lane: KafkaLane): Promise<boolean> {
-    let owns: boolean | null = null;
-    // A coordinator that does not answer (a broker restarting) is asked again for a while: dropping a
-    // file costs rebuilding its rows.
-    for (let attempt = 0; owns === null && lane.live; attempt++) {
-      try {
-        const group = await this.consumer.describeGroup();
-        const me = group.members.find((m) => m.memberId === this.memberId);
-        owns = false;
-        if (group.state === "Stable" && me !== undefined) {
-          owns = assignedPartitions(me.memberAssignment, this.config.topic).includes(lane.partition);
-        }
-      } catch (err) {
-        if (attempt >= 6 || this.stopping) owns = false;
-        else {
-          this.log.warn(
-            { err, lane: lane.id, attempt },
-            "Could not ask the group coordinator who owns the partition.",
-          );
-          await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * 2 ** attempt)));
-        }
-      }
-    }
-    if (owns === true && lane.live) return true;
+    const owns = await ownsPartition(
+      {
+        consumer: this.consumer,
+        topic: this.config.topic,
+        memberId: () => this.memberId,
+        stopping: () => this.stopping,
+        log: this.log,
+      },
+      lane,
+    );
+    if (owns) return true;
     if (lane.live) {
       // Not confirmed while the lane still looked live: start it over from the committed offset, so the
       // dropped file's rows are rebuilt (by this member, or by the owner after the rejoin).
@@ -258,77 +222,35 @@ export class KafkaSource implements Source {
     }
   }
 
+  private laneFor(partition: number, firstOffset: number): KafkaLane {
+    return kafkaLane(this.config.topic, partition, firstOffset, (lane) => this.fence(lane));
+  }
+
   private async onBatch(payload: EachBatchPayload): Promise<void> {
-    const { batch, heartbeat, isRunning, isStale } = payload;
+    const { batch, isRunning, isStale } = payload;
     // A stop came first (a signal during start-up, while the group join was still in flight): kafkajs can
     // still hand over a batch as it disconnects. Nothing is taken, no lane opens; the next owner reads it.
     if (batch.messages.length === 0 || this.stopping) return;
     const first = Number(batch.messages[0]!.offset);
     const lastOffset = batch.messages[batch.messages.length - 1]!.offset;
-    const last = Number(lastOffset);
-    // kafkajs heartbeats only between handler calls, and a batch can wait on the sinks (backpressure) or
-    // on recovery: a timer keeps the membership alive meanwhile. A failed heartbeat means the group is
-    // rebalancing; the batch then stops early and kafkajs rejoins.
-    let rebalancing = false;
-    const keepAlive = setInterval(() => {
-      heartbeat().catch(() => {
-        rebalancing = true;
-      });
-    }, this.heartbeatIntervalMs);
+    const alive = keepAlive(payload.heartbeat, this.heartbeatIntervalMs);
     try {
-      let lane = this.lanes.get(batch.partition);
-      if (lane === undefined) {
-        const expected = this.restartAt.get(batch.partition);
-        if (expected !== undefined && first !== expected) {
-          // Fetched before the seek of a local restart took effect: not where the new lane starts.
-          this.restartAt.delete(batch.partition);
-          this.restartLane(this.laneFor(batch.partition, expected));
-          return;
-        }
-        this.restartAt.delete(batch.partition);
-        lane = this.laneFor(batch.partition, first);
-        this.lanes.set(batch.partition, lane);
-        await this.handler.assigned(lane);
-        if (this.stopping) return;
-        this.log.info({ partition: batch.partition, offset: lane.ledger.next }, "Started a partition.");
-      }
-      const l = lane;
+      const lane = await this.batchLane(batch.partition, first);
+      if (lane === null) return;
       // `ledger.next < first`: a batch before this one was not applied in full, and its lane restarts.
       const live = () =>
-        l.live &&
-        l.ledger.next >= first &&
+        lane.live &&
+        lane.ledger.next >= first &&
         isRunning() &&
         !isStale() &&
         !this.stopping &&
-        !rebalancing &&
+        !alive.rebalancing() &&
         this.failure === null;
-      const records: RawRecord[] = new Array(batch.messages.length);
-      const offsets: number[] = new Array(batch.messages.length);
-      const { topic } = this.config;
-      let bytes = 0;
-      for (let i = 0; i < batch.messages.length; i++) {
-        const m = batch.messages[i]!;
-        const raw = m.value ?? EMPTY;
-        bytes += raw.length;
-        records[i] = { raw, origin: { kind: "kafka", topic, partition: batch.partition, offset: m.offset } };
-        offsets[i] = Number(m.offset);
-      }
+      const { records, offsets, bytes } = recordsOf(this.config.topic, batch);
       this.count += records.length;
       this.metrics.inc("kafka_messages", "", records.length);
       this.metrics.inc("kafka_bytes", "", bytes);
-      // Pipelined: kafkajs fetches the next batch only after this handler returns, so it returns once the
-      // batch before this one is applied, and this one is being decoded. While it assembles, the next
-      // batch is fetched, decompressed and (with decode workers) decoded.
-      const applied = this.handler.records(lane, records, offsets, live);
-      const previous = this.previousBatch;
-      this.handedBytes += bytes;
-      this.previousBatch = applied
-        .finally(() => (this.handedBytes -= bytes))
-        .then(
-          () => this.batchApplied(l, last),
-          (err: unknown) => this.batchFailed(l, err),
-        );
-      await previous;
+      await this.hand(lane, records, offsets, bytes, live);
       // kafkajs only needs resolved offsets to know where to fetch next. A batch that does not get
       // applied in full (a rebalance, a restart, a failure) restarts its lane from the committed offset,
       // and anything kafkajs delivers again is skipped by the ledger's next offset.
@@ -340,8 +262,56 @@ export class KafkaSource implements Source {
       if (!isClientError(err)) this.fail(err as Error);
       throw err;
     } finally {
-      clearInterval(keepAlive);
+      alive.stop();
     }
+  }
+
+  /**
+   * The lane a batch of `partition` starting at `first` goes to, opened (and recovered by the runtime)
+   * when the partition has none; null: the batch is not taken (fetched before a local restart's seek took
+   * effect, or a stop came while the lane opened).
+   */
+  private async batchLane(partition: number, first: number): Promise<KafkaLane | null> {
+    const lane = this.lanes.get(partition);
+    if (lane !== undefined) return lane;
+    const expected = this.restartAt.get(partition);
+    this.restartAt.delete(partition);
+    if (expected !== undefined && first !== expected) {
+      // Fetched before the seek of a local restart took effect: not where the new lane starts.
+      this.restartLane(this.laneFor(partition, expected));
+      return null;
+    }
+    const opened = this.laneFor(partition, first);
+    this.lanes.set(partition, opened);
+    await this.handler.assigned(opened);
+    if (this.stopping) return null;
+    this.log.info({ partition, offset: opened.ledger.next }, "Started a partition.");
+    return opened;
+  }
+
+  /**
+   * Hands a batch to the pipeline and returns once the batch before it is applied. Pipelined: kafkajs
+   * fetches the next batch only after the handler returns, so while this one assembles, the next is
+   * fetched, decompressed and (with decode workers) decoded.
+   */
+  private async hand(
+    lane: KafkaLane,
+    records: RawRecord[],
+    offsets: number[],
+    bytes: number,
+    live: () => boolean,
+  ): Promise<void> {
+    const last = offsets[offsets.length - 1]!;
+    const applied = this.handler.records(lane, records, offsets, live);
+    const previous = this.previousBatch;
+    this.handedBytes += bytes;
+    this.previousBatch = applied
+      .finally(() => (this.handedBytes -= bytes))
+      .then(
+        () => this.batchApplied(lane, last),
+        (err: unknown) => this.batchFailed(lane, err),
+      );
+    await previous;
   }
 
   /**
@@ -384,9 +354,7 @@ export class KafkaSource implements Source {
   }
 
   lag(): Map<string, number> {
-    const out = new Map<string, number>();
-    for (const [p, v] of this.lagByPartition) out.set(String(p), v);
-    return out;
+    return this.watermarks.lag();
   }
 
   /** Refreshes the lag and restarts a consumer that stalled while messages wait (the watchdog). */
@@ -394,7 +362,7 @@ export class KafkaSource implements Source {
     if (this.stopping || this.restarting) return;
     const { watchdog_ms } = this.config;
     try {
-      await this.highWatermarks();
+      await this.watermarks.refresh();
     } catch (err) {
       this.log.warn({ err }, "Could not fetch the topic's offsets for the lag.");
       return;
@@ -402,8 +370,7 @@ export class KafkaSource implements Source {
     const messages = this.count;
     const now = Date.now();
     if (messages !== this.lastProgress.messages) this.lastProgress = { messages, at: now };
-    let behind = 0;
-    for (const v of this.lagByPartition.values()) behind += v;
+    const behind = this.watermarks.behind();
     if (watchdogShouldRestart({ behind, stalledMs: now - this.lastProgress.at, watchdogMs: watchdog_ms })) {
       this.restarting = true;
       this.metrics.inc("kafka_watchdog_restarts");
@@ -445,76 +412,6 @@ export class KafkaSource implements Source {
     }
   }
 
-  /** The high watermark of each partition, asked of the broker now; the lag gauge is refreshed with it. */
-  private async highWatermarks(): Promise<Map<number, { low: number; high: number }>> {
-    const offsets = await this.admin.fetchTopicOffsets(this.config.topic);
-    const out = new Map<number, { low: number; high: number }>();
-    const lag = new Map<number, number>();
-    for (const o of offsets) {
-      const high = Number(o.high);
-      out.set(o.partition, { low: Number(o.low), high });
-      const lane = this.lanes.get(o.partition);
-      if (lane !== undefined) lag.set(o.partition, Math.max(0, high - lane.ledger.next));
-    }
-    this.lagByPartition = lag;
-    return out;
-  }
-
-  /**
-   * The lanes that have read up to their partition's high watermark. (A transactional topic's last
-   * commit marker is never delivered, so its lanes never count as caught up: gateways produce without
-   * transactions.)
-   */
-  private async caughtUp(lanes: Lane[]): Promise<Set<Lane>> {
-    const marks = await this.highWatermarks();
-    const out = new Set<Lane>();
-    for (const lane of lanes) {
-      const k = lane as KafkaLane;
-      const mark = marks.get(k.partition);
-      if (k.live && mark !== undefined && k.ledger.next >= mark.high) out.add(lane);
-    }
-    return out;
-  }
-
-  /**
-   * Whether every partition assigned to this member is read to its high watermark: by its lane, or, for
-   * a partition without one, by the group's committed offset (where its next lane would start).
-   */
-  private async drained(): Promise<boolean> {
-    const assignment = this.assignment;
-    if (assignment === null || this.restarting) return false;
-    const marks = await this.highWatermarks();
-    let committed: Map<number, number> | null = null;
-    for (const partition of assignment) {
-      const mark = marks.get(partition);
-      if (mark === undefined) return false;
-      const lane = this.lanes.get(partition);
-      if (lane !== undefined) {
-        if (lane.ledger.next < mark.high) return false;
-        continue;
-      }
-      if (this.restartAt.has(partition)) return false;
-      if (mark.low >= mark.high) continue;
-      committed ??= await this.committedOffsets();
-      const at = committed.get(partition);
-      // No committed offset: a group reading from the beginning starts at the low watermark.
-      if (at === undefined ? this.config.from_beginning : at < mark.high) return false;
-    }
-    return true;
-  }
-
-  /** The group's committed offset per partition (absent where none is). */
-  private async committedOffsets(): Promise<Map<number, number>> {
-    const { topic, group_id } = this.config;
-    const topics = await this.admin.fetchOffsets({ groupId: group_id, topics: [topic] });
-    const out = new Map<number, number>();
-    for (const p of topics.find((t) => t.topic === topic)?.partitions ?? []) {
-      const offset = Number(p.offset);
-      if (offset >= 0) out.set(p.partition, offset);
-    }
-    return out;
-  }
-
   /** Commits every lane's settled offset. */
   async commit(): Promise<void> {
     const { topic } = this.config;
@@ -551,6 +448,36 @@ export class KafkaSource implements Source {
         this.log.warn({ client: name }, "The Kafka client did not disconnect within 10 s; going on.");
     }
   }
+}
+
+/** A batch's messages as records, their offsets, and the bytes of their values. */
+function recordsOf(topic: string, batch: EachBatchPayload["batch"]) {
+  const records: RawRecord[] = new Array(batch.messages.length);
+  const offsets: number[] = new Array(batch.messages.length);
+  let bytes = 0;
+  for (let i = 0; i < batch.messages.length; i++) {
+    const m = batch.messages[i]!;
+    const raw = m.value ?? EMPTY;
+    bytes += raw.length;
+    records[i] = { raw, origin: { kind: "kafka", topic, partition: batch.partition, offset: m.offset } };
+    offsets[i] = Number(m.offset);
+  }
+  return { records, offsets, bytes };
+}
+
+/**
+ * kafkajs heartbeats only between handler calls, and a batch can wait on the sinks (backpressure) or on
+ * recovery: a timer keeps the membership alive meanwhile. A failed heartbeat means the group is
+ * rebalancing; the batch then stops early and kafkajs rejoins.
+ */
+function keepAlive(heartbeat: () => Promise<void>, intervalMs: number) {
+  let rebalancing = false;
+  const timer = setInterval(() => {
+    heartbeat().catch(() => {
+      rebalancing = true;
+    });
+  }, intervalMs);
+  return { rebalancing: () => rebalancing, stop: () => clearInterval(timer) };
 }
 
 /**

@@ -16,7 +16,8 @@ import type { DecodedEvent, RejectedEnvelope } from "./decode/decode.ts";
 import { FingerprintSet } from "./fingerprints.ts";
 import { extractRows } from "./rows.ts";
 import { sessionKey, type RowTurn, type SessionOutput } from "../../schemas/session.ts";
-import { addFlag, COMPONENT, SessionState, type AssembleContext } from "./session.ts";
+import { addFlag } from "./call-state.ts";
+import { COMPONENT, SessionState, type AssembleContext } from "./session.ts";
 import { clockSkewMs } from "./config.ts";
 
 export type { SessionOutput };

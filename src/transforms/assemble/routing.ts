@@ -9,7 +9,7 @@
  * aligned because each turn contributes only the positions this path shares with it.
  */
 import { routingStride, type RoutedExperts, type RoutingLayout } from "../../schemas/routed-experts.ts";
-import type { CallState } from "./session.ts";
+import type { CallState } from "./call-state.ts";
 
 /** A turn as routing needs it: where its output starts on the row and how much of it the row holds. */
 export interface RoutedTurn {

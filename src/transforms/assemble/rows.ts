@@ -5,7 +5,6 @@
  * `index` are deterministic. A node belongs to the first row that passes through it: its sampled tokens
  * are trained (mask 1) there and are context (mask 0) in every later row, so a shared turn is trained once.
  */
-import { hasNaN } from "../../schemas/tokens.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import {
   RowFlags,
@@ -18,8 +17,10 @@ import {
   TURN_SAMPLING_FIELDS,
 } from "../../schemas/trajectory.ts";
 import type { AssembleConfig } from "./config.ts";
-import type { CallState, SessionState } from "./session.ts";
-import { rowRouting, type RoutedTurn } from "./routing.ts";
+import type { CallState } from "./call-state.ts";
+import type { SessionState } from "./session.ts";
+import { copyTokens, emptyTurnsAt, type RowTokens, type Turn } from "./row-tokens.ts";
+import { rowRouting, type RowRouting } from "./routing.ts";
 import type { TrieNode } from "./trie.ts";
 
 /**
@@ -45,22 +46,6 @@ function markLive(root: TrieNode, suppressed: Set<TrieNode> | null): void {
       (node.call !== null && suppressed?.has(node) !== true) ||
       (node.parent !== null && emptyTurnsAt(node) !== null);
   }
-}
-
-/** Calls with an empty output whose prompt ends at `node`, in creation order; null when there are none. */
-function emptyTurnsAt(node: TrieNode): CallState[] | null {
-  if (node.endOf === null) return null;
-  let found: CallState[] | null = null;
-  for (const handle of node.endOf) {
-    const call = handle as CallState;
-    if (call.outStart === null) (found ??= []).push(call);
-  }
-  return found;
-}
-
-interface Turn extends RoutedTurn {
-  /** Index in the row's response of this turn's last token; -1 when the turn lies in the prompt. */
-  end: number;
 }
 
 /** A turn of a row as reward stages see it (placement.ts, stages reading the final text). */
@@ -220,129 +205,6 @@ function pathLengths(
   return { total, promptLen: promptLen < 0 ? total : promptLen, sharedLen };
 }
 
-/** A row's token columns and what they say about its turns. */
-interface RowTokens {
-  prompt: Int32Array;
-  response: Int32Array;
-  mask: Int8Array;
-  logprobs: Float32Array;
-  missingLogprobs: boolean;
-  /** Per response token, the policy version that sampled it; -1 where the model did not sample it. */
-  versions: Int32Array;
-  /** A sampled token's version is not known (no weight_version, no output_versions). */
-  versionsUnknown: boolean;
-  /** Oldest and newest version of the trained tokens; null when none is trained or one is unknown. */
-  policyMin: number | null;
-  policyMax: number | null;
-  trained: number;
-  lastTrained: number;
-  /** The calls along the row in order, each with the response index of its last token (-1: none). */
-  turns: Turn[];
-  trainedCalls: Set<CallState>;
-}
-
-/**
- * Copies the path's first `length` tokens into the prompt (the first `promptKept`) and the response,
- * with the mask and logprobs of the spans this row trains (those past `firstUnowned`, not demoted).
- */
-function copyTokens(path: TrieNode[], firstUnowned: number, promptKept: number, length: number): RowTokens {
-  const responseLen = length - promptKept;
-  const t: RowTokens = {
-    prompt: new Int32Array(promptKept),
-    response: new Int32Array(responseLen),
-    mask: new Int8Array(responseLen),
-    logprobs: new Float32Array(responseLen),
-    missingLogprobs: false,
-    versions: new Int32Array(responseLen).fill(-1),
-    versionsUnknown: false,
-    policyMin: null,
-    policyMax: null,
-    trained: 0,
-    lastTrained: -1,
-    turns: [],
-    trainedCalls: new Set<CallState>(),
-  };
-  let pos = 0; // position in the whole sequence
-  // A call's output is one chain of nodes from its start, so along a path its nodes come in a run: the
-  // run's turn, and how far into the call's output the run has come. A turn that sampled nothing and was
-  // sent mid-run (a prompt ending inside an output) follows the run's turn without splitting it.
-  let run: { turn: Turn; offset: number } | null = null;
-  let trainedUnknown = false;
-  for (let d = 0; d < path.length && pos < length; d++) {
-    const node = path[d]!;
-    const take = Math.min(node.len, length - pos);
-    const src = node.tokens.subarray(node.start, node.start + take);
-    // Copy the span, which may straddle the prompt/response boundary only at a node boundary.
-    if (pos < promptKept) t.prompt.set(src, pos);
-    else t.response.set(src, pos - promptKept);
-    const call = node.call as CallState | null;
-    if (call !== null) {
-      if (run === null || run.turn.call !== call) {
-        run = { turn: { call, end: -1, start: pos, span: 0 }, offset: 0 };
-        t.turns.push(run.turn);
-      }
-      if (pos + take > promptKept) run.turn.end = pos + take - 1 - promptKept;
-      const at = pos - promptKept;
-      const known = call.demoted || placeVersions(t.versions, at, take, call, run.offset);
-      run.offset += take;
-      run.turn.span = run.offset;
-      if (!known) t.versionsUnknown = true;
-      if (d >= firstUnowned && !call.demoted) {
-        if (!known) trainedUnknown = true;
-        else if (take > 0) trainedRange(t, call, at, take);
-        t.mask.fill(1, at, at + take);
-        t.trained += take;
-        t.trainedCalls.add(call);
-        if (take > 0) t.lastTrained = at + take - 1;
-        if (call.hasLogprobs) {
-          const span = node.logprobs.subarray(node.start, node.start + take);
-          t.logprobs.set(span, at);
-          // A token the engine gave no logprob for (NaN) is never written as a number.
-          if (hasNaN(span)) t.missingLogprobs = true;
-        } else t.missingLogprobs = true;
-      }
-    } else {
-      run = null;
-    }
-    pos += take;
-    // Calls that sampled nothing after this node's tokens are turns too, unless the row was cut before.
-    const empty = take === node.len ? emptyTurnsAt(node) : null;
-    if (empty !== null) for (const c of empty) t.turns.push({ call: c, end: -1, start: pos, span: 0 });
-  }
-  if (trainedUnknown) t.policyMin = t.policyMax = null;
-  return t;
-}
-
-/**
- * Writes the versions of `take` tokens of `call`'s output, from `offset` in it, at `at` in `versions`;
- * false when they are not known (the response said neither weight_version nor output_versions).
- */
-function placeVersions(
-  versions: Int32Array,
-  at: number,
-  take: number,
-  call: CallState,
-  offset: number,
-): boolean {
-  if (call.outputVersions !== null) {
-    versions.set(call.outputVersions.subarray(offset, offset + take), at);
-    return true;
-  }
-  if (call.weightVersion === null) return false;
-  versions.fill(call.weightVersion, at, at + take);
-  return true;
-}
-
-/** Widens the row's trained-version range by `call`'s versions at [at, at + take) (placed already). */
-function trainedRange(t: RowTokens, call: CallState, at: number, take: number): void {
-  const widen = (v: number) => {
-    if (t.policyMin === null || v < t.policyMin) t.policyMin = v;
-    if (t.policyMax === null || v > t.policyMax) t.policyMax = v;
-  };
-  if (call.outputVersions === null) widen(call.weightVersion!);
-  else for (let i = at; i < at + take; i++) widen(t.versions[i]!);
-}
-
 /** A call's sampling settings as a row holds them: every field, null where the gateway did not say. */
 function turnSampling(call: CallState): TurnSampling | null {
   const s = call.sampling;
@@ -422,14 +284,7 @@ function buildRow(
   }
   const tokens = copyTokens(path, firstUnowned, Math.min(promptLen, length), length);
   const { finishReasons, finishRaw, wvMin, wvMax } = turnColumns(tokens.turns, flags);
-  const rowTurns: RowTurn[] = tokens.turns.map(({ call, end }) => ({
-    callId: call.id,
-    end,
-    trained: tokens.trainedCalls.has(call),
-    text: call.text,
-    toolCalls: call.toolCalls,
-  }));
-  turnsOut.push(rowTurns);
+  turnsOut.push(rowTurnsOf(tokens));
   const trainedTurns = tokens.turns.filter((t) => tokens.trainedCalls.has(t.call) && t.end >= 0);
   const sampling = trainedSampling(trainedTurns, flags);
   if (tokens.missingLogprobs) {
@@ -437,10 +292,7 @@ function buildRow(
     metrics.inc("rows_missing_logprobs");
   }
   const routing = rowRouting(tokens.turns, length);
-  if (routing !== null && routing.missing > 0) metrics.inc("routed_experts_missing", "", routing.missing);
-  metrics.inc("rows_emitted");
-  metrics.inc("tokens_emitted", "", length);
-  metrics.inc("tokens_trained", "", tokens.trained);
+  countRow(metrics, tokens, routing, length);
 
   return {
     key: rowKey(session.uid, session.sessionId, index),
@@ -477,11 +329,35 @@ function buildRow(
     token_policy_versions: tokens.versionsUnknown ? null : tokens.versions,
     policy_version_min: tokens.policyMin,
     policy_version_max: tokens.policyMax,
+    ...routingColumns(routing),
+    sampling,
+  };
+}
+
+/** The row's turns as reward stages read them: each call's id, last token, text and tool calls. */
+function rowTurnsOf(tokens: RowTokens): RowTurn[] {
+  return tokens.turns.map(({ call, end }) => ({
+    callId: call.id,
+    end,
+    trained: tokens.trainedCalls.has(call),
+    text: call.text,
+    toolCalls: call.toolCalls,
+  }));
+}
+
+function countRow(metrics: Metrics, tokens: RowTokens, routing: RowRouting | null, length: number): void {
+  if (routing !== null && routing.missing > 0) metrics.inc("routed_experts_missing", "", routing.missing);
+  metrics.inc("rows_emitted");
+  metrics.inc("tokens_emitted", "", length);
+  metrics.inc("tokens_trained", "", tokens.trained);
+}
+
+function routingColumns(routing: RowRouting | null) {
+  return {
     routed_experts: routing?.bytes ?? null,
     routed_experts_dtype: routing?.layout.dtype ?? "",
     routed_experts_layers: routing?.layout.layers ?? 0,
     routed_experts_top_k: routing?.layout.top_k ?? 0,
     routed_experts_missing: routing?.missing ?? 0,
-    sampling,
   };
 }

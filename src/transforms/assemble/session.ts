@@ -6,27 +6,21 @@ import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { makeDeadLetter, type DeadLetterOutput } from "../../core/records.ts";
 import type { ErrorCode } from "../../core/errors.ts";
-import type {
-  ChatMessage,
-  RequestEvent,
-  ResponseEvent,
-  RewardEvent,
-  SamplingSettings,
-  SessionStartEvent,
-} from "../../schemas/events.ts";
+import type { RequestEvent, ResponseEvent, RewardEvent, SessionStartEvent } from "../../schemas/events.ts";
 import {
   describeLayout,
   sameLayout,
   type RoutedExperts,
   type RoutingLayout,
 } from "../../schemas/routed-experts.ts";
-import type { FinishReason, RowFlag, SessionStatus } from "../../schemas/trajectory.ts";
+import type { RowFlag, SessionStatus } from "../../schemas/trajectory.ts";
 import { RowFlags } from "../../schemas/trajectory.ts";
+import { addFlag, newCall, type CallState, type PromptSource } from "./call-state.ts";
 import type { DecodedEvent, RejectedEnvelope } from "./decode/decode.ts";
 import type { AssembleConfig } from "./config.ts";
-import { normaliseFinishReason } from "./finish-reason.ts";
-import { canonicalMessage, extendDigest, messagePrefixDigests } from "./messages.ts";
-import { TokenTrie, type TrieNode, type CallHandle, type Position } from "./trie.ts";
+import { DriftTracker } from "./drift.ts";
+import { canonicalMessage, messagePrefixDigests } from "./messages.ts";
+import { TokenTrie, type TrieNode, type Position, type WalkResult } from "./trie.ts";
 
 export const COMPONENT = "assemble";
 
@@ -37,71 +31,8 @@ export interface AssembleContext {
   logger?: Logger;
 }
 
-/** A call with a response, as the trie and row builder see it. */
-export interface CallState extends CallHandle {
-  id: string;
-  /** Order of insertion within the session. */
-  ordinal: number;
-  seq: number;
-  finishRaw: string;
-  finish: FinishReason;
-  weightVersion: number | null;
-  /**
-   * Per output token, the policy version that sampled it, when the response said and not every token has
-   * `weightVersion` (a rollout resumed after a weight update); null: every token has `weightVersion`.
-   */
-  outputVersions: Int32Array | null;
-  /**
-   * Routed experts of the prompt's last `tokens` positions and of the output's first `tokens` (the
-   * event's own buffers, kept without a copy); null: the call carried none.
-   */
-  promptRouting: RoutedExperts | null;
-  outputRouting: RoutedExperts | null;
-  /** The sampling settings the call was sent with; null when the gateway did not say. */
-  sampling: SamplingSettings | null;
-  hasLogprobs: boolean;
-  choiceIndex: number | undefined;
-  /** First node of the output; null for an empty output. */
-  outStart: TrieNode | null;
-  outputLength: number;
-  /** Few and rarely any: an array, not a Set (an open session's every byte counts, issue 27 item 9). */
-  flags: RowFlag[];
-  /** Realigned drift: this call's tokens are context (mask 0) in every row. */
-  demoted: boolean;
-  hasMessages: boolean;
-  /** The decoded output and parsed tool calls, when the gateway sent them (rule and judge stages read them). */
-  text: string | null;
-  toolCalls: unknown[] | null;
-}
-
-/**
- * A response's per-token versions as the call keeps them: null when they all equal the call's version
- * (nothing to keep), else a copy (the decoded array may share its buffer with other events).
- */
-function ownVersions(versions: Int32Array, weightVersion: number | null): Int32Array | null {
-  if (weightVersion !== null && versions.every((v) => v === weightVersion)) return null;
-  return versions.slice();
-}
-
 import type { RewardRecord } from "../../schemas/session.ts";
 export type { RewardRecord };
-
-interface DriftRecord {
-  /** The earlier call whose sampled turn the new prompt re-rendered differently. */
-  reference: CallState;
-  /** The call whose prompt drifted. */
-  call: CallState;
-}
-
-type PromptSource = Pick<RequestEvent, "prompt_ids" | "parent_call_id" | "prompt_delta_ids" | "messages"> & {
-  choice_index?: number | undefined;
-  weight_version?: number | undefined;
-};
-
-/** Adds `flag` to `flags` once. */
-export function addFlag(flags: RowFlag[], flag: RowFlag): void {
-  if (!flags.includes(flag)) flags.push(flag);
-}
 
 /**
  * An open session holds little until it needs more: tables that most sessions never use are created on
@@ -116,7 +47,6 @@ export class SessionState {
   readonly requests = new Map<string, RequestEvent>();
   readonly rewards: RewardRecord[] = [];
   readonly flags: RowFlag[] = [];
-  readonly drifts: DriftRecord[] = [];
   /** The routed-experts layout of the session's calls, set by the first call that carries routing. */
   routingLayout: RoutingLayout | null = null;
   start: SessionStartEvent | null = null;
@@ -131,9 +61,8 @@ export class SessionState {
   private pending: Map<number, DecodedEvent | RejectedEnvelope> | null = null;
   private readonly digests: string[] = [];
   private rewardKeys: Set<string> | null = null;
-  /** Message-history digests → the call they lead to (see messages.ts). */
-  private byFullHistory: Map<string, CallState> | null = null;
-  private byPromptOnly: Map<string, CallState> | null = null;
+  /** Drift detection, made on the first call with a full prompt. */
+  private drift: DriftTracker | null = null;
   private readonly ctx: AssembleContext;
 
   constructor(uid: string, sessionId: string, ctx: AssembleContext) {
@@ -260,13 +189,57 @@ export class SessionState {
   }
 
   private applyResponse(d: DecodedEvent, ev: ResponseEvent): void {
+    const start = this.promptStart(d, ev);
+    if (start === null) return;
+    const { request, prompt, from, walked, parent } = start;
+    const routing = {
+      prompt: request?.prompt_routed_experts ?? ev.prompt_routed_experts ?? null,
+      output: ev.routed_experts ?? null,
+    };
+    if (!this.checkRouting(d, ev.call_id, routing.prompt, routing.output, from, walked.length)) return;
+
+    const walk = this.trie.walk(walked, from);
+    this.tokensIn += walked.length + ev.output_ids.length;
+    const call = newCall(ev, request, prompt, routing, this.calls.size);
+    if (parent !== undefined) parent.continued = true;
+
+    const history =
+      prompt.messages === undefined ? null : messagePrefixDigests(prompt.messages.map(canonicalMessage));
+    if (parent === undefined) this.driftTracker().classify(call, walked, walk, prompt.messages, history);
+
+    // Only now mutate: everything that could reject this event has been checked.
+    this.insert(call, walked, walk, ev);
+    this.requests.delete(ev.call_id);
+    this.calls.set(ev.call_id, call);
+    const routed = routing.prompt ?? routing.output;
+    if (this.routingLayout === null && routed !== null) {
+      this.routingLayout = { dtype: routed.dtype, layers: routed.layers, top_k: routed.top_k };
+    }
+    if (history !== null) this.driftTracker().remember(call, history, ev);
+  }
+
+  /**
+   * Where a response's call starts in the trie: its prompt (the request's, or the response's own fields),
+   * the position the prompt is walked from (the root, or its parent's end) and the tokens walked. Null:
+   * dead-lettered (a second response, no prompt, an unknown parent).
+   */
+  private promptStart(
+    d: DecodedEvent,
+    ev: ResponseEvent,
+  ): {
+    request: RequestEvent | undefined;
+    prompt: PromptSource;
+    from: Position;
+    walked: Int32Array;
+    parent: CallState | undefined;
+  } | null {
     if (this.calls.has(ev.call_id)) {
       this.reject(
         "DUPLICATE_CALL",
         `call ${ev.call_id} of session ${this.sessionId} already has a response; call ids must be unique`,
         d,
       );
-      return;
+      return null;
     }
     const request = this.requests.get(ev.call_id);
     const hasInlinePrompt = ev.prompt_ids !== undefined || ev.parent_call_id !== undefined;
@@ -279,68 +252,33 @@ export class SessionState {
           `send the request first (lower seq) or put prompt_ids on the response`,
         d,
       );
-      return;
+      return null;
     }
-
-    let from: Position = { node: this.trie.root, off: 0 };
-    let walked: Int32Array;
-    let parent: CallState | undefined;
     if (prompt.prompt_ids !== undefined) {
-      walked = prompt.prompt_ids;
-    } else {
-      parent = this.calls.get(prompt.parent_call_id!);
-      if (parent === undefined || parent.end === null) {
-        this.reject(
-          "UNKNOWN_PARENT",
-          `call ${ev.call_id} names parent_call_id ${prompt.parent_call_id}, which has no response in session ` +
-            `${this.sessionId}; send the parent's response first or send the full prompt_ids`,
-          d,
-        );
-        return;
-      }
-      from = { node: parent.end, off: parent.end.len };
-      walked = prompt.prompt_delta_ids!;
+      return {
+        request,
+        prompt,
+        from: { node: this.trie.root, off: 0 },
+        walked: prompt.prompt_ids,
+        parent: undefined,
+      };
     }
+    const parent = this.calls.get(prompt.parent_call_id!);
+    if (parent === undefined || parent.end === null) {
+      this.reject(
+        "UNKNOWN_PARENT",
+        `call ${ev.call_id} names parent_call_id ${prompt.parent_call_id}, which has no response in session ` +
+          `${this.sessionId}; send the parent's response first or send the full prompt_ids`,
+        d,
+      );
+      return null;
+    }
+    const from = { node: parent.end, off: parent.end.len };
+    return { request, prompt, from, walked: prompt.prompt_delta_ids!, parent };
+  }
 
-    const promptRouting = request?.prompt_routed_experts ?? ev.prompt_routed_experts ?? null;
-    const outputRouting = ev.routed_experts ?? null;
-    if (!this.checkRouting(d, ev.call_id, promptRouting, outputRouting, from, walked.length)) return;
-
-    const walk = this.trie.walk(walked, from);
-    this.tokensIn += walked.length + ev.output_ids.length;
-
-    const call: CallState = {
-      id: ev.call_id,
-      ordinal: this.calls.size,
-      seq: ev.seq,
-      finishRaw: ev.finish_reason,
-      finish: normaliseFinishReason(ev.finish_reason),
-      weightVersion: ev.weight_version ?? prompt.weight_version ?? null,
-      outputVersions: null,
-      promptRouting,
-      outputRouting,
-      sampling: request?.sampling ?? ev.sampling ?? null,
-      hasLogprobs: ev.logprobs !== undefined,
-      choiceIndex: prompt.choice_index,
-      outStart: null,
-      outputLength: ev.output_ids.length,
-      flags: [],
-      demoted: false,
-      hasMessages: prompt.messages !== undefined,
-      text: ev.text ?? null,
-      toolCalls: ev.tool_calls ?? null,
-      continued: false,
-      end: null,
-    };
-    if (parent !== undefined) parent.continued = true;
-    if (ev.output_versions !== undefined)
-      call.outputVersions = ownVersions(ev.output_versions, call.weightVersion);
-
-    const history =
-      prompt.messages === undefined ? null : messagePrefixDigests(prompt.messages.map(canonicalMessage));
-    if (parent === undefined) this.classifyDivergence(call, walked, walk, prompt.messages, history);
-
-    // Only now mutate: everything that could reject this event has been checked.
+  /** Puts a checked call into the trie: the rest of its prompt as context, then its output. */
+  private insert(call: CallState, walked: Int32Array, walk: WalkResult, ev: ResponseEvent): void {
     const boundary = this.trie.boundary(walk);
     let attach = boundary;
     if (walk.matched < walked.length) {
@@ -354,13 +292,10 @@ export class SessionState {
       this.trie.setEnd(call, attach);
       this.ctx.metrics.inc("empty_outputs");
     }
-    this.requests.delete(ev.call_id);
-    this.calls.set(ev.call_id, call);
-    const routed = promptRouting ?? outputRouting;
-    if (this.routingLayout === null && routed !== null) {
-      this.routingLayout = { dtype: routed.dtype, layers: routed.layers, top_k: routed.top_k };
-    }
-    if (history !== null) this.rememberHistory(call, history, ev);
+  }
+
+  private driftTracker(): DriftTracker {
+    return (this.drift ??= new DriftTracker(this.ctx.metrics, this.ctx.config.drift_policy));
   }
 
   /**
@@ -399,75 +334,6 @@ export class SessionState {
       { prompt_routed_experts: prompt.tokens, prompt_length: promptLength },
     );
     return false;
-  }
-
-  /**
-   * Decides whether a full prompt that left the trie re-rendered an earlier sampled turn (drift) or
-   * genuinely changed the history. Messages, when both calls have them, decide; tokens alone cannot tell,
-   * so a divergence inside (or right where there should be) a sampled turn counts as drift.
-   */
-  private classifyDivergence(
-    call: CallState,
-    walked: Int32Array,
-    walk: ReturnType<TokenTrie["walk"]>,
-    messages: ChatMessage[] | undefined,
-    history: string[] | null,
-  ): void {
-    const expected =
-      messages !== undefined && history !== null ? this.historyParent(messages, history) : null;
-    if (expected !== null && expected.end !== null) {
-      const end = expected.end;
-      const covered =
-        walk.node === end ? walk.off === end.len : TokenTrie.isOnPath(end, walk.node) && walk.node !== end;
-      if (!covered) this.recordDrift(expected, call);
-      return;
-    }
-    if (walk.matched === walked.length) return; // the prompt ends inside known tokens: a retry or a prefix
-    let suspect: CallState | null = null;
-    if (walk.off < walk.node.len) {
-      suspect = walk.node.call as CallState | null;
-    } else {
-      for (const child of walk.node.children) if (child.call !== null) suspect = child.call as CallState;
-    }
-    if (suspect === null) return; // diverged in context: a genuine branch (e.g. a different tool result)
-    if (call.hasMessages && suspect.hasMessages) {
-      addFlag(call.flags, RowFlags.HISTORY_EDITED);
-      this.ctx.metrics.inc("history_edited");
-      return;
-    }
-    this.recordDrift(suspect, call);
-  }
-
-  private recordDrift(reference: CallState, call: CallState): void {
-    this.drifts.push({ reference, call });
-    this.ctx.metrics.inc("drift_detected", this.ctx.config.drift_policy);
-  }
-
-  /** The latest call whose messages plus assistant reply are a prefix of `messages`. */
-  private historyParent(messages: ChatMessage[], history: string[]): CallState | null {
-    for (let k = messages.length; k >= 1; k--) {
-      const full = this.byFullHistory?.get(history[k]!);
-      if (full !== undefined) return full;
-      if (messages[k - 1]!.role === "assistant") {
-        const promptOnly = this.byPromptOnly?.get(history[k - 1]!);
-        if (promptOnly !== undefined) return promptOnly;
-      }
-    }
-    return null;
-  }
-
-  private rememberHistory(call: CallState, history: string[], ev: ResponseEvent): void {
-    const promptDigest = history[history.length - 1]!;
-    if (ev.text !== undefined || ev.tool_calls !== undefined) {
-      const reply = canonicalMessage({
-        role: "assistant",
-        content: ev.text ?? "",
-        tool_calls: ev.tool_calls,
-      });
-      (this.byFullHistory ??= new Map()).set(extendDigest(promptDigest, reply), call);
-    } else {
-      (this.byPromptOnly ??= new Map()).set(promptDigest, call);
-    }
   }
 
   private applyReward(d: DecodedEvent, ev: RewardEvent): void {
@@ -533,7 +399,7 @@ export class SessionState {
       this.ctx.metrics.inc("requests_unanswered", "", this.requests.size);
     }
     this.dropRetryOrphans();
-    this.resolveDrift();
+    this.suppressed = this.drift?.resolve(this.calls) ?? null;
   }
 
   /**
@@ -561,31 +427,6 @@ export class SessionState {
         this.ctx.metrics.inc("orphans_dropped");
       }
       for (const call of keep) addFlag(call.flags, RowFlags.ORPHAN_DROPPED);
-    }
-  }
-
-  /**
-   * `fork`: the drifting call's row is flagged; nothing else changes. `realign`: when the drifted turn's
-   * output is still a leaf (nothing continued from its exact tokens), its row is suppressed and the turn is
-   * demoted to context, so the continuation is the one row. Otherwise realigning would lose a trained row,
-   * so it stays a fork.
-   */
-  private resolveDrift(): void {
-    for (const { reference, call } of this.drifts) {
-      const end = reference.end;
-      const canRealign =
-        this.ctx.config.drift_policy === "realign" &&
-        reference.outStart !== null &&
-        end !== null &&
-        end.children.length === 0 &&
-        this.calls.has(reference.id);
-      if (canRealign) {
-        reference.demoted = true;
-        (this.suppressed ??= new Set()).add(end);
-        addFlag(call.flags, RowFlags.DRIFT_REALIGNED);
-      } else {
-        addFlag(call.flags, RowFlags.DRIFT);
-      }
     }
   }
 

@@ -5,10 +5,7 @@
 import { z } from "zod";
 import { combineSchema } from "./combine.ts";
 import { batchPolicySchema } from "./runner.ts";
-import { envStageOptionsSchema } from "./stages/env.ts";
-import { httpStageOptionsSchema } from "./stages/http.ts";
-import { onnxStageOptionsSchema } from "./stages/onnx/options.ts";
-import { ruleStageOptionsSchema } from "./stages/rule.ts";
+import { REWARD_STAGE_TYPES } from "./stages/index.ts";
 
 const common = {
   name: z
@@ -28,19 +25,18 @@ const common = {
   batch: batchPolicySchema.default(batchPolicySchema.parse({})).describe("Batching, retries and timeouts."),
 };
 
-export const stageConfigSchema = z.discriminatedUnion("type", [
-  z.strictObject({ ...common, type: z.literal("env"), options: envStageOptionsSchema.default({}) }),
-  z.strictObject({ ...common, type: z.literal("rule"), options: ruleStageOptionsSchema }),
-  z.strictObject({ ...common, type: z.literal("onnx"), options: onnxStageOptionsSchema }),
-  z.strictObject({ ...common, type: z.literal("http"), options: httpStageOptionsSchema }),
-  z.strictObject({
-    ...common,
-    type: z.literal("module"),
-    path: z.string().min(1).describe("Path of an ES module whose default export is a RewardStageFactory."),
-    options: z.record(z.string(), z.unknown()).default({}).describe("Passed to the factory as they are."),
-  }),
-]);
-export type StageConfig = z.output<typeof stageConfigSchema>;
+/** One strict object per registered stage type: the common keys, its `type`, and the type's own keys. */
+const stageSchemas = Object.entries(REWARD_STAGE_TYPES).map(([type, t]) =>
+  z.strictObject({ ...common, type: z.literal(type), ...t.fields }),
+);
+export const stageConfigSchema = z.discriminatedUnion(
+  "type",
+  stageSchemas as [(typeof stageSchemas)[number], ...typeof stageSchemas],
+);
+/** A stage's config: the common keys typed; the type's own keys are its entry's to read (it built them). */
+export type StageConfig = z.output<z.ZodObject<typeof common>> & { type: string };
+/** A stage as written: the common keys, its `type`, and that type's own keys (`options`, a module's `path`). */
+export type StageConfigInput = z.input<z.ZodObject<typeof common>> & { type: string; [key: string]: unknown };
 
 export const rewardsConfigSchema = z
   .strictObject({
@@ -88,9 +84,11 @@ export const rewardsConfigSchema = z
     { when: () => true },
   );
 export type RewardsConfig = z.output<typeof rewardsConfigSchema>;
-export type RewardsConfigInput = z.input<typeof rewardsConfigSchema>;
+export type RewardsConfigInput = Omit<z.input<typeof rewardsConfigSchema>, "stages"> & {
+  stages: StageConfigInput[];
+};
 
-/** Default scope per stage type: models score rows; env, rules and judges score the session's answer. */
+/** The stage's scope: its own, or its type's default (models score rows; rules and judges the session). */
 export function scopeOf(stage: StageConfig): "row" | "session" {
-  return stage.scope ?? (stage.type === "onnx" ? "row" : "session");
+  return stage.scope ?? REWARD_STAGE_TYPES[stage.type]!.scope;
 }

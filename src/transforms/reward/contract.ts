@@ -3,6 +3,7 @@
  * outcome per item. Stages are async; a runner (runner.ts) in front of each one batches, bounds, times out,
  * retries and isolates failures, so a stage itself stays simple.
  */
+import type { z } from "zod";
 import type { Logger } from "../../core/logger.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { RowTurn } from "../assemble/rows.ts";
@@ -54,6 +55,33 @@ export type RewardStageFactory = (
   options: Record<string, unknown>,
   context: { logger: Logger },
 ) => RewardStage | Promise<RewardStage>;
+
+/** What a stage type's `build` gets besides its config. */
+export interface StageBuildContext {
+  /** The stage's own logger (`reward.<name>`). */
+  logger: Logger;
+  /** Where relative paths (models, modules) are resolved from: the rewards file's directory. */
+  baseDir: string;
+}
+
+/**
+ * A reward stage type, as the component registry holds components: its config keys, a description, its
+ * default scope and how it is built. The table of them is stages/index.ts; a new type is one file
+ * exporting one of these, its line in that table, and its section in docs/rewards.md.
+ */
+export interface RewardStageType<C = never> {
+  /** One line for docs and `trajflow validate`. */
+  description: string;
+  /**
+   * The keys of a stage's config besides the common ones (`name`, `type`, `scope`, `required`, `batch`):
+   * its `options`, and whatever else it takes (a module's `path`). The config is strict: other keys fail.
+   */
+  fields: Record<string, z.ZodType>;
+  /** Its scope when the config names none: models score rows, rules and judges the session's answer. */
+  scope: "row" | "session";
+  /** Starts the stage (loads a model, imports a module); throws when it cannot. */
+  build(config: C, ctx: StageBuildContext): RewardStage | Promise<RewardStage>;
+}
 
 /** An error a stage may throw to say whether retrying can help (network: yes; a bad model: no). */
 export class RewardStageError extends Error {

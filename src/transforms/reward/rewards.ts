@@ -4,22 +4,17 @@
  * and the combined `reward`. Sessions leave in the order they came (deterministic output) while up to
  * `max_pending_sessions` are scored at once, so batches fill across sessions.
  */
-import { resolve } from "node:path";
-import { pathToFileURL } from "node:url";
 import { TrajflowError } from "../../core/errors.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { makeDeadLetter, type DeadLetterOutput } from "../../core/records.ts";
-import { RowFlags, type RowFlag } from "../../schemas/trajectory.ts";
+import { RowFlags, type RowFlag, type TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { SessionOutput } from "../assemble/assembler.ts";
 import { combine, type StageValue } from "./combine.ts";
 import { scopeOf, type RewardsConfig, type StageConfig } from "./config.ts";
-import type { RewardItem, RewardOutcome, RewardStage, RewardStageFactory } from "./contract.ts";
+import type { RewardItem, RewardOutcome, RewardStage } from "./contract.ts";
 import { StageRunner } from "./runner.ts";
-import { envStage } from "./stages/env.ts";
-import { httpStage } from "./stages/http.ts";
-import { onnxStage } from "./stages/onnx/stage.ts";
-import { ruleStage } from "./stages/rule.ts";
+import { REWARD_STAGE_TYPES } from "./stages/index.ts";
 
 export interface RewardContext {
   metrics: Metrics;
@@ -30,49 +25,11 @@ export interface RewardContext {
 }
 
 async function buildStage(config: StageConfig, ctx: RewardContext): Promise<RewardStage> {
-  const logger = ctx.logger.child({ component: `reward.${config.name}` });
-  switch (config.type) {
-    case "env":
-      return envStage();
-    case "rule":
-      return ruleStage(config.options);
-    case "onnx":
-      return onnxStage(
-        { ...config.options, model: resolve(ctx.baseDir ?? process.cwd(), config.options.model) },
-        logger,
-      );
-    case "http":
-      return httpStage(config.options);
-    case "module": {
-      const url = pathToFileURL(resolve(ctx.baseDir ?? process.cwd(), config.path)).href;
-      let factory: unknown;
-      try {
-        factory = ((await import(url)) as { default?: unknown }).default;
-      } catch (err) {
-        throw new TrajflowError(
-          "REWARD_STAGE_UNAVAILABLE",
-          `could not import ${config.path}: ${(err as Error).message}`,
-          {
-            cause: err,
-          },
-        );
-      }
-      if (typeof factory !== "function") {
-        throw new TrajflowError(
-          "REWARD_STAGE_UNAVAILABLE",
-          `${config.path} must default-export a function (options, context) => RewardStage`,
-        );
-      }
-      const stage = await (factory as RewardStageFactory)(config.options, { logger });
-      if (typeof stage?.score !== "function") {
-        throw new TrajflowError(
-          "REWARD_STAGE_UNAVAILABLE",
-          `${config.path}'s factory returned no score() function`,
-        );
-      }
-      return stage;
-    }
-  }
+  // Validation built the config from the same entry, so the type is registered.
+  return REWARD_STAGE_TYPES[config.type]!.build(config as never, {
+    logger: ctx.logger.child({ component: `reward.${config.name}` }),
+    baseDir: ctx.baseDir ?? process.cwd(),
+  });
 }
 
 export function itemsOf(session: SessionOutput, scope: "row" | "session"): RewardItem[] {
@@ -157,11 +114,27 @@ export class RewardTransform {
   async score(session: SessionOutput): Promise<SessionOutput> {
     const { metrics } = this.ctx;
     const started = performance.now();
+    const perStage = await this.outcomes(session);
+    metrics.inc("reward_sessions");
+    metrics.inc("reward_session_ms", "", performance.now() - started);
+    session.rows.forEach((row, i) =>
+      this.fillRow(
+        row,
+        perStage.map((outcomes) => outcomes[i]!),
+      ),
+    );
+    return session;
+  }
+
+  /**
+   * Per stage, one outcome per row (a session-scope outcome is broadcast to the rows); "timeout" where
+   * the stage had not answered within the session's `timeout_ms`.
+   */
+  private async outcomes(session: SessionOutput): Promise<Array<Array<RewardOutcome | "timeout">>> {
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<"timeout">((r) => {
       timer = setTimeout(() => r("timeout"), this.config.timeout_ms);
     });
-    // Per stage: one outcome per row (a session-scope outcome is broadcast).
     const perStage = await Promise.all(
       this.runners.map(async ({ config, runner }) => {
         const scope = scopeOf(config);
@@ -171,67 +144,81 @@ export class RewardTransform {
       }),
     );
     clearTimeout(timer);
-    metrics.inc("reward_sessions");
-    metrics.inc("reward_session_ms", "", performance.now() - started);
+    return perStage;
+  }
 
-    session.rows.forEach((row, i) => {
-      const values: StageValue[] = [];
-      const info: Record<string, unknown> = {};
-      const flags = new Set<RowFlag>(row.flags);
-      this.runners.forEach(({ config }, s) => {
-        const outcome: RewardOutcome | "timeout" = perStage[s]![i]!;
-        if (outcome === "timeout") {
-          values.push({ name: config.name, value: null, required: config.required, skipped: false });
-          info[config.name] = { status: "timeout" };
-          if (config.required) {
-            flags.add(RowFlags.REWARD_TIMEOUT);
-            metrics.inc("reward_timeouts", config.name);
-            this.ctx.deadLetters.write(
-              makeDeadLetter(
-                "REWARD_TIMEOUT",
-                `reward stage ${config.name} did not score ${row.key} within ${this.config.timeout_ms} ms`,
-                `reward.${config.name}`,
-                {
-                  raw: JSON.stringify({ key: row.key, stage: config.name }),
-                  origin: { kind: "trajectory", key: row.key },
-                },
-                { uid: row.uid, session_id: row.session_id, details: { stage: config.name } },
-              ),
-            );
-          }
-        } else if (outcome.kind === "score") {
-          values.push({ name: config.name, value: outcome.score, required: config.required, skipped: false });
-          info[config.name] = {
-            status: "ok",
-            value: outcome.score,
-            components: outcome.components,
-            info: outcome.info,
-          };
-        } else if (outcome.kind === "skip") {
-          values.push({ name: config.name, value: null, required: config.required, skipped: true });
-          info[config.name] = { status: "skipped", reason: outcome.reason };
-        } else {
-          values.push({ name: config.name, value: null, required: config.required, skipped: false });
-          info[config.name] = { status: "failed", error: outcome.message };
-          flags.add(RowFlags.REWARD_FAILED);
-        }
-      });
-      row.reward_names = values.map((v) => v.name);
-      row.reward_values = values.map((v) => v.value);
-      const combined = combine(values, this.config.combine, this.config.weights);
-      if (combined !== null && !Number.isFinite(combined)) {
-        // Finite stage values can still overflow (two rewards of 1e308 sum to Infinity): never write it.
-        row.reward = null;
-        flags.add(RowFlags.REWARD_FAILED);
-        info._combined = {
-          status: "failed",
-          error: `${this.config.combine} of the stage values is ${combined}`,
-        };
-        metrics.inc("reward_failures", "_combined");
-      } else row.reward = combined;
-      row.reward_info = JSON.stringify(info);
-      row.flags = [...flags].sort();
-    });
-    return session;
+  /** Fills a row's reward columns from its outcome of each stage, in stage order. */
+  private fillRow(row: TrajectoryRow, outcomes: Array<RewardOutcome | "timeout">): void {
+    const { metrics } = this.ctx;
+    const info: Record<string, unknown> = {};
+    const flags = new Set<RowFlag>(row.flags);
+    const values = this.runners.map(({ config }, s) =>
+      this.stageValue(row, config, outcomes[s]!, info, flags),
+    );
+    row.reward_names = values.map((v) => v.name);
+    row.reward_values = values.map((v) => v.value);
+    const combined = combine(values, this.config.combine, this.config.weights);
+    if (combined !== null && !Number.isFinite(combined)) {
+      // Finite stage values can still overflow (two rewards of 1e308 sum to Infinity): never write it.
+      row.reward = null;
+      flags.add(RowFlags.REWARD_FAILED);
+      info._combined = {
+        status: "failed",
+        error: `${this.config.combine} of the stage values is ${combined}`,
+      };
+      metrics.inc("reward_failures", "_combined");
+    } else row.reward = combined;
+    row.reward_info = JSON.stringify(info);
+    row.flags = [...flags].sort();
+  }
+
+  /**
+   * One stage's outcome on a row: its value, with its `reward_info` entry and the row's flags; a required
+   * stage's timeout is dead-lettered.
+   */
+  private stageValue(
+    row: TrajectoryRow,
+    config: StageConfig,
+    outcome: RewardOutcome | "timeout",
+    info: Record<string, unknown>,
+    flags: Set<RowFlag>,
+  ): StageValue {
+    const value = { name: config.name, value: null, required: config.required, skipped: false };
+    if (outcome === "timeout") {
+      info[config.name] = { status: "timeout" };
+      if (config.required) {
+        flags.add(RowFlags.REWARD_TIMEOUT);
+        this.ctx.metrics.inc("reward_timeouts", config.name);
+        this.ctx.deadLetters.write(
+          makeDeadLetter(
+            "REWARD_TIMEOUT",
+            `reward stage ${config.name} did not score ${row.key} within ${this.config.timeout_ms} ms`,
+            `reward.${config.name}`,
+            {
+              raw: JSON.stringify({ key: row.key, stage: config.name }),
+              origin: { kind: "trajectory", key: row.key },
+            },
+            { uid: row.uid, session_id: row.session_id, details: { stage: config.name } },
+          ),
+        );
+      }
+      return value;
+    }
+    if (outcome.kind === "score") {
+      info[config.name] = {
+        status: "ok",
+        value: outcome.score,
+        components: outcome.components,
+        info: outcome.info,
+      };
+      return { ...value, value: outcome.score };
+    }
+    if (outcome.kind === "skip") {
+      info[config.name] = { status: "skipped", reason: outcome.reason };
+      return { ...value, skipped: true };
+    }
+    info[config.name] = { status: "failed", error: outcome.message };
+    flags.add(RowFlags.REWARD_FAILED);
+    return value;
   }
 }

@@ -4,7 +4,7 @@
  * turns by assembly (turn_rewards), not here.
  */
 import { z } from "zod";
-import type { RewardItem, RewardOutcome, RewardStage } from "../contract.ts";
+import type { RewardItem, RewardOutcome, RewardStage, RewardStageType } from "../contract.ts";
 
 export const envStageOptionsSchema = z.strictObject({});
 
@@ -22,3 +22,10 @@ export function envStage(): RewardStage {
       }),
   };
 }
+
+export const envStageType = {
+  description: "the environment's own reward: the sum of the session's reward events",
+  fields: { options: envStageOptionsSchema.default({}) },
+  scope: "session",
+  build: () => envStage(),
+} satisfies RewardStageType<unknown>;

@@ -4,7 +4,7 @@
  * optional length penalty. Items without a reference are skipped, not scored.
  */
 import { z } from "zod";
-import type { RewardItem, RewardOutcome, RewardStage } from "../contract.ts";
+import type { RewardItem, RewardOutcome, RewardStage, RewardStageType } from "../contract.ts";
 
 export const ruleStageOptionsSchema = z.strictObject({
   mode: z
@@ -140,3 +140,10 @@ export function ruleStage(options: RuleStageOptions): RewardStage {
   };
   return { score: async (items) => items.map(judge) };
 }
+
+export const ruleStageType = {
+  description: "compares the final response with a reference from session.start.metadata",
+  fields: { options: ruleStageOptionsSchema },
+  scope: "session",
+  build: (c: { options: RuleStageOptions }) => ruleStage(c.options),
+} satisfies RewardStageType<{ options: RuleStageOptions }>;

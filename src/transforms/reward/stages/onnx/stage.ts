@@ -3,11 +3,18 @@
  * prompt + response, or for a session the row holding its last turn) are truncated, padded to a length
  * bucket, and scored; a batch goes to the least busy worker.
  */
+import { resolve } from "node:path";
 import { Worker } from "node:worker_threads";
 import { TrajflowError } from "../../../../core/errors.ts";
 import type { Logger } from "../../../../core/logger.ts";
-import { RewardStageError, type RewardItem, type RewardOutcome, type RewardStage } from "../../contract.ts";
-import type { OnnxStageOptions } from "./options.ts";
+import {
+  RewardStageError,
+  type RewardItem,
+  type RewardOutcome,
+  type RewardStage,
+  type RewardStageType,
+} from "../../contract.ts";
+import { onnxStageOptionsSchema, type OnnxStageOptions } from "./options.ts";
 import type { OnnxJob, OnnxReply } from "./worker.ts";
 
 interface Slot {
@@ -88,3 +95,12 @@ export async function onnxStage(
     },
   };
 }
+
+export const onnxStageType = {
+  description:
+    "a local reward model run with onnxruntime-node on worker threads (CPU, or CUDA where present)",
+  fields: { options: onnxStageOptionsSchema },
+  scope: "row",
+  build: (c: { options: OnnxStageOptions }, ctx) =>
+    onnxStage({ ...c.options, model: resolve(ctx.baseDir, c.options.model) }, ctx.logger),
+} satisfies RewardStageType<{ options: OnnxStageOptions }>;

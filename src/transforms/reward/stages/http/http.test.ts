@@ -3,13 +3,19 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { pino } from "pino";
-import { MemoryDeadLetters } from "../../../../test/helpers/dead-letters.ts";
-import { Metrics } from "../../../core/metrics.ts";
-import { judgeTokens, startRewardServer, type RewardServer } from "../../../../test/helpers/reward-server.ts";
-import { rewardItem } from "../../../../test/helpers/reward-items.ts";
-import { batchPolicySchema, StageRunner } from "../runner.ts";
-import { fillTemplate, httpStage, httpStageOptionsSchema } from "./http.ts";
-import { referenceLogits, tinyWeights } from "../../../../test/helpers/tiny-model.ts";
+import { MemoryDeadLetters } from "../../../../../test/helpers/dead-letters.ts";
+import { Metrics } from "../../../../core/metrics.ts";
+import {
+  judgeTokens,
+  startRewardServer,
+  type RewardServer,
+} from "../../../../../test/helpers/reward-server.ts";
+import { rewardItem } from "../../../../../test/helpers/reward-items.ts";
+import { batchPolicySchema, StageRunner } from "../../runner.ts";
+import { httpStageOptionsSchema } from "./options.ts";
+import { fillTemplate } from "./protocols.ts";
+import { httpStage } from "./stage.ts";
+import { referenceLogits, tinyWeights } from "../../../../../test/helpers/tiny-model.ts";
 
 const weights = tinyWeights();
 let server: RewardServer;
