@@ -245,27 +245,39 @@ function columnData(field: Field, type: ColumnType<unknown>, values: unknown[]):
   return scalarData(field.type, type.kind as ValueKind, values);
 }
 
-/** Builds one record batch of trajectory rows, with optional schema metadata. */
-export function rowsToRecordBatch(rows: TrajectoryRow[], metadata?: Record<string, string>): RecordBatch {
+/**
+ * Builds one record batch from columns: per column (ROW_COLUMNS order) each row's value, as the file
+ * sink's encoders get them. Optional schema metadata.
+ */
+export function columnsToRecordBatch(
+  columns: ReadonlyArray<readonly unknown[]>,
+  count: number,
+  metadata?: Record<string, string>,
+): RecordBatch {
   const schema =
     metadata === undefined
       ? trajectoryArrowSchema
       : new Schema(trajectoryArrowSchema.fields, new Map(Object.entries(metadata)));
-  const children = ROW_COLUMNS.map((c, i) => {
-    const name: keyof TrajectoryRow = c.name;
-    return columnData(
-      trajectoryArrowSchema.fields[i]!,
-      c.type,
-      rows.map((r) => r[name]),
-    );
-  });
-  const struct = makeData({ type: new Struct(trajectoryArrowSchema.fields), length: rows.length, children });
+  const children = ROW_COLUMNS.map((c, i) =>
+    columnData(trajectoryArrowSchema.fields[i]!, c.type, columns[i] as unknown[]),
+  );
+  const struct = makeData({ type: new Struct(trajectoryArrowSchema.fields), length: count, children });
   return new RecordBatch(schema, struct);
 }
 
-export function rowsToTable(rows: TrajectoryRow[], metadata?: Record<string, string>): Table {
-  const batch = rowsToRecordBatch(rows, metadata);
+export function columnsToTable(
+  columns: ReadonlyArray<readonly unknown[]>,
+  count: number,
+  metadata?: Record<string, string>,
+): Table {
+  const batch = columnsToRecordBatch(columns, count, metadata);
   return new Table(batch.schema, [batch]);
+}
+
+/** Builds one table of trajectory rows, with optional schema metadata. */
+export function rowsToTable(rows: TrajectoryRow[], metadata?: Record<string, string>): Table {
+  const columns = ROW_COLUMNS.map((c) => rows.map((r) => r[c.name] as unknown));
+  return columnsToTable(columns, rows.length, metadata);
 }
 
 /** Reads rows back from an Arrow table (inspect, tests): typed-array columns as typed arrays again. */

@@ -1,7 +1,8 @@
 /**
- * trajflow's own Parquet writer: trajectory rows → Parquet bytes with no intermediate copy of the table.
+ * trajflow's own Parquet writer: trajectory columns → Parquet bytes with no intermediate copy of the table.
  *
- * Token columns go from each row's typed array into a page buffer in one `set` (PLAIN encoding of a
+ * It reads the columns as the file sink hands them over (../row-columns.ts): token columns go from each
+ * row's typed array into a page buffer in one `set` (PLAIN encoding of a
  * little-endian int32/float32 array is its bytes), pages are compressed by Node's own zstd or gzip (C,
  * not WebAssembly) or snappyjs, and the footer is written with Thrift's compact protocol (./thrift.ts).
  * The layout is the one parquet-wasm writes for the same schema (standard 3-level LISTs with `element`
@@ -65,6 +66,8 @@ export interface ParquetColumn {
 /** One leaf column: a top-level field, the element of a top-level list, or a field of a list's struct element. */
 interface Leaf {
   name: string;
+  /** The top-level column's index in the columns written. */
+  column: number;
   kind: Kind;
   /** For a field of a list's struct element: its name, and the struct's field count (first field only: > 0). */
   structField: string | null;
@@ -93,8 +96,8 @@ const PHYSICAL: Record<Kind, number> = {
 };
 
 function leavesOf(columns: readonly ParquetColumn[], statsColumns: ReadonlySet<string>): Leaf[] {
-  return columns.flatMap(({ name, type }): Leaf[] => {
-    const base = { name, nullable: type.nullable, structField: null, structWidth: 0 };
+  return columns.flatMap(({ name, type }, column): Leaf[] => {
+    const base = { name, column, nullable: type.nullable, structField: null, structWidth: 0 };
     if (!type.list) {
       const maxDef = type.nullable ? 1 : 0;
       const kind = type.kind as Kind;
@@ -247,7 +250,7 @@ function compress(codec: Compression, body: Uint8Array): Uint8Array {
   }
 }
 
-/** Writes one column chunk (pages and all) of rows[from, to) to `parts`. */
+/** Writes one column chunk (pages and all) of a column's rows [from, to) to `parts`. */
 class ChunkWriter {
   private readonly values = new Bytes();
   private readonly rep = new Levels();
@@ -263,13 +266,7 @@ class ChunkWriter {
     this.parts = parts;
   }
 
-  write(
-    leaf: Leaf,
-    rows: readonly Record<string, unknown>[],
-    from: number,
-    to: number,
-    offset: number,
-  ): ChunkMeta {
+  write(leaf: Leaf, values: readonly unknown[], from: number, to: number, offset: number): ChunkMeta {
     const meta: ChunkMeta = {
       leaf,
       offset,
@@ -279,7 +276,7 @@ class ChunkWriter {
       stats: leaf.stats ? new Stats() : null,
     };
     for (let r = from; r < to; r++) {
-      const v = rows[r]![leaf.name];
+      const v = values[r];
       if (leaf.structField !== null)
         this.structListRow(leaf, v as ArrayLike<Record<string, unknown> | null> | null);
       else if (leaf.list) this.listRow(leaf, v as ArrayLike<unknown> | null);
@@ -527,7 +524,8 @@ const schemaValues = new WeakMap<readonly ParquetColumn[], string>();
  * the encoded file is never whole in memory.
  */
 export function* parquetTrajflowChunks(
-  rows: readonly object[],
+  values: ReadonlyArray<readonly unknown[]>,
+  count: number,
   columns: readonly ParquetColumn[],
   statsColumns: ReadonlySet<string>,
   options: ParquetTrajflowOptions,
@@ -538,28 +536,27 @@ export function* parquetTrajflowChunks(
     arrowSchema = Buffer.from(arrowSchemaMessage(columns)).toString("base64");
     schemaValues.set(columns, arrowSchema);
   }
-  const records = rows as readonly Record<string, unknown>[];
   const parts: Uint8Array[] = [MAGIC];
   let offset = MAGIC.length;
   const writer = new ChunkWriter(options.compression, parts);
   const groups: Array<{ rows: number; chunks: ChunkMeta[] }> = [];
   const groupSize = Math.max(1, options.rowGroupSize);
-  for (let from = 0; from < records.length || groups.length === 0; from += groupSize) {
-    const to = Math.min(records.length, from + groupSize);
+  for (let from = 0; from < count || groups.length === 0; from += groupSize) {
+    const to = Math.min(count, from + groupSize);
     const chunks: ChunkMeta[] = [];
     for (const leaf of leaves) {
-      const meta = writer.write(leaf, records, from, to, offset);
+      const meta = writer.write(leaf, values[leaf.column]!, from, to, offset);
       offset += meta.compressed;
       chunks.push(meta);
       yield* parts.splice(0);
     }
     groups.push({ rows: to - from, chunks });
-    if (records.length === 0) break;
+    if (count === 0) break;
   }
 
   const footer = new CompactWriter().i32(1, 1);
   schemaElements(footer, leaves);
-  footer.i64(3, records.length).structList(4, groups, (g, group) => {
+  footer.i64(3, count).structList(4, groups, (g, group) => {
     g.structList(1, group.chunks, (c, chunk) => {
       const path = chunk.leaf.path;
       c.i64(2, chunk.offset).struct(3, (m) => {
