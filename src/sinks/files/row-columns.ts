@@ -7,19 +7,21 @@
  * the row would keep its buffer until its file is written), the other columns go as one array each, and
  * the worker's encoder reads the columns as they came (`unpackColumns`: one view per value, no row objects).
  */
-import { ROW_COLUMNS, type TrajectoryRow } from "../../schemas/trajectory.ts";
+import { ROW_COLUMNS, VALUE_KINDS, type TrajectoryRow, type ValueKind } from "../../schemas/trajectory.ts";
 
 const COLUMN_NAMES = ROW_COLUMNS.map((c) => c.name);
 
 type TypedArray = Int8Array | Uint8Array | Int32Array | Float32Array | Float64Array;
-const CONSTRUCTORS = { Int8Array, Uint8Array, Int32Array, Float32Array, Float64Array } as const;
-type TypedName = keyof typeof CONSTRUCTORS;
+/** A kind whose values rows hold in typed arrays (VALUE_KINDS). */
+type TypedName = { [K in ValueKind]: (typeof VALUE_KINDS)[K]["array"] extends null ? never : K }[ValueKind];
+const arrayOf = (kind: TypedName) => VALUE_KINDS[kind].array;
 
 /** A value at least this large that owns its buffer moves to the worker instead of being copied. */
 const MOVE_BYTES = 64 * 1024;
 
 /** One typed-array column: small values back to back (8-byte aligned), large ones apart, null rows marked. */
 interface PackedColumn {
+  /** The kind of its values, whose typed array holds them. */
   type: TypedName;
   buffer: ArrayBuffer;
   /** Byte offset of each row's values in `buffer`; -1 for null, -2 - i for `moved[i]`. */
@@ -36,16 +38,15 @@ export interface ColumnBatch {
   columns: Array<PackedColumn | unknown[]>;
 }
 
-/** The typed array each column holds (numeric lists without null elements, bytes), by ROW_COLUMNS. */
+/**
+ * The kind of typed array each column holds, by ROW_COLUMNS: a list of a kind with one (no null elements),
+ * or a binary value.
+ */
 const TYPED: Array<TypedName | null> = ROW_COLUMNS.map((c) => {
-  if (c.type.kind === "binary" && !c.type.list) return "Uint8Array";
-  if (!c.type.list || c.type.elementNullable) return null;
-  const byKind: Partial<Record<string, TypedName>> = {
-    int8: "Int8Array",
-    int32: "Int32Array",
-    float32: "Float32Array",
-  };
-  return byKind[c.type.kind] ?? null;
+  const kind = c.type.kind;
+  if (kind === "struct" || VALUE_KINDS[kind].array === null) return null;
+  if (c.type.list ? c.type.elementNullable : kind !== "binary") return null;
+  return kind as TypedName;
 });
 
 export function toColumns(rows: readonly TrajectoryRow[]): ColumnBatch {
@@ -68,7 +69,7 @@ function pack(
   type: TypedName,
   moving: Set<ArrayBuffer>,
 ): PackedColumn | null {
-  const Typed = CONSTRUCTORS[type];
+  const Typed = arrayOf(type);
   const offsets = new Int32Array(rows.length);
   const lengths = new Int32Array(rows.length);
   const moved: TypedArray[] = [];
@@ -130,7 +131,7 @@ export function columnsOfRows(rows: readonly TrajectoryRow[]): Columns {
 export function unpackColumns(batch: ColumnBatch): Columns {
   const values = batch.columns.map((column) => {
     if (Array.isArray(column)) return column;
-    const Typed = CONSTRUCTORS[column.type];
+    const Typed = arrayOf(column.type);
     const out = new Array<unknown>(batch.count);
     for (let r = 0; r < batch.count; r++) {
       const at = column.offsets[r]!;

@@ -85,16 +85,6 @@ interface Leaf {
   maxRep: number;
 }
 
-const PHYSICAL: Record<Kind, number> = {
-  bool: Physical.BOOLEAN,
-  int32: Physical.INT32,
-  int8: Physical.INT32,
-  float32: Physical.FLOAT,
-  float64: Physical.DOUBLE,
-  utf8: Physical.BYTE_ARRAY,
-  binary: Physical.BYTE_ARRAY,
-};
-
 function leavesOf(columns: readonly ParquetColumn[], statsColumns: ReadonlySet<string>): Leaf[] {
   return columns.flatMap(({ name, type }, column): Leaf[] => {
     const base = { name, column, nullable: type.nullable, structField: null, structWidth: 0 };
@@ -213,17 +203,111 @@ class Stats {
 
   /** [min, max] plain-encoded, or null when no value was seen. */
   encoded(kind: Kind): [Uint8Array, Uint8Array] | null {
-    if (kind === "utf8") return this.minBytes === null ? null : [this.minBytes, this.maxBytes!];
-    if (this.minNum > this.maxNum) return null;
-    const enc = (v: number) => {
-      const b = Buffer.alloc(kind === "float64" ? 8 : 4);
-      if (kind === "float64") b.writeDoubleLE(v === 0 ? 0 : v);
-      else b.writeInt32LE(v);
-      return b;
-    };
-    return [enc(this.minNum), enc(this.maxNum)];
+    if (this.minBytes !== null) return [this.minBytes, this.maxBytes!];
+    const plain = KINDS[kind].plainNumber;
+    if (this.minNum > this.maxNum || plain === null) return null;
+    return [plain(this.minNum), plain(this.maxNum)];
   }
 }
+
+/**
+ * What the writer needs of each value kind (schemas/trajectory.ts's VALUE_KINDS): its physical type, the
+ * annotation its schema element carries, how a value is PLAIN-encoded into a page (`bit`: the value's
+ * index in the page, for booleans' bit packing), and a number's PLAIN bytes for statistics.
+ */
+interface KindCodec {
+  physical: number;
+  annotate: ((e: CompactWriter) => void) | null;
+  write(b: Bytes, v: unknown, stats: Stats | null, bit: number): void;
+  plainNumber: ((v: number) => Uint8Array) | null;
+}
+
+function int32Value(b: Bytes, v: unknown, stats: Stats | null): void {
+  b.ensure(4);
+  b.buf.writeInt32LE(v as number, b.pos);
+  b.pos += 4;
+  stats?.number(v as number);
+}
+
+function int32Plain(v: number): Uint8Array {
+  const b = Buffer.alloc(4);
+  b.writeInt32LE(v);
+  return b;
+}
+
+const KINDS: Record<Kind, KindCodec> = {
+  int32: { physical: Physical.INT32, annotate: null, write: int32Value, plainNumber: int32Plain },
+  int8: {
+    physical: Physical.INT32,
+    annotate: (e) =>
+      e.i32(6, Converted.INT_8).struct(10, (l) => l.struct(10, (i) => i.byteField(1, 8).bool(2, true))),
+    write: int32Value,
+    plainNumber: int32Plain,
+  },
+  float32: {
+    physical: Physical.FLOAT,
+    annotate: null,
+    write(b, v) {
+      b.ensure(4);
+      b.buf.writeFloatLE(v as number, b.pos);
+      b.pos += 4;
+    },
+    plainNumber: null,
+  },
+  float64: {
+    physical: Physical.DOUBLE,
+    annotate: null,
+    write(b, v, stats) {
+      b.ensure(8);
+      b.buf.writeDoubleLE(v as number, b.pos);
+      b.pos += 8;
+      stats?.number(v as number);
+    },
+    plainNumber(v) {
+      const b = Buffer.alloc(8);
+      b.writeDoubleLE(v === 0 ? 0 : v);
+      return b;
+    },
+  },
+  bool: {
+    physical: Physical.BOOLEAN,
+    annotate: null,
+    // Bit-packed, LSB first, from the page's first value on.
+    write(b, v, _stats, bit) {
+      if ((bit & 7) === 0) {
+        b.ensure(1);
+        b.buf[b.pos++] = 0;
+      }
+      if (v === true) b.buf[b.pos - 1]! |= 1 << (bit & 7);
+    },
+    plainNumber: null,
+  },
+  utf8: {
+    physical: Physical.BYTE_ARRAY,
+    annotate: (e) => e.i32(6, Converted.UTF8).struct(10, (l) => l.struct(1, () => {})),
+    write(b, v, stats) {
+      const s = v as string;
+      b.ensure(4 + s.length * 3);
+      const n = b.buf.write(s, b.pos + 4, "utf8");
+      b.buf.writeUInt32LE(n, b.pos);
+      if (stats !== null) stats.bytes(b.buf.subarray(b.pos + 4, b.pos + 4 + n));
+      b.pos += 4 + n;
+    },
+    plainNumber: null,
+  },
+  binary: {
+    physical: Physical.BYTE_ARRAY,
+    annotate: null,
+    write(b, v) {
+      const bytes = v as Uint8Array;
+      b.ensure(4 + bytes.length);
+      b.buf.writeUInt32LE(bytes.length, b.pos);
+      b.buf.set(bytes, b.pos + 4);
+      b.pos += 4 + bytes.length;
+    },
+    plainNumber: null,
+  },
+};
 
 interface ChunkMeta {
   leaf: Leaf;
@@ -256,7 +340,7 @@ class ChunkWriter {
   private readonly rep = new Levels();
   private readonly def = new Levels();
   private levelCount = 0;
-  private bits = 0; // booleans written into the page's last byte
+  private bits = 0; // values written into the page (booleans are bit-packed by it)
 
   private readonly codec: Compression;
   private readonly parts: Uint8Array[];
@@ -318,10 +402,11 @@ class ChunkWriter {
     this.rep.push(0);
     this.rep.push(1, n - 1);
     if (ArrayBuffer.isView(v)) {
-      // Typed arrays have no nulls: one run of full definition, values in one copy (int8 widened).
+      // Typed arrays have no nulls: one run of full definition, values in one copy (narrow ints widened).
       this.def.push(leaf.maxDef, n);
-      if (leaf.kind === "int8") this.widenInt8(v as Int8Array);
-      else this.values.bytes(v);
+      if (KINDS[leaf.kind].physical === Physical.INT32 && (v as Int32Array).BYTES_PER_ELEMENT < 4) {
+        this.widen(v as Int8Array);
+      } else this.values.bytes(v);
       return;
     }
     const items = v as ArrayLike<unknown>;
@@ -367,8 +452,8 @@ class ChunkWriter {
     }
   }
 
-  /** int8 values are INT32 in Parquet: widened in one typed-array set where the page buffer is aligned. */
-  private widenInt8(v: Int8Array): void {
+  /** Narrow ints are INT32 in Parquet: widened in one typed-array set where the page buffer is aligned. */
+  private widen(v: Int8Array): void {
     const b = this.values;
     b.ensure(v.length * 4);
     if (((b.buf.byteOffset + b.pos) & 3) === 0) {
@@ -380,54 +465,7 @@ class ChunkWriter {
   }
 
   private value(kind: Kind, v: unknown, stats: Stats | null): void {
-    const b = this.values;
-    switch (kind) {
-      case "int32":
-      case "int8":
-        b.ensure(4);
-        b.buf.writeInt32LE(v as number, b.pos);
-        b.pos += 4;
-        stats?.number(v as number);
-        return;
-      case "float32":
-        b.ensure(4);
-        b.buf.writeFloatLE(v as number, b.pos);
-        b.pos += 4;
-        return;
-      case "float64":
-        b.ensure(8);
-        b.buf.writeDoubleLE(v as number, b.pos);
-        b.pos += 8;
-        stats?.number(v as number);
-        return;
-      case "bool": {
-        // Bit-packed, LSB first, from the page's first value on.
-        if ((this.bits & 7) === 0) {
-          b.ensure(1);
-          b.buf[b.pos++] = 0;
-        }
-        if (v === true) b.buf[b.pos - 1]! |= 1 << (this.bits & 7);
-        this.bits++;
-        return;
-      }
-      case "utf8": {
-        const s = v as string;
-        b.ensure(4 + s.length * 3);
-        const n = b.buf.write(s, b.pos + 4, "utf8");
-        b.buf.writeUInt32LE(n, b.pos);
-        if (stats !== null) stats.bytes(b.buf.subarray(b.pos + 4, b.pos + 4 + n));
-        b.pos += 4 + n;
-        return;
-      }
-      case "binary": {
-        const bytes = v as Uint8Array;
-        b.ensure(4 + bytes.length);
-        b.buf.writeUInt32LE(bytes.length, b.pos);
-        b.buf.set(bytes, b.pos + 4);
-        b.pos += 4 + bytes.length;
-        return;
-      }
-    }
+    KINDS[kind].write(this.values, v, stats, this.bits++);
   }
 
   /** Ends a page: levels and values into one body, compressed, after its header. */
@@ -471,11 +509,8 @@ function schemaElements(w: CompactWriter, leaves: readonly Leaf[]): void {
   const elements: Element[] = [(e) => e.binary(4, "arrow_schema").i32(5, columns)];
   const primitive = (leaf: Leaf, name: string, repetition: number): Element => {
     return (e) => {
-      e.i32(1, PHYSICAL[leaf.kind]).i32(3, repetition).binary(4, name);
-      if (leaf.kind === "utf8") e.i32(6, Converted.UTF8).struct(10, (l) => l.struct(1, () => {}));
-      if (leaf.kind === "int8") {
-        e.i32(6, Converted.INT_8).struct(10, (l) => l.struct(10, (i) => i.byteField(1, 8).bool(2, true)));
-      }
+      e.i32(1, KINDS[leaf.kind].physical).i32(3, repetition).binary(4, name);
+      KINDS[leaf.kind].annotate?.(e);
     };
   };
   /** The standard 3-level LIST's two groups: `<name> (LIST)` and its `repeated group list`. */
@@ -560,7 +595,7 @@ export function* parquetTrajflowChunks(
     g.structList(1, group.chunks, (c, chunk) => {
       const path = chunk.leaf.path;
       c.i64(2, chunk.offset).struct(3, (m) => {
-        m.i32(1, PHYSICAL[chunk.leaf.kind])
+        m.i32(1, KINDS[chunk.leaf.kind].physical)
           .i32List(2, [Encoding.PLAIN, Encoding.RLE])
           .binaryList(3, path)
           .i32(4, CODECS[options.compression])
