@@ -20,7 +20,9 @@ import {
 import { pino } from "pino";
 import { linearSession } from "../bench/workloads.ts";
 import { replay } from "../src/cli/presets.ts";
-import { listDataFiles } from "../src/sinks/files/read.ts";
+import { fileKeyValues, listDataFiles, readFileMetadata } from "../src/sinks/files/read.ts";
+import { openStore } from "../src/sinks/shared/open-store.ts";
+import { s3OptionsSchema } from "../src/sinks/shared/s3-options.ts";
 import { runCli } from "./helpers/cli.ts";
 import { pythonReady, readWithPython } from "./helpers/python.ts";
 import { freshBucket, getObject, listKeys, s3Server } from "./helpers/s3.ts";
@@ -185,6 +187,37 @@ describe("replay to s3://", () => {
     );
     assert.deepEqual(await listKeys(Bucket), before);
     assert.ok(bytesBefore.equals(await getObject(Bucket, before[0]!)));
+  });
+});
+
+describe("a store's bytes", () => {
+  it("reads the same ranges from a directory and from S3, and the files sink the same footer from both", async () => {
+    Object.assign(process.env, s3.env);
+    const dir = join(scratch, "ranges");
+    assert.equal((await runCli(["replay", EXAMPLE, "--out", dir])).code, 0);
+    const [file] = await listDataFiles(dir);
+    const name = file!.slice(dir.length + 1);
+    const local = await openStore(dir, s3OptionsSchema.parse({}));
+    const remote = await openStore(`s3://${await freshBucket()}/r`, s3OptionsSchema.parse({}));
+    try {
+      await remote.write(name, [readFileSync(file!)]);
+      const size = readFileSync(file!).length;
+      const ranges = [
+        { last: 8 },
+        { offset: 0, length: 4 },
+        { offset: size - 10, length: 50 },
+        { last: 2 * size },
+      ];
+      for (const range of ranges) {
+        const [a, b] = [await local.readRange(name, range), await remote.readRange(name, range)];
+        assert.equal(a.size, size);
+        assert.equal(b.size, size);
+        assert.ok(Buffer.from(a.bytes).equals(Buffer.from(b.bytes)), JSON.stringify(range));
+      }
+      assert.deepEqual(await fileKeyValues(remote, name), await readFileMetadata(file!));
+    } finally {
+      remote.close();
+    }
   });
 });
 

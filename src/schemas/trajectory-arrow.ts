@@ -6,10 +6,8 @@ import {
   Binary,
   Bool,
   Field,
-  Float32,
-  Float64,
-  Int32,
-  Int8,
+  Float,
+  Int,
   List,
   makeData,
   RecordBatch,
@@ -25,26 +23,26 @@ import {
   ROW_COLUMNS,
   type ArrowShape,
   type ColumnType,
+  VALUE_KINDS,
+  type ArrowLeaf,
   type StructField,
   type TrajectoryRow,
   type ValueKind,
 } from "./trajectory.ts";
 
+/** A value kind's Arrow type, from VALUE_KINDS (signed ints only). */
 function leafType(kind: ValueKind): DataType {
-  switch (kind) {
-    case "utf8":
+  const leaf: ArrowLeaf = VALUE_KINDS[kind].arrow;
+  switch (leaf.type) {
+    case "Int":
+      return new Int(true, leaf.bits);
+    case "FloatingPoint":
+      return new Float(leaf.precision);
+    case "Utf8":
       return new Utf8();
-    case "binary":
+    case "Binary":
       return new Binary();
-    case "int8":
-      return new Int8();
-    case "int32":
-      return new Int32();
-    case "float32":
-      return new Float32();
-    case "float64":
-      return new Float64();
-    case "bool":
+    case "Bool":
       return new Bool();
   }
 }
@@ -84,18 +82,13 @@ function validity(
 type NumericArray = Int8Array | Int32Array | Float32Array | Float64Array;
 type NumericArrayConstructor = new (n: number) => NumericArray;
 
-const ARRAYS: Record<Exclude<ValueKind, "utf8" | "binary" | "bool">, NumericArrayConstructor> = {
-  int8: Int8Array,
-  int32: Int32Array,
-  float32: Float32Array,
-  float64: Float64Array,
-};
-
+/** The typed array of a numeric kind's values (VALUE_KINDS). */
 function arrayOf(kind: ValueKind): NumericArrayConstructor {
-  if (kind === "utf8" || kind === "binary" || kind === "bool") {
+  const { arrow, array } = VALUE_KINDS[kind];
+  if (array === null || (arrow.type !== "Int" && arrow.type !== "FloatingPoint")) {
     throw new Error(`no typed array holds ${kind} values`);
   }
-  return ARRAYS[kind];
+  return array as NumericArrayConstructor;
 }
 
 /** A string or binary column; `null` entries allowed when the column is nullable. */
@@ -195,8 +188,9 @@ function stringListData(type: List, rows: ReadonlyArray<readonly string[] | null
 
 /** A scalar column (or struct field) of `kind`, nulls allowed. */
 function scalarData(type: DataType, kind: ValueKind, values: unknown[]): Data {
-  if (kind === "utf8" || kind === "binary") return bytesData(type, values as string[]);
-  if (kind === "bool") return boolData(type, values as boolean[]);
+  const leaf = VALUE_KINDS[kind].arrow.type;
+  if (leaf === "Utf8" || leaf === "Binary") return bytesData(type, values as string[]);
+  if (leaf === "Bool") return boolData(type, values as boolean[]);
   return numericData(type, values as number[], arrayOf(kind));
 }
 
@@ -245,27 +239,39 @@ function columnData(field: Field, type: ColumnType<unknown>, values: unknown[]):
   return scalarData(field.type, type.kind as ValueKind, values);
 }
 
-/** Builds one record batch of trajectory rows, with optional schema metadata. */
-export function rowsToRecordBatch(rows: TrajectoryRow[], metadata?: Record<string, string>): RecordBatch {
+/**
+ * Builds one record batch from columns: per column (ROW_COLUMNS order) each row's value, as the file
+ * sink's encoders get them. Optional schema metadata.
+ */
+export function columnsToRecordBatch(
+  columns: ReadonlyArray<readonly unknown[]>,
+  count: number,
+  metadata?: Record<string, string>,
+): RecordBatch {
   const schema =
     metadata === undefined
       ? trajectoryArrowSchema
       : new Schema(trajectoryArrowSchema.fields, new Map(Object.entries(metadata)));
-  const children = ROW_COLUMNS.map((c, i) => {
-    const name: keyof TrajectoryRow = c.name;
-    return columnData(
-      trajectoryArrowSchema.fields[i]!,
-      c.type,
-      rows.map((r) => r[name]),
-    );
-  });
-  const struct = makeData({ type: new Struct(trajectoryArrowSchema.fields), length: rows.length, children });
+  const children = ROW_COLUMNS.map((c, i) =>
+    columnData(trajectoryArrowSchema.fields[i]!, c.type, columns[i] as unknown[]),
+  );
+  const struct = makeData({ type: new Struct(trajectoryArrowSchema.fields), length: count, children });
   return new RecordBatch(schema, struct);
 }
 
-export function rowsToTable(rows: TrajectoryRow[], metadata?: Record<string, string>): Table {
-  const batch = rowsToRecordBatch(rows, metadata);
+export function columnsToTable(
+  columns: ReadonlyArray<readonly unknown[]>,
+  count: number,
+  metadata?: Record<string, string>,
+): Table {
+  const batch = columnsToRecordBatch(columns, count, metadata);
   return new Table(batch.schema, [batch]);
+}
+
+/** Builds one table of trajectory rows, with optional schema metadata. */
+export function rowsToTable(rows: TrajectoryRow[], metadata?: Record<string, string>): Table {
+  const columns = ROW_COLUMNS.map((c) => rows.map((r) => r[c.name] as unknown));
+  return columnsToTable(columns, rows.length, metadata);
 }
 
 /** Reads rows back from an Arrow table (inspect, tests): typed-array columns as typed arrays again. */
@@ -282,7 +288,8 @@ export function tableToRows(table: Table): TrajectoryRow[] {
       else {
         const items = [...(v as Iterable<unknown>)];
         const fields = c.type.fields;
-        const typed = c.type.kind !== "utf8" && !c.type.elementNullable;
+        const typed =
+          fields === null && VALUE_KINDS[c.type.kind as ValueKind].array !== null && !c.type.elementNullable;
         row[c.name] =
           fields !== null
             ? items.map((e) =>

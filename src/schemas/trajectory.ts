@@ -61,8 +61,38 @@ export type FinishReason = "stop" | "length" | "tool_calls" | "abort" | "unknown
  */
 export type SessionStatus = "ok" | "aborted" | "failed" | "timeout" | "missing";
 
+/** An Arrow leaf type, as Schema.fbs names it (its `Int` bit width, its `FloatingPoint` precision). */
+export type ArrowLeaf =
+  | { type: "Int"; bits: 8 | 16 | 32 | 64 }
+  | { type: "FloatingPoint"; precision: 1 | 2 }
+  | { type: "Utf8" | "Binary" | "Bool" };
+
+/**
+ * What a leaf value can be, with everything Arrow needs of it: its Arrow type, and the typed array a row
+ * holds a list of them in (binary: one value's bytes). A new kind is an entry here, its Parquet type in
+ * the trajflow writer (sinks/files/encoders/parquet-trajflow.ts) and in parquetjs-lite's (parquetjs.ts);
+ * Arrow, parquet-wasm and the encoders' hand-over derive from this table.
+ */
+export const VALUE_KINDS = {
+  utf8: { arrow: { type: "Utf8" }, array: null },
+  binary: { arrow: { type: "Binary" }, array: Uint8Array },
+  int8: { arrow: { type: "Int", bits: 8 }, array: Int8Array },
+  int32: { arrow: { type: "Int", bits: 32 }, array: Int32Array },
+  float32: { arrow: { type: "FloatingPoint", precision: 1 }, array: Float32Array },
+  float64: { arrow: { type: "FloatingPoint", precision: 2 }, array: Float64Array },
+  bool: { arrow: { type: "Bool" }, array: null },
+} as const satisfies Record<string, { arrow: ArrowLeaf; array: TypedArrayConstructor | null }>;
+
 /** What a leaf value is, in Arrow and Parquet alike. */
-export type ValueKind = "utf8" | "binary" | "int8" | "int32" | "float32" | "float64" | "bool";
+export type ValueKind = keyof typeof VALUE_KINDS;
+
+/** The typed arrays rows hold. */
+export type TypedArrayConstructor =
+  | Int8ArrayConstructor
+  | Uint8ArrayConstructor
+  | Int32ArrayConstructor
+  | Float32ArrayConstructor
+  | Float64ArrayConstructor;
 
 /** A field of a struct element: a nullable scalar (a row holds null or omits nothing: every key is there). */
 export interface StructField {
@@ -102,7 +132,7 @@ const list = <V>(kind: ValueKind, empty: () => V, elementNullable = false): Colu
   empty,
 });
 
-/** The column types rows use. A new kind needs a builder in trajectory-arrow.ts and the Parquet engines. */
+/** The column types rows use. A new kind is a VALUE_KINDS entry first. */
 export const ColumnTypes = {
   utf8: scalar<string>("utf8", ""),
   /** Opaque bytes (routed experts): the row holds a Uint8Array. */

@@ -5,8 +5,8 @@
  * committed offsets at start; reading whole files (50-200 MB each) and loading a Parquet library for it
  * cost time and memory the footer does not need.
  */
-import { promises as fs } from "node:fs";
 import { TrajflowError } from "../../core/errors.ts";
+import type { Store } from "../shared/store.ts";
 import { CompactReader } from "./encoders/thrift.ts";
 
 const MAGIC = "PAR1";
@@ -38,7 +38,7 @@ export function footerKeyValues(footer: Uint8Array): Record<string, string> {
   return out;
 }
 
-/** Reads `length` bytes at `offset` of a file of known size (a local file, an S3 object's range). */
+/** Reads `length` bytes at `offset` of a file of known size (a store's range). */
 export type ReadAt = (offset: number, length: number) => Promise<Uint8Array>;
 
 /** The key-value metadata of a Parquet file of `size` bytes, reading only its footer through `read`. */
@@ -62,26 +62,22 @@ export async function parquetKeyValuesAt(
   }
 }
 
-/** The key-value metadata of the Parquet file at `path`, reading only its footer. */
-export async function readParquetKeyValues(path: string): Promise<Record<string, string>> {
-  let file;
+/** The key-value metadata of the Parquet file `name` in `store`, reading only its footer. */
+export async function storedParquetKeyValues(store: Store, name: string): Promise<Record<string, string>> {
   try {
-    file = await fs.open(path, "r");
+    // The last 8 bytes (footer length and magic) and the file's size in one read, then the footer.
+    const tail = await store.readRange(name, { last: 8 });
+    return await parquetKeyValuesAt(store.url(name), tail.size, async (offset, length) =>
+      offset === tail.size - 8 && length === 8
+        ? tail.bytes
+        : (await store.readRange(name, { offset, length })).bytes,
+    );
   } catch (err) {
+    if (err instanceof TrajflowError) throw err;
     throw new TrajflowError(
       "SOURCE_READ_FAILED",
-      `cannot read the Parquet footer of ${path}: ${(err as Error).message}`,
+      `cannot read the Parquet footer of ${store.url(name)}: ${(err as Error).message}`,
       { cause: err },
     );
-  }
-  try {
-    const { size } = await file.stat();
-    return await parquetKeyValuesAt(path, size, async (offset, length) => {
-      const buf = Buffer.alloc(length);
-      await file.read(buf, 0, length, offset);
-      return buf;
-    });
-  } finally {
-    await file.close();
   }
 }

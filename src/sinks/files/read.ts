@@ -1,10 +1,11 @@
 /** Reading trajectory files back (inspect, recovery, tests): Parquet from any engine, and Arrow IPC files. */
 import { promises as fs } from "node:fs";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { TrajflowError } from "../../core/errors.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
-import { DATA_FILE, hidden } from "../shared/store.ts";
-import { readParquetKeyValues } from "./parquet-footer.ts";
+import { LocalStore } from "../shared/local-store.ts";
+import { DATA_FILE, hidden, type Store } from "../shared/store.ts";
+import { storedParquetKeyValues } from "./parquet-footer.ts";
 
 // Loaded on first use: parquet-wasm's WebAssembly instance and apache-arrow cost memory and start-up time
 // a writing process does not need (recovery reads Parquet footers only).
@@ -48,11 +49,16 @@ export async function rowsOfFile(bytes: Uint8Array, isArrow: boolean): Promise<T
 }
 
 /**
- * Key-value metadata of a trajectory file: Parquet's from its footer alone (./parquet-footer.ts), Arrow's
- * from the schema.
+ * Key-value metadata of a trajectory file in a store: Parquet's from its footer alone (./parquet-footer.ts),
+ * Arrow's from the schema.
  */
-export async function readFileMetadata(file: string): Promise<Record<string, string>> {
-  if (!file.endsWith(".arrow")) return readParquetKeyValues(file);
+export async function fileKeyValues(store: Store, name: string): Promise<Record<string, string>> {
+  if (!name.endsWith(".arrow")) return storedParquetKeyValues(store, name);
   const { tableFromIPC } = await arrow();
-  return Object.fromEntries(tableFromIPC(await fs.readFile(file)).schema.metadata);
+  return Object.fromEntries(tableFromIPC(await store.read(name)).schema.metadata);
+}
+
+/** Key-value metadata of the trajectory file at `file`. */
+export function readFileMetadata(file: string): Promise<Record<string, string>> {
+  return fileKeyValues(new LocalStore(dirname(file)), basename(file));
 }

@@ -11,6 +11,7 @@
  */
 import { sessionKey } from "../../schemas/session.ts";
 import type { Store } from "../shared/store.ts";
+import { fileKeyValues } from "./read.ts";
 
 import type { SessionSpan } from "../../contract/components.ts";
 
@@ -52,7 +53,7 @@ export async function writtenSessions(
   for (const name of await store.list(`${range}-`)) {
     const m = pattern.exec(name.slice(name.lastIndexOf("/") + 1));
     if (m === null || Number(m[2]) < resumeOffset) continue;
-    const meta = await store.keyValues(name);
+    const meta = await fileKeyValues(store, name);
     const spans = JSON.parse(meta[SESSIONS_KEY] ?? "[]") as SessionSpan[];
     for (const [uid, sessionId, , last] of spans) out.set(sessionKey(uid, sessionId), last);
   }

@@ -1,7 +1,16 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
-import { emptyRow, type TrajectoryRow } from "../../schemas/trajectory.ts";
-import { columnBuffers, fromColumns, toColumns } from "./row-columns.ts";
+import { emptyRow, ROW_COLUMNS, type TrajectoryRow } from "../../schemas/trajectory.ts";
+import { columnBuffers, toColumns, unpackColumns, type ColumnBatch } from "./row-columns.ts";
+
+/** The rows an encoder reads from a hand-over, to compare them with what was sent. */
+function fromColumns(batch: ColumnBatch): TrajectoryRow[] {
+  const { count, values } = unpackColumns(batch);
+  return Array.from(
+    { length: count },
+    (_, r) => Object.fromEntries(ROW_COLUMNS.map((c, i) => [c.name, values[i]![r]])) as TrajectoryRow,
+  );
+}
 
 function row(i: number, fields: Partial<TrajectoryRow>): TrajectoryRow {
   return { ...emptyRow(), key: `u_s_${i}`, uid: "u", session_id: "s", index: i, ...fields };

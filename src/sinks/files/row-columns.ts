@@ -5,24 +5,26 @@
  * writes every object's property names. Here a typed-array column's small values are copied into one
  * buffer, large ones that own their buffer move on their own (a copy would cost more than the move, and
  * the row would keep its buffer until its file is written), the other columns go as one array each, and
- * the worker, idle most of a run, puts the rows back together.
+ * the worker's encoder reads the columns as they came (`unpackColumns`: one view per value, no row objects).
  */
-import { ROW_COLUMNS, type TrajectoryRow } from "../../schemas/trajectory.ts";
+import { ROW_COLUMNS, VALUE_KINDS, type TrajectoryRow, type ValueKind } from "../../schemas/trajectory.ts";
 
 const COLUMN_NAMES = ROW_COLUMNS.map((c) => c.name);
 
 type TypedArray = Int8Array | Uint8Array | Int32Array | Float32Array | Float64Array;
-const CONSTRUCTORS = { Int8Array, Uint8Array, Int32Array, Float32Array, Float64Array } as const;
-type TypedName = keyof typeof CONSTRUCTORS;
+/** A kind whose values rows hold in typed arrays (VALUE_KINDS). */
+type TypedName = { [K in ValueKind]: (typeof VALUE_KINDS)[K]["array"] extends null ? never : K }[ValueKind];
+const arrayOf = (kind: TypedName) => VALUE_KINDS[kind].array;
 
 /** A value at least this large that owns its buffer moves to the worker instead of being copied. */
 const MOVE_BYTES = 64 * 1024;
 
 /** One typed-array column: small values back to back (8-byte aligned), large ones apart, null rows marked. */
 interface PackedColumn {
+  /** The kind of its values, whose typed array holds them. */
   type: TypedName;
   buffer: ArrayBuffer;
-  /** Byte offset of each row's values in `buffer`; -1 for null, -2 for a value in `moved`. */
+  /** Byte offset of each row's values in `buffer`; -1 for null, -2 - i for `moved[i]`. */
   offsets: Int32Array;
   /** Element count of each row's values. */
   lengths: Int32Array;
@@ -36,16 +38,15 @@ export interface ColumnBatch {
   columns: Array<PackedColumn | unknown[]>;
 }
 
-/** The typed array each column holds (numeric lists without null elements, bytes), by ROW_COLUMNS. */
+/**
+ * The kind of typed array each column holds, by ROW_COLUMNS: a list of a kind with one (no null elements),
+ * or a binary value.
+ */
 const TYPED: Array<TypedName | null> = ROW_COLUMNS.map((c) => {
-  if (c.type.kind === "binary" && !c.type.list) return "Uint8Array";
-  if (!c.type.list || c.type.elementNullable) return null;
-  const byKind: Partial<Record<string, TypedName>> = {
-    int8: "Int8Array",
-    int32: "Int32Array",
-    float32: "Float32Array",
-  };
-  return byKind[c.type.kind] ?? null;
+  const kind = c.type.kind;
+  if (kind === "struct" || VALUE_KINDS[kind].array === null) return null;
+  if (c.type.list ? c.type.elementNullable : kind !== "binary") return null;
+  return kind as TypedName;
 });
 
 export function toColumns(rows: readonly TrajectoryRow[]): ColumnBatch {
@@ -68,7 +69,7 @@ function pack(
   type: TypedName,
   moving: Set<ArrayBuffer>,
 ): PackedColumn | null {
-  const Typed = CONSTRUCTORS[type];
+  const Typed = arrayOf(type);
   const offsets = new Int32Array(rows.length);
   const lengths = new Int32Array(rows.length);
   const moved: TypedArray[] = [];
@@ -85,8 +86,8 @@ function pack(
     // A buffer moves once: a second row holding the same array gets a copy.
     if (v.byteLength >= MOVE_BYTES && own.byteLength === v.byteLength && !moving.has(own)) {
       moving.add(own);
+      offsets[r] = -2 - moved.length;
       moved.push(v);
-      offsets[r] = -2;
       continue;
     }
     offsets[r] = bytes;
@@ -112,24 +113,32 @@ export function columnBuffers(batch: ColumnBatch): ArrayBuffer[] {
   return out;
 }
 
-export function fromColumns(batch: ColumnBatch): TrajectoryRow[] {
-  const rows = new Array<TrajectoryRow>(batch.count);
-  for (let r = 0; r < batch.count; r++) rows[r] = {} as TrajectoryRow;
-  for (let c = 0; c < COLUMN_NAMES.length; c++) {
-    const name = COLUMN_NAMES[c]!;
-    const column = batch.columns[c]!;
-    let moved = 0;
+/**
+ * A file's rows column by column, as encoders read them: per column (ROW_COLUMNS order) each row's value.
+ */
+export interface Columns {
+  count: number;
+  values: ReadonlyArray<readonly unknown[]>;
+}
+
+/** Rows as columns without packing (an encoder on the same thread: nothing crosses). */
+export function columnsOfRows(rows: readonly TrajectoryRow[]): Columns {
+  const values = rows as unknown as ReadonlyArray<Record<string, unknown>>;
+  return { count: rows.length, values: COLUMN_NAMES.map((name) => values.map((r) => r[name])) };
+}
+
+/** The hand-over's columns as encoders read them: a packed value becomes a view of its buffer. */
+export function unpackColumns(batch: ColumnBatch): Columns {
+  const values = batch.columns.map((column) => {
+    if (Array.isArray(column)) return column;
+    const Typed = arrayOf(column.type);
+    const out = new Array<unknown>(batch.count);
     for (let r = 0; r < batch.count; r++) {
-      let value: unknown;
-      if (Array.isArray(column)) value = column[r];
-      else {
-        const at = column.offsets[r]!;
-        if (at === -1) value = null;
-        else if (at === -2) value = column.moved[moved++];
-        else value = new CONSTRUCTORS[column.type](column.buffer, at, column.lengths[r]);
-      }
-      (rows[r] as unknown as Record<string, unknown>)[name] = value;
+      const at = column.offsets[r]!;
+      out[r] =
+        at >= 0 ? new Typed(column.buffer, at, column.lengths[r]) : at === -1 ? null : column.moved[-2 - at];
     }
-  }
-  return rows;
+    return out;
+  });
+  return { count: batch.count, values };
 }

@@ -1,5 +1,5 @@
 /**
- * Worker thread: encodes a batch of rows and commits the file to its store (a directory or S3), so the
+ * Worker thread: encodes a batch of rows (handed over column-wise, encoded as columns) and commits the file to its store (a directory or S3), so the
  * ingest thread never waits on Arrow building, compression, fsync or uploads. The encoder's chunks go to
  * the store as they are made.
  */
@@ -7,10 +7,10 @@ import { parentPort, workerData } from "node:worker_threads";
 import { ThreadMeter, type ThreadUsage } from "../../core/thread-usage.ts";
 import { emptyRow, type TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { S3Options } from "../shared/s3-options.ts";
-import { fromColumns, type ColumnBatch } from "./row-columns.ts";
+import { unpackColumns, type ColumnBatch } from "./row-columns.ts";
 import { openStore } from "../shared/open-store.ts";
 import type { CommitOutcome, Staged, Store } from "../shared/store.ts";
-import { encodeRows, encodeRowsInChunks, wasmMemoryBytes } from "./encoders/index.ts";
+import { encodeColumnsInChunks, encodeRows, wasmMemoryBytes } from "./encoders/index.ts";
 import type { EncodeOptions } from "./encoders/types.ts";
 
 /** What the pool tells a worker when it starts. */
@@ -121,7 +121,7 @@ parentPort!.on("message", async (job: EncodeJob) => {
     await warm;
     const target = await store;
     const t0 = performance.now();
-    const chunks = timed(await encodeRowsInChunks(fromColumns(job.rows), job.options));
+    const chunks = timed(await encodeColumnsInChunks(unpackColumns(job.rows), job.options));
     // Engines other than trajflow's encode the whole file before the first chunk.
     const whole = performance.now() - t0;
     let outcome: CommitOutcome | null = null;

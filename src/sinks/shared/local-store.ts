@@ -1,9 +1,8 @@
 /** The local-directory store: atomic-file.ts's durable temporaries, linked into place. */
 import { promises as fs } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
-import { readFileMetadata } from "../files/read.ts";
 import { assertWritableDir, commitFile, publishTemp, removeStaleTemps, writeTemp } from "./atomic-file.ts";
-import { DATA_FILE, hidden, type CommitOutcome, type Staged, type Store } from "./store.ts";
+import { DATA_FILE, hidden, type ByteRange, type CommitOutcome, type Staged, type Store } from "./store.ts";
 
 /** Counts the bytes of chunks as they pass. */
 function counted(chunks: Iterable<Uint8Array>): { chunks: Iterable<Uint8Array>; bytes: () => number } {
@@ -87,8 +86,18 @@ export class LocalStore implements Store {
     return fs.readFile(this.url(name));
   }
 
-  keyValues(name: string): Promise<Record<string, string>> {
-    return readFileMetadata(this.url(name));
+  async readRange(name: string, range: ByteRange): Promise<{ bytes: Uint8Array; size: number }> {
+    const file = await fs.open(this.url(name), "r");
+    try {
+      const { size } = await file.stat();
+      const offset = "last" in range ? Math.max(0, size - range.last) : Math.min(range.offset, size);
+      const length = "last" in range ? size - offset : Math.min(range.length, size - offset);
+      const bytes = Buffer.alloc(length);
+      const { bytesRead } = await file.read(bytes, 0, length, offset);
+      return { bytes: bytes.subarray(0, bytesRead), size };
+    } finally {
+      await file.close();
+    }
   }
 
   async remove(name: string): Promise<void> {

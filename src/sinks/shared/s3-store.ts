@@ -29,12 +29,11 @@ import {
   type S3Client,
 } from "@aws-sdk/client-s3";
 import { TrajflowError } from "../../core/errors.ts";
-import { parquetKeyValuesAt } from "../files/parquet-footer.ts";
 import { STALE_TEMP_AGE_MS } from "./atomic-file.ts";
 import { formatLocation, keyOf, type Location } from "./location.ts";
 import { createS3Client, isNotFound, isPreconditionFailed, s3Error } from "./s3-client.ts";
 import { s3Endpoint, type S3Options } from "./s3-options.ts";
-import { DATA_FILE, hidden, type CommitOutcome, type Staged, type Store } from "./store.ts";
+import { DATA_FILE, hidden, type ByteRange, type CommitOutcome, type Staged, type Store } from "./store.ts";
 
 type S3Location = Extract<Location, { kind: "s3" }>;
 
@@ -323,10 +322,28 @@ export class S3Store implements Store {
   }
 
   async read(name: string): Promise<Uint8Array> {
-    return (await this.readRange(name)).bytes;
+    return (await this.get(name)).bytes;
   }
 
-  private async readRange(name: string, range?: string): Promise<{ bytes: Uint8Array; size: number }> {
+  readRange(name: string, range: ByteRange): Promise<{ bytes: Uint8Array; size: number }> {
+    const { offset, length } = "last" in range ? { offset: -1, length: range.last } : range;
+    if (length <= 0) return this.size(name);
+    return this.get(name, offset < 0 ? `bytes=-${length}` : `bytes=${offset}-${offset + length - 1}`);
+  }
+
+  /** An empty range: the size alone (a HEAD request; S3 refuses an empty Range). */
+  private async size(name: string): Promise<{ bytes: Uint8Array; size: number }> {
+    try {
+      const head = await this.client.send(
+        new HeadObjectCommand({ Bucket: this.loc.bucket, Key: this.key(name) }),
+      );
+      return { bytes: new Uint8Array(0), size: head.ContentLength ?? 0 };
+    } catch (err) {
+      throw this.fail(err, `read ${this.url(name)}`);
+    }
+  }
+
+  private async get(name: string, range?: string): Promise<{ bytes: Uint8Array; size: number }> {
     try {
       const got = await this.client.send(
         new GetObjectCommand({ Bucket: this.loc.bucket, Key: this.key(name), Range: range }),
@@ -338,20 +355,6 @@ export class S3Store implements Store {
     } catch (err) {
       throw this.fail(err, `read ${this.url(name)}`);
     }
-  }
-
-  async keyValues(name: string): Promise<Record<string, string>> {
-    if (name.endsWith(".arrow")) {
-      const { tableFromIPC } = await import("apache-arrow");
-      return Object.fromEntries(tableFromIPC(await this.read(name)).schema.metadata);
-    }
-    // The last 8 bytes (footer length and magic) and the object's size in one request, then the footer.
-    const tail = await this.readRange(name, "bytes=-8");
-    return parquetKeyValuesAt(this.url(name), tail.size, async (offset, length) =>
-      offset === tail.size - 8 && length === 8
-        ? tail.bytes
-        : (await this.readRange(name, `bytes=${offset}-${offset + length - 1}`)).bytes,
-    );
   }
 
   async remove(name: string): Promise<void> {

@@ -1,6 +1,7 @@
 /**
  * Where committed files go: a local directory or an S3 prefix, behind one interface, so the file sinks,
- * dead letters and recovery are written once. Names are relative to the store's root
+ * dead letters and recovery are written once. A store knows bytes only: it puts, lists, reads (whole or a
+ * range) and publishes files; what the bytes mean (a Parquet footer) is the files sink's (files/read.ts). Names are relative to the store's root
  * (`date=2026-11-24/part-00000.parquet`); `url` gives what users see.
  *
  * Both stores commit without ever overwriting: a local file is linked into place from a durable
@@ -22,6 +23,9 @@ export interface Staged {
   parts?: Array<{ PartNumber: number; ETag: string }>;
   sha256?: string;
 }
+
+/** A byte range of a file: `length` bytes at `offset`, or its `last` bytes. */
+export type ByteRange = { offset: number; length: number } | { last: number };
 
 export interface Store {
   /** The root as users write it: an absolute directory or `s3://bucket/prefix`. */
@@ -52,8 +56,11 @@ export interface Store {
   list(startsWith?: string): Promise<string[]>;
   /** A file's bytes. */
   read(name: string): Promise<Uint8Array>;
-  /** A data file's key-value metadata (a Parquet footer alone, or an Arrow schema). */
-  keyValues(name: string): Promise<Record<string, string>>;
+  /**
+   * Bytes of a file in `range` (fewer where the file ends first), and the file's size: a reader of a
+   * footer asks for the last bytes and learns the size in one request.
+   */
+  readRange(name: string, range: ByteRange): Promise<{ bytes: Uint8Array; size: number }>;
   /** Removes a file this run created (and a partition directory it leaves empty). */
   remove(name: string): Promise<void>;
   /**

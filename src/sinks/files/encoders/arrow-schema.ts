@@ -9,50 +9,39 @@
  * message back with apache-arrow and compares it with trajectory-arrow.ts's schema.
  */
 import { Builder } from "flatbuffers";
-import { arrowShape, type ArrowShape, type ColumnType } from "../../../schemas/trajectory.ts";
+import {
+  arrowShape,
+  VALUE_KINDS,
+  type ArrowLeaf,
+  type ArrowShape,
+  type ColumnType,
+} from "../../../schemas/trajectory.ts";
 
 // Message.fbs / Schema.fbs enums and union tags.
 const METADATA_V5 = 4;
 const HEADER_SCHEMA = 1;
 const TYPE = { Int: 2, FloatingPoint: 3, Binary: 4, Utf8: 5, Bool: 6, List: 12, Struct: 13 } as const;
-const PRECISION = { SINGLE: 1, DOUBLE: 2 } as const;
 
-/** The type table of a field: [union tag, offset]. */
+/** The type table of a field: [union tag, offset]. A value kind's comes from VALUE_KINDS. */
 function typeTable(b: Builder, type: ArrowShape["type"]): [number, number] {
-  const int = (bits: number): number => {
-    b.startObject(2);
-    b.addFieldInt32(0, bits, 0);
-    b.addFieldInt8(1, 1, 0); // is_signed
-    return b.endObject();
-  };
-  const float = (precision: number): number => {
-    b.startObject(1);
-    b.addFieldInt16(0, precision, 0);
-    return b.endObject();
-  };
   const empty = (): number => {
     b.startObject(0);
     return b.endObject();
   };
-  switch (type) {
-    case "int8":
-      return [TYPE.Int, int(8)];
-    case "int32":
-      return [TYPE.Int, int(32)];
-    case "float32":
-      return [TYPE.FloatingPoint, float(PRECISION.SINGLE)];
-    case "float64":
-      return [TYPE.FloatingPoint, float(PRECISION.DOUBLE)];
-    case "utf8":
-      return [TYPE.Utf8, empty()];
-    case "binary":
-      return [TYPE.Binary, empty()];
-    case "bool":
-      return [TYPE.Bool, empty()];
-    case "list":
-      return [TYPE.List, empty()];
-    case "struct":
-      return [TYPE.Struct, empty()];
+  if (type === "list" || type === "struct") return [type === "list" ? TYPE.List : TYPE.Struct, empty()];
+  const leaf: ArrowLeaf = VALUE_KINDS[type].arrow;
+  switch (leaf.type) {
+    case "Int":
+      b.startObject(2);
+      b.addFieldInt32(0, leaf.bits, 0);
+      b.addFieldInt8(1, 1, 0); // is_signed
+      return [TYPE.Int, b.endObject()];
+    case "FloatingPoint":
+      b.startObject(1);
+      b.addFieldInt16(0, leaf.precision, 0);
+      return [TYPE.FloatingPoint, b.endObject()];
+    default:
+      return [TYPE[leaf.type], empty()];
   }
 }
 

@@ -1,7 +1,8 @@
 /**
- * trajflow's own Parquet writer: trajectory rows → Parquet bytes with no intermediate copy of the table.
+ * trajflow's own Parquet writer: trajectory columns → Parquet bytes with no intermediate copy of the table.
  *
- * Token columns go from each row's typed array into a page buffer in one `set` (PLAIN encoding of a
+ * It reads the columns as the file sink hands them over (../row-columns.ts): token columns go from each
+ * row's typed array into a page buffer in one `set` (PLAIN encoding of a
  * little-endian int32/float32 array is its bytes), pages are compressed by Node's own zstd or gzip (C,
  * not WebAssembly) or snappyjs, and the footer is written with Thrift's compact protocol (./thrift.ts).
  * The layout is the one parquet-wasm writes for the same schema (standard 3-level LISTs with `element`
@@ -65,6 +66,8 @@ export interface ParquetColumn {
 /** One leaf column: a top-level field, the element of a top-level list, or a field of a list's struct element. */
 interface Leaf {
   name: string;
+  /** The top-level column's index in the columns written. */
+  column: number;
   kind: Kind;
   /** For a field of a list's struct element: its name, and the struct's field count (first field only: > 0). */
   structField: string | null;
@@ -82,19 +85,9 @@ interface Leaf {
   maxRep: number;
 }
 
-const PHYSICAL: Record<Kind, number> = {
-  bool: Physical.BOOLEAN,
-  int32: Physical.INT32,
-  int8: Physical.INT32,
-  float32: Physical.FLOAT,
-  float64: Physical.DOUBLE,
-  utf8: Physical.BYTE_ARRAY,
-  binary: Physical.BYTE_ARRAY,
-};
-
 function leavesOf(columns: readonly ParquetColumn[], statsColumns: ReadonlySet<string>): Leaf[] {
-  return columns.flatMap(({ name, type }): Leaf[] => {
-    const base = { name, nullable: type.nullable, structField: null, structWidth: 0 };
+  return columns.flatMap(({ name, type }, column): Leaf[] => {
+    const base = { name, column, nullable: type.nullable, structField: null, structWidth: 0 };
     if (!type.list) {
       const maxDef = type.nullable ? 1 : 0;
       const kind = type.kind as Kind;
@@ -210,17 +203,111 @@ class Stats {
 
   /** [min, max] plain-encoded, or null when no value was seen. */
   encoded(kind: Kind): [Uint8Array, Uint8Array] | null {
-    if (kind === "utf8") return this.minBytes === null ? null : [this.minBytes, this.maxBytes!];
-    if (this.minNum > this.maxNum) return null;
-    const enc = (v: number) => {
-      const b = Buffer.alloc(kind === "float64" ? 8 : 4);
-      if (kind === "float64") b.writeDoubleLE(v === 0 ? 0 : v);
-      else b.writeInt32LE(v);
-      return b;
-    };
-    return [enc(this.minNum), enc(this.maxNum)];
+    if (this.minBytes !== null) return [this.minBytes, this.maxBytes!];
+    const plain = KINDS[kind].plainNumber;
+    if (this.minNum > this.maxNum || plain === null) return null;
+    return [plain(this.minNum), plain(this.maxNum)];
   }
 }
+
+/**
+ * What the writer needs of each value kind (schemas/trajectory.ts's VALUE_KINDS): its physical type, the
+ * annotation its schema element carries, how a value is PLAIN-encoded into a page (`bit`: the value's
+ * index in the page, for booleans' bit packing), and a number's PLAIN bytes for statistics.
+ */
+interface KindCodec {
+  physical: number;
+  annotate: ((e: CompactWriter) => void) | null;
+  write(b: Bytes, v: unknown, stats: Stats | null, bit: number): void;
+  plainNumber: ((v: number) => Uint8Array) | null;
+}
+
+function int32Value(b: Bytes, v: unknown, stats: Stats | null): void {
+  b.ensure(4);
+  b.buf.writeInt32LE(v as number, b.pos);
+  b.pos += 4;
+  stats?.number(v as number);
+}
+
+function int32Plain(v: number): Uint8Array {
+  const b = Buffer.alloc(4);
+  b.writeInt32LE(v);
+  return b;
+}
+
+const KINDS: Record<Kind, KindCodec> = {
+  int32: { physical: Physical.INT32, annotate: null, write: int32Value, plainNumber: int32Plain },
+  int8: {
+    physical: Physical.INT32,
+    annotate: (e) =>
+      e.i32(6, Converted.INT_8).struct(10, (l) => l.struct(10, (i) => i.byteField(1, 8).bool(2, true))),
+    write: int32Value,
+    plainNumber: int32Plain,
+  },
+  float32: {
+    physical: Physical.FLOAT,
+    annotate: null,
+    write(b, v) {
+      b.ensure(4);
+      b.buf.writeFloatLE(v as number, b.pos);
+      b.pos += 4;
+    },
+    plainNumber: null,
+  },
+  float64: {
+    physical: Physical.DOUBLE,
+    annotate: null,
+    write(b, v, stats) {
+      b.ensure(8);
+      b.buf.writeDoubleLE(v as number, b.pos);
+      b.pos += 8;
+      stats?.number(v as number);
+    },
+    plainNumber(v) {
+      const b = Buffer.alloc(8);
+      b.writeDoubleLE(v === 0 ? 0 : v);
+      return b;
+    },
+  },
+  bool: {
+    physical: Physical.BOOLEAN,
+    annotate: null,
+    // Bit-packed, LSB first, from the page's first value on.
+    write(b, v, _stats, bit) {
+      if ((bit & 7) === 0) {
+        b.ensure(1);
+        b.buf[b.pos++] = 0;
+      }
+      if (v === true) b.buf[b.pos - 1]! |= 1 << (bit & 7);
+    },
+    plainNumber: null,
+  },
+  utf8: {
+    physical: Physical.BYTE_ARRAY,
+    annotate: (e) => e.i32(6, Converted.UTF8).struct(10, (l) => l.struct(1, () => {})),
+    write(b, v, stats) {
+      const s = v as string;
+      b.ensure(4 + s.length * 3);
+      const n = b.buf.write(s, b.pos + 4, "utf8");
+      b.buf.writeUInt32LE(n, b.pos);
+      if (stats !== null) stats.bytes(b.buf.subarray(b.pos + 4, b.pos + 4 + n));
+      b.pos += 4 + n;
+    },
+    plainNumber: null,
+  },
+  binary: {
+    physical: Physical.BYTE_ARRAY,
+    annotate: null,
+    write(b, v) {
+      const bytes = v as Uint8Array;
+      b.ensure(4 + bytes.length);
+      b.buf.writeUInt32LE(bytes.length, b.pos);
+      b.buf.set(bytes, b.pos + 4);
+      b.pos += 4 + bytes.length;
+    },
+    plainNumber: null,
+  },
+};
 
 interface ChunkMeta {
   leaf: Leaf;
@@ -247,13 +334,13 @@ function compress(codec: Compression, body: Uint8Array): Uint8Array {
   }
 }
 
-/** Writes one column chunk (pages and all) of rows[from, to) to `parts`. */
+/** Writes one column chunk (pages and all) of a column's rows [from, to) to `parts`. */
 class ChunkWriter {
   private readonly values = new Bytes();
   private readonly rep = new Levels();
   private readonly def = new Levels();
   private levelCount = 0;
-  private bits = 0; // booleans written into the page's last byte
+  private bits = 0; // values written into the page (booleans are bit-packed by it)
 
   private readonly codec: Compression;
   private readonly parts: Uint8Array[];
@@ -263,13 +350,7 @@ class ChunkWriter {
     this.parts = parts;
   }
 
-  write(
-    leaf: Leaf,
-    rows: readonly Record<string, unknown>[],
-    from: number,
-    to: number,
-    offset: number,
-  ): ChunkMeta {
+  write(leaf: Leaf, values: readonly unknown[], from: number, to: number, offset: number): ChunkMeta {
     const meta: ChunkMeta = {
       leaf,
       offset,
@@ -279,7 +360,7 @@ class ChunkWriter {
       stats: leaf.stats ? new Stats() : null,
     };
     for (let r = from; r < to; r++) {
-      const v = rows[r]![leaf.name];
+      const v = values[r];
       if (leaf.structField !== null)
         this.structListRow(leaf, v as ArrayLike<Record<string, unknown> | null> | null);
       else if (leaf.list) this.listRow(leaf, v as ArrayLike<unknown> | null);
@@ -321,10 +402,11 @@ class ChunkWriter {
     this.rep.push(0);
     this.rep.push(1, n - 1);
     if (ArrayBuffer.isView(v)) {
-      // Typed arrays have no nulls: one run of full definition, values in one copy (int8 widened).
+      // Typed arrays have no nulls: one run of full definition, values in one copy (narrow ints widened).
       this.def.push(leaf.maxDef, n);
-      if (leaf.kind === "int8") this.widenInt8(v as Int8Array);
-      else this.values.bytes(v);
+      if (KINDS[leaf.kind].physical === Physical.INT32 && (v as Int32Array).BYTES_PER_ELEMENT < 4) {
+        this.widen(v as Int8Array);
+      } else this.values.bytes(v);
       return;
     }
     const items = v as ArrayLike<unknown>;
@@ -370,8 +452,8 @@ class ChunkWriter {
     }
   }
 
-  /** int8 values are INT32 in Parquet: widened in one typed-array set where the page buffer is aligned. */
-  private widenInt8(v: Int8Array): void {
+  /** Narrow ints are INT32 in Parquet: widened in one typed-array set where the page buffer is aligned. */
+  private widen(v: Int8Array): void {
     const b = this.values;
     b.ensure(v.length * 4);
     if (((b.buf.byteOffset + b.pos) & 3) === 0) {
@@ -383,54 +465,7 @@ class ChunkWriter {
   }
 
   private value(kind: Kind, v: unknown, stats: Stats | null): void {
-    const b = this.values;
-    switch (kind) {
-      case "int32":
-      case "int8":
-        b.ensure(4);
-        b.buf.writeInt32LE(v as number, b.pos);
-        b.pos += 4;
-        stats?.number(v as number);
-        return;
-      case "float32":
-        b.ensure(4);
-        b.buf.writeFloatLE(v as number, b.pos);
-        b.pos += 4;
-        return;
-      case "float64":
-        b.ensure(8);
-        b.buf.writeDoubleLE(v as number, b.pos);
-        b.pos += 8;
-        stats?.number(v as number);
-        return;
-      case "bool": {
-        // Bit-packed, LSB first, from the page's first value on.
-        if ((this.bits & 7) === 0) {
-          b.ensure(1);
-          b.buf[b.pos++] = 0;
-        }
-        if (v === true) b.buf[b.pos - 1]! |= 1 << (this.bits & 7);
-        this.bits++;
-        return;
-      }
-      case "utf8": {
-        const s = v as string;
-        b.ensure(4 + s.length * 3);
-        const n = b.buf.write(s, b.pos + 4, "utf8");
-        b.buf.writeUInt32LE(n, b.pos);
-        if (stats !== null) stats.bytes(b.buf.subarray(b.pos + 4, b.pos + 4 + n));
-        b.pos += 4 + n;
-        return;
-      }
-      case "binary": {
-        const bytes = v as Uint8Array;
-        b.ensure(4 + bytes.length);
-        b.buf.writeUInt32LE(bytes.length, b.pos);
-        b.buf.set(bytes, b.pos + 4);
-        b.pos += 4 + bytes.length;
-        return;
-      }
-    }
+    KINDS[kind].write(this.values, v, stats, this.bits++);
   }
 
   /** Ends a page: levels and values into one body, compressed, after its header. */
@@ -474,11 +509,8 @@ function schemaElements(w: CompactWriter, leaves: readonly Leaf[]): void {
   const elements: Element[] = [(e) => e.binary(4, "arrow_schema").i32(5, columns)];
   const primitive = (leaf: Leaf, name: string, repetition: number): Element => {
     return (e) => {
-      e.i32(1, PHYSICAL[leaf.kind]).i32(3, repetition).binary(4, name);
-      if (leaf.kind === "utf8") e.i32(6, Converted.UTF8).struct(10, (l) => l.struct(1, () => {}));
-      if (leaf.kind === "int8") {
-        e.i32(6, Converted.INT_8).struct(10, (l) => l.struct(10, (i) => i.byteField(1, 8).bool(2, true)));
-      }
+      e.i32(1, KINDS[leaf.kind].physical).i32(3, repetition).binary(4, name);
+      KINDS[leaf.kind].annotate?.(e);
     };
   };
   /** The standard 3-level LIST's two groups: `<name> (LIST)` and its `repeated group list`. */
@@ -527,7 +559,8 @@ const schemaValues = new WeakMap<readonly ParquetColumn[], string>();
  * the encoded file is never whole in memory.
  */
 export function* parquetTrajflowChunks(
-  rows: readonly object[],
+  values: ReadonlyArray<readonly unknown[]>,
+  count: number,
   columns: readonly ParquetColumn[],
   statsColumns: ReadonlySet<string>,
   options: ParquetTrajflowOptions,
@@ -538,32 +571,31 @@ export function* parquetTrajflowChunks(
     arrowSchema = Buffer.from(arrowSchemaMessage(columns)).toString("base64");
     schemaValues.set(columns, arrowSchema);
   }
-  const records = rows as readonly Record<string, unknown>[];
   const parts: Uint8Array[] = [MAGIC];
   let offset = MAGIC.length;
   const writer = new ChunkWriter(options.compression, parts);
   const groups: Array<{ rows: number; chunks: ChunkMeta[] }> = [];
   const groupSize = Math.max(1, options.rowGroupSize);
-  for (let from = 0; from < records.length || groups.length === 0; from += groupSize) {
-    const to = Math.min(records.length, from + groupSize);
+  for (let from = 0; from < count || groups.length === 0; from += groupSize) {
+    const to = Math.min(count, from + groupSize);
     const chunks: ChunkMeta[] = [];
     for (const leaf of leaves) {
-      const meta = writer.write(leaf, records, from, to, offset);
+      const meta = writer.write(leaf, values[leaf.column]!, from, to, offset);
       offset += meta.compressed;
       chunks.push(meta);
       yield* parts.splice(0);
     }
     groups.push({ rows: to - from, chunks });
-    if (records.length === 0) break;
+    if (count === 0) break;
   }
 
   const footer = new CompactWriter().i32(1, 1);
   schemaElements(footer, leaves);
-  footer.i64(3, records.length).structList(4, groups, (g, group) => {
+  footer.i64(3, count).structList(4, groups, (g, group) => {
     g.structList(1, group.chunks, (c, chunk) => {
       const path = chunk.leaf.path;
       c.i64(2, chunk.offset).struct(3, (m) => {
-        m.i32(1, PHYSICAL[chunk.leaf.kind])
+        m.i32(1, KINDS[chunk.leaf.kind].physical)
           .i32List(2, [Encoding.PLAIN, Encoding.RLE])
           .binaryList(3, path)
           .i32(4, CODECS[options.compression])

@@ -1,18 +1,16 @@
 /**
- * The parquetjs-lite engine: pure JavaScript, much slower than parquet-wasm (BENCHMARKS.md). Rows are
- * appended strictly one after another: overlapping appendRow calls were measured duplicating rows.
+ * The parquetjs-lite engine: pure JavaScript, much slower than parquet-wasm (BENCHMARKS.md). It is the one
+ * engine that takes rows (`appendRow`), so the columns are turned back into its row objects here, and only
+ * here. Rows are appended strictly one after another: overlapping appendRow calls were measured
+ * duplicating rows.
  *
  * The schema uses the standard three-level LIST (`<name> (LIST) { repeated group list { element } }`) and
  * the same logical types as the Arrow schema, so pyarrow reads exactly the schema parquet-wasm writes.
  */
 import { Writable } from "node:stream";
 import parquet from "parquetjs-lite";
-import {
-  ROW_COLUMNS,
-  type ColumnType,
-  type TrajectoryRow,
-  type ValueKind,
-} from "../../../schemas/trajectory.ts";
+import { ROW_COLUMNS, type ColumnType, type ValueKind } from "../../../schemas/trajectory.ts";
+import type { Columns } from "../row-columns.ts";
 import type { Compression } from "./types.ts";
 
 const CODECS: Partial<Record<Compression, string>> = { snappy: "SNAPPY", gzip: "GZIP", none: "UNCOMPRESSED" };
@@ -80,9 +78,11 @@ function parquetjsValue(value: unknown, type: ColumnType<unknown>): unknown {
   };
 }
 
-function toParquetjsRow(r: TrajectoryRow): Record<string, unknown> {
-  const row = r as unknown as Record<string, unknown>;
-  return Object.fromEntries(ROW_COLUMNS.map((c) => [c.name, parquetjsValue(row[c.name], c.type)]));
+/** Row `r` of the columns, as parquetjs-lite takes it: the row adapter of this engine alone. */
+function parquetjsRow(columns: Columns, r: number): Record<string, unknown> {
+  return Object.fromEntries(
+    ROW_COLUMNS.map((c, i) => [c.name, parquetjsValue(columns.values[i]![r], c.type)]),
+  );
 }
 
 export interface ParquetjsOptions {
@@ -91,7 +91,7 @@ export interface ParquetjsOptions {
   rowGroupSize: number;
 }
 
-export async function encodeParquetjs(rows: TrajectoryRow[], options: ParquetjsOptions): Promise<Uint8Array> {
+export async function encodeParquetjs(columns: Columns, options: ParquetjsOptions): Promise<Uint8Array> {
   const codec = CODECS[options.compression];
   if (codec === undefined) throw new Error(`parquetjs-lite cannot write ${options.compression}`);
   const chunks: Buffer[] = [];
@@ -105,7 +105,7 @@ export async function encodeParquetjs(rows: TrajectoryRow[], options: ParquetjsO
     rowGroupSize: options.rowGroupSize,
   });
   for (const [key, value] of Object.entries(options.metadata)) writer.setMetadata(key, value);
-  for (const row of rows) await writer.appendRow(toParquetjsRow(row)); // strictly sequential
+  for (let r = 0; r < columns.count; r++) await writer.appendRow(parquetjsRow(columns, r)); // strictly sequential
   await writer.close();
   return Buffer.concat(chunks);
 }
