@@ -36,8 +36,25 @@ const rowsOf = async (out: string) =>
     reward: r.reward,
   }));
 
-async function ready(base: string): Promise<void> {
-  await waitUntil(async () => (await fetch(`${base}/readyz`).catch(() => null))?.ok === true, 60_000);
+/** Waits until the gateway answers /readyz; fails with its log (and whether it exited) when it does not. */
+async function ready(base: string, gw?: RunningCli): Promise<void> {
+  let exited: number | string | null = null;
+  void gw?.exited.then((code) => (exited = code));
+  try {
+    // A restarted gateway first reads its sessions back from the topic (a consumer group's join).
+    await waitUntil(
+      async () => exited !== null || (await fetch(`${base}/readyz`).catch(() => null))?.ok === true,
+      120_000,
+    );
+  } catch (err) {
+    throw new Error(`the gateway at ${base} is not ready; its log:\n${gw?.stderr().slice(-4000) ?? ""}`, {
+      cause: err,
+    });
+  }
+  if (exited !== null)
+    throw new Error(
+      `the gateway exited (${exited}) before it was ready; its log:\n${gw!.stderr().slice(-4000)}`,
+    );
 }
 
 type Message = { role: string; content: string };
@@ -82,11 +99,16 @@ async function drive(base: string, restart: () => Promise<void>): Promise<void> 
   await post(`${base}/sessions/c/reward`, { value: 0 });
 }
 
-async function killAndRestart(gw: { current: RunningCli }, args: string[], base: string): Promise<void> {
+async function killAndRestart(
+  gw: { current: RunningCli },
+  args: string[],
+  base: string,
+  env: NodeJS.ProcessEnv = {},
+): Promise<void> {
   gw.current.child.kill("SIGKILL");
   await gw.current.exited;
-  gw.current = startCli(args);
-  await ready(base);
+  gw.current = startCli(args, env);
+  await ready(base, gw.current);
 }
 
 it("gives the embedded mode's rows through the topic and consume, across a gateway killed mid-session", async () => {
@@ -111,8 +133,8 @@ it("gives the embedded mode's rows through the topic and consume, across a gatew
     embeddedOut,
   ];
   try {
-    await ready(base);
-    await drive(base, () => killAndRestart(gw, kafkaArgs, base).then(() => {}));
+    await ready(base, gw.current);
+    await drive(base, () => killAndRestart(gw, kafkaArgs, base, env));
     gw.current.child.kill("SIGTERM");
     assert.equal(await gw.current.exited, 0, gw.current.stderr());
     const out = join(scratch, "from-topic");
@@ -138,7 +160,7 @@ it("gives the embedded mode's rows through the topic and consume, across a gatew
     );
     // The same agent work through the embedded mode.
     gw.current = startCli(embeddedArgs);
-    await ready(base);
+    await ready(base, gw.current);
     await drive(base, () => killAndRestart(gw, embeddedArgs, base));
     await waitUntil(async () => (await rowsOf(embeddedOut).catch(() => [])).length === 3, 60_000);
     const viaTopic = await rowsOf(out);
@@ -196,7 +218,7 @@ it("refuses calls with 503 while the broker is down, loses no answered call, and
     return res.status;
   };
   try {
-    await ready(base);
+    await ready(base, gw);
     assert.equal(await step(), 200);
     assert.equal(await step(), 200);
     kafka("stop");

@@ -392,7 +392,9 @@ def test_four_ranks_follow_a_live_output_then_two_resume_after_all_are_killed(tm
                 assert sorted(flat) == delivered[seq], f"step {seq} changed after the restart"
             delivered[seq] = sorted(flat)
             report.append((world, seq, entries[0]["rank_tokens"], best, round(entries[0]["waited_s"], 3)))
-    assert len([r for r in report if r[0] == 4]) >= kill_at
+    # Rank 0 had logged kill_at steps when the kill came; another rank may not have logged the last yet
+    # (the logs checked above are cut to the shortest), so the killed job shows kill_at - 1 at least.
+    assert len([r for r in report if r[0] == 4]) >= kill_at - 1
     assert {r[1] for r in report if r[0] == 4} & {r[1] for r in report if r[0] == 2}, "no kill landed inside a step"
     assert sorted({r[1] for r in report}) == list(range(1, 9))
     print("\nworld seq rank_tokens best waited_s")

@@ -4,6 +4,7 @@
  * and a reader of a topic's recent messages (to rebuild sessions after a restart).
  */
 import { randomBytes } from "node:crypto";
+import { TrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import {
   connectClient,
@@ -13,6 +14,9 @@ import {
   type Producer,
 } from "./client.ts";
 import type { KafkaConnection } from "./connection.ts";
+
+/** How long reading a topic back may go without a batch before it gives up. */
+const STALL_MS = 30_000;
 
 export class KeyedProducer {
   private readonly kafka: ReturnType<typeof createKafka>;
@@ -143,11 +147,25 @@ export async function* readTopicSince(
       failed = e.payload.error;
       wake?.();
     });
+    let progress = Date.now();
     for (;;) {
-      while (queue.length > 0) yield* queue.shift()!;
+      while (queue.length > 0) {
+        progress = Date.now();
+        yield* queue.shift()!;
+      }
       if (failed !== null) throw failed;
       if (remaining.size === 0) break;
-      await new Promise<void>((r) => (wake = r));
+      // A read that stops making progress (a group that never gets its partitions) fails instead of
+      // holding the gateway's start forever; the caller tries again.
+      if (Date.now() - progress > STALL_MS)
+        throw new TrajflowError(
+          "KAFKA_CLIENT_FAILED",
+          `reading ${topic} back made no progress for ${STALL_MS / 1000} s (partitions ${[...remaining].join(", ")} unread)`,
+        );
+      await new Promise<void>((r) => {
+        wake = r;
+        setTimeout(r, 1_000).unref();
+      });
       wake = null;
     }
   } finally {

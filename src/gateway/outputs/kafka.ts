@@ -12,6 +12,8 @@ import { KeyedProducer, readTopicSince } from "../../kafka/keyed-producer.ts";
 import type { KafkaOutputConfig } from "../config.ts";
 import type { EventOutput, EventRecord } from "./output.ts";
 
+const RESTORE_ATTEMPTS = 3;
+
 export class KafkaEventOutput implements EventOutput {
   readonly where: string;
   private readonly config: KafkaOutputConfig;
@@ -135,8 +137,27 @@ export class KafkaEventOutput implements EventOutput {
     }, 1_000);
   }
 
-  restore(sinceMs: number): AsyncIterable<Uint8Array> {
-    return readTopicSince(this.config.connection, this.config.topic, sinceMs, this.logger);
+  /**
+   * The window's events, read whole before any is applied, so a read that fails (a coordinator still
+   * loading on a broker that just started) is tried again from the start without applying anything twice.
+   */
+  async *restore(sinceMs: number): AsyncIterable<Uint8Array> {
+    for (let attempt = 1; ; attempt++) {
+      const values: Uint8Array[] = [];
+      try {
+        for await (const v of readTopicSince(this.config.connection, this.config.topic, sinceMs, this.logger))
+          values.push(v);
+      } catch (err) {
+        if (attempt >= RESTORE_ATTEMPTS) throw err;
+        this.logger.warn(
+          { err: (err as Error).message, attempt },
+          "Reading the sessions back from the topic failed; trying again.",
+        );
+        continue;
+      }
+      yield* values;
+      return;
+    }
   }
 
   async close(): Promise<void> {
