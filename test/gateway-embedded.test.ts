@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, it } from "node:test";
 import { killRunning, startCli } from "./helpers/cli.ts";
-import { freePort } from "./helpers/gateway.ts";
+import { freePort, type GatewayRow } from "./helpers/gateway.ts";
 import { logprobAt, outputIds, renderPrompt, startInstantEngine } from "./helpers/instant-engine.ts";
 import { readWithPython } from "./helpers/python.ts";
 
@@ -29,15 +29,7 @@ async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, tim
   }
 }
 
-interface Row {
-  key: string;
-  prompt_ids: number[];
-  response_ids: number[];
-  response_mask: number[];
-  rollout_log_probs: number[] | null;
-  reward: number | null;
-  status: string;
-}
+type Row = GatewayRow;
 interface View {
   rows: Row[];
 }

@@ -9,7 +9,7 @@ import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { it } from "node:test";
 import { runCli, startCli, type RunningCli } from "./helpers/cli.ts";
-import { freePort, waitUntil } from "./helpers/gateway.ts";
+import { freePort, waitUntil, type GatewayRow } from "./helpers/gateway.ts";
 import { startInstantEngine } from "./helpers/instant-engine.ts";
 import { freshName, kafkaTestScope, readTopic } from "./helpers/kafka.ts";
 import { readWithPython } from "./helpers/python.ts";
@@ -17,14 +17,7 @@ import { readWithPython } from "./helpers/python.ts";
 const { scratch, broker } = kafkaTestScope("gateway-kafka");
 const KAFKA_SCRIPT = new URL("../scripts/kafka.sh", import.meta.url).pathname;
 
-interface Row {
-  key: string;
-  prompt_ids: number[];
-  response_ids: number[];
-  response_mask: number[];
-  rollout_log_probs: number[] | null;
-  reward: number | null;
-}
+type Row = GatewayRow;
 
 const rowsOf = async (out: string) =>
   (await readWithPython<{ rows: Row[] }>("read_output.py", out)).rows.map((r) => ({

@@ -9,14 +9,14 @@
  */
 import { strict as assert } from "node:assert";
 import { execFile } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { after, it } from "node:test";
 import { decodeLogprobs, decodeTokenIds } from "../src/schemas/tokens.ts";
 import { killRunning, startCli } from "./helpers/cli.ts";
-import { freePort, waitUntil } from "./helpers/gateway.ts";
+import { freePort, logEvents, waitUntil, type GatewayRow } from "./helpers/gateway.ts";
 import { llamaServer } from "./helpers/llama.ts";
 import { PYTHON, readWithPython } from "./helpers/python.ts";
 
@@ -35,17 +35,7 @@ interface AgentCall {
   got_logprobs: boolean;
   asked_logprobs: boolean;
 }
-interface Row {
-  session_id: string;
-  response_ids: number[];
-  response_mask: number[];
-  rollout_log_probs: number[] | null;
-  reward: number | null;
-  weight_version_min: number | null;
-  weight_version_max: number | null;
-  flags: string[];
-}
-type Event = Record<string, unknown>;
+type Row = GatewayRow;
 
 const SESSIONS = ["tools", "stream", "branch", "retry", "subagents", "leave", "logprobs"];
 const REWARDS: Record<string, number> = {
@@ -97,15 +87,7 @@ it("records an OpenAI-client agent's sessions through llama.cpp: every sampled i
 
     // Each answered call's events: as many sampled ids as its usage said, its finish reason as the agent saw it.
     const logDir = join(out, "_events");
-    const events: Event[] = readdirSync(logDir)
-      .filter((f) => f.endsWith(".jsonl"))
-      .sort()
-      .flatMap((f) =>
-        readFileSync(join(logDir, f), "utf8")
-          .split("\n")
-          .filter((l) => l !== "")
-          .map((l) => JSON.parse(l) as Event),
-      );
+    const events = logEvents(logDir);
     const responses = new Map(
       events.filter((e) => e.type === "response").map((e) => [e.call_id as string, e]),
     );

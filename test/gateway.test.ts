@@ -6,7 +6,7 @@
  * gateway-llamacpp.test.ts.
  */
 import { strict as assert } from "node:assert";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -22,7 +22,7 @@ import {
   type InstantEngine,
 } from "./helpers/instant-engine.ts";
 import { runCli } from "./helpers/cli.ts";
-import { waitUntil } from "./helpers/gateway.ts";
+import { logEvents, waitUntil } from "./helpers/gateway.ts";
 
 const logger = createLogger({ level: "silent" });
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-gateway-"));
@@ -46,18 +46,7 @@ async function gateway(
   return { gw, logDir, base: `http://${gw.address}` };
 }
 
-type Event = Record<string, unknown>;
-function events(logDir: string): Event[] {
-  return readdirSync(logDir)
-    .filter((f) => f.endsWith(".jsonl"))
-    .sort()
-    .flatMap((f) =>
-      readFileSync(join(logDir, f), "utf8")
-        .split("\n")
-        .filter((l) => l !== "")
-        .map((l) => JSON.parse(l) as Event),
-    );
-}
+const events = logEvents;
 const ids = (v: unknown) => [...(decodeTokenIds(v) as Int32Array)];
 const lps = (v: unknown) => [...(decodeLogprobs(v) as Float32Array)];
 

@@ -18,16 +18,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from trainer_loop import save_atomically  # this script's directory is on sys.path
 from trajflow import TrajectoryReader
-
-
-def save_atomically(path, doc):
-    temp = f"{path}.tmp"
-    with open(temp, "w") as f:
-        json.dump(doc, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, path)
 
 
 def main():

@@ -1,5 +1,7 @@
 /** What the gateway tests share: a free port to listen on, and waiting for a condition. */
+import { readdirSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
+import { join } from "node:path";
 
 /** A TCP port nothing listens on right now (for a gateway started as a process). */
 export async function freePort(): Promise<number> {
@@ -21,4 +23,35 @@ export async function waitUntil(
     if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/** An event as the gateway wrote it (parsed JSON). */
+export type LoggedEvent = Record<string, unknown>;
+
+/** Every event of a gateway's local event log, in order (segments by name, lines in order). */
+export function logEvents(logDir: string): LoggedEvent[] {
+  return readdirSync(logDir)
+    .filter((f) => f.endsWith(".jsonl"))
+    .sort()
+    .flatMap((f) =>
+      readFileSync(join(logDir, f), "utf8")
+        .split("\n")
+        .filter((l) => l !== "")
+        .map((l) => JSON.parse(l) as LoggedEvent),
+    );
+}
+
+/** The columns of a trajectory row the gateway tests compare, as pyarrow reads them (read_output.py). */
+export interface GatewayRow {
+  key: string;
+  session_id: string;
+  prompt_ids: number[];
+  response_ids: number[];
+  response_mask: number[];
+  rollout_log_probs: number[] | null;
+  reward: number | null;
+  status: string;
+  flags: string[];
+  weight_version_min: number | null;
+  weight_version_max: number | null;
 }

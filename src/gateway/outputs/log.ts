@@ -13,6 +13,7 @@ import type { FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { TrajflowError } from "../../core/errors.ts";
 import { SEGMENT_PATTERN, segmentName } from "../../core/event-log-files.ts";
+import { fsyncDir } from "../../core/fsync-dir.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { EventOutput, EventRecord } from "./output.ts";
 
@@ -83,7 +84,7 @@ export class EventLog implements EventOutput {
     this.handle = handle;
     this.segment = n;
     this.size = size;
-    if (!existing) await syncDir(this.dir);
+    if (!existing) await fsyncDir(this.dir);
   }
 
   accepting(): boolean {
@@ -189,13 +190,4 @@ async function cutTornTail(handle: FileHandle, size: number, logger: Logger, pat
   await handle.truncate(0);
   await handle.datasync();
   return 0;
-}
-
-async function syncDir(dir: string): Promise<void> {
-  const h = await fs.open(dir, "r");
-  try {
-    await h.sync();
-  } finally {
-    await h.close();
-  }
 }

@@ -12,6 +12,7 @@ import { constants as fsConstants, linkSync, promises as fs } from "node:fs";
 import { hostname } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { TrajflowError } from "../../core/errors.ts";
+import { fsyncDir } from "../../core/fsync-dir.ts";
 
 export type CommitOutcome = "written" | "already-committed";
 
@@ -34,15 +35,6 @@ function writtenByCrashedProcess(name: string): boolean {
     return false;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === "ESRCH";
-  }
-}
-
-async function fsyncDir(dir: string): Promise<void> {
-  const handle = await fs.open(dir, "r");
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
   }
 }
 
