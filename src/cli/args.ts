@@ -3,6 +3,7 @@ import { dirname, resolve } from "node:path";
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import { TrajflowError } from "../core/errors.ts";
 import { jsonSyntaxError } from "../core/json-syntax.ts";
+import { memoryLimit, MIN_MEMORY_LIMIT, parseMemorySize, type MemoryLimit } from "../core/memory-limit.ts";
 import { jsonLocator } from "../runtime/load.ts";
 
 /** Exit codes of every command (docs/cli.md). */
@@ -39,6 +40,29 @@ export function intOption(name: string, value: string | undefined): number | und
     return undefined;
   }
   return n;
+}
+
+/**
+ * `--max-memory`: the memory the pipeline is sized for (core/memory-limit.ts), else the cgroup's limit,
+ * else none. A value that is not a size, or is below the least trajflow runs in, is recorded as a problem.
+ */
+export function memoryOption(value: string | undefined): MemoryLimit | null {
+  if (value === undefined) return memoryLimit(undefined);
+  const bytes = parseMemorySize(value);
+  if (bytes === null) {
+    flagProblems.push(
+      `--max-memory must be a size (MiB, or with a unit: 768MiB, 2GiB), got ${JSON.stringify(value)}`,
+    );
+    return null;
+  }
+  if (bytes < MIN_MEMORY_LIMIT) {
+    flagProblems.push(
+      `--max-memory must be at least ${MIN_MEMORY_LIMIT / 2 ** 20} MiB (Node, V8 and the threads' isolates ` +
+        `take ~100-140 MiB before any data), got ${JSON.stringify(value)}`,
+    );
+    return null;
+  }
+  return memoryLimit(bytes);
 }
 
 /** The flag problems recorded so far (and forgets them). */

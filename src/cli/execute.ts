@@ -19,6 +19,13 @@ export interface ExecuteOptions {
 }
 
 export async function execute(plan: Plan, options: ExecuteOptions): Promise<RunResult> {
+  if (plan.memory !== null) {
+    const { limit, sized } = plan.memory;
+    options.logger.info(
+      { limit_mib: Math.round(limit.bytes / 2 ** 20), from: limit.source, sized },
+      "Defaults sized for the memory limit.",
+    );
+  }
   const runtime = new Runtime(plan, {
     logger: options.logger,
     baseDir: options.baseDir,

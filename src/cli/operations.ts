@@ -54,6 +54,7 @@ export const PIPELINE_COMMAND_FLAGS = {
   ...OPERATIONS_FLAGS,
   json: { type: "boolean" },
   "log-level": { type: "string" },
+  "max-memory": { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 

@@ -4,6 +4,7 @@
  * a user did not give are left out, so each component's defaults apply.
  */
 import { TrajflowError } from "../core/errors.ts";
+import type { MemoryLimit } from "../core/memory-limit.ts";
 import { takeFlagProblems } from "./args.ts";
 import type { Logger } from "../core/logger.ts";
 import { Runtime, type RunResult } from "../runtime/runtime.ts";
@@ -28,6 +29,8 @@ export interface PresetOptions {
   /** Trajectory topic sink config (topic, format, ...). */
   topic?: Doc;
   deadLetters?: Doc;
+  /** The memory limit that sizes the defaults (`--max-memory` or the cgroup's; core/memory-limit.ts). */
+  memory?: MemoryLimit | null;
 }
 
 function document(source: Doc, o: PresetOptions): Doc {
@@ -64,7 +67,7 @@ function plan(command: string, doc: Doc, o: PresetOptions): Plan {
   const pipeline: LoadedPipeline = { file: command, value: doc, where };
   try {
     // Bad flag values (not integers) are listed with the document's problems, all at once.
-    return planPipeline(pipeline, takeFlagProblems());
+    return planPipeline(pipeline, takeFlagProblems(), o.memory ?? null);
   } catch (err) {
     if (err instanceof TrajflowError && err.code === "CONFIG_INVALID")
       throw new TrajflowError("CONFIG_INVALID", err.message.replace("invalid pipeline", "invalid options"), {

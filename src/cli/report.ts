@@ -54,10 +54,14 @@ function resources(result: RunResult): string[] {
   const held = result.held
     .filter((p) => p.peak_bytes > 0)
     .map((p) => `${p.part} ${mib(p.at_peak_rss_bytes)} (peak ${mib(p.peak_bytes)})`);
+  const owners = result.peakAccount.owners
+    .filter((o) => o.bytes >= 2 ** 19)
+    .map((o) => `${o.owner} ${mib(o.bytes)}`);
   return [
     `  CPU           ${total.toFixed(2)} s: ${[...parts, `helper threads ${Math.max(0, total - listed).toFixed(2)}`].join(", ")}`,
     `  memory        peak RSS ${mib(peakRss())}; heap peaks: ${heaps.join(", ")}`,
     ...(held.length === 0 ? [] : [`  held          at the peak RSS: ${held.join(", ")}`]),
+    ...(owners.length === 0 ? [] : [`  peak RSS by   ${owners.join(", ")}`]),
   ];
 }
 
@@ -81,6 +85,8 @@ export function runReport(command: string, result: RunResult, json: boolean): st
         threads: result.threads,
         // The data each part of the pipeline held: its peak and its value when the RSS peaked (held-memory.ts).
         held_memory: result.held,
+        // The sample with the highest RSS, by owner (held-memory.ts): the owners add up to its RSS.
+        peak_rss_account: result.peakAccount,
         metrics: m.snapshot(),
         ...(p50 === null ? {} : { session_durable_seconds: { p50, p99 } }),
       },

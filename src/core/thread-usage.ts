@@ -16,6 +16,10 @@ export interface ThreadUsage {
   heap_peak_bytes: number;
   /** The largest memory held outside the heap by this thread's objects (Buffers, typed arrays, WASM). */
   external_peak_bytes: number;
+  /** The heap (committed) at the last sample: what the peak RSS's accounting adds up (held-memory.ts). */
+  heap_bytes: number;
+  /** Memory outside the heap at the last sample. */
+  external_bytes: number;
 }
 
 /** Measures the thread it runs on: call `sample()` now and then (per job, on a timer); cheap (~µs). */
@@ -33,6 +37,8 @@ export class ThreadMeter {
       cpu_seconds: (cpu.user + cpu.system) / 1e6,
       heap_peak_bytes: this.heapPeak,
       external_peak_bytes: this.externalPeak,
+      heap_bytes: m.heapTotal,
+      external_bytes: m.external,
     };
   }
 }
@@ -51,7 +57,10 @@ export function registerThread(name: string, read: Reader): void {
   threads.set(unique, read);
 }
 
-/** Figures of one thread that has ended or been replaced, folded into a name that lives on. */
+/**
+ * Figures of one thread that has ended or been replaced (`a`), folded into the one that lives on in its
+ * name (`b`): CPU adds up, peaks are the larger, the current memory is the live thread's.
+ */
 export function addUsage(a: ThreadUsage | null, b: ThreadUsage | null): ThreadUsage | null {
   if (a === null) return b;
   if (b === null) return a;
@@ -59,6 +68,8 @@ export function addUsage(a: ThreadUsage | null, b: ThreadUsage | null): ThreadUs
     cpu_seconds: a.cpu_seconds + b.cpu_seconds,
     heap_peak_bytes: Math.max(a.heap_peak_bytes, b.heap_peak_bytes),
     external_peak_bytes: Math.max(a.external_peak_bytes, b.external_peak_bytes),
+    heap_bytes: b.heap_bytes,
+    external_bytes: b.external_bytes,
   };
 }
 

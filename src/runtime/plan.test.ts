@@ -36,3 +36,48 @@ describe("planPipeline: what the source shares", () => {
     assert.equal("sourceConnection" in plan, false);
   });
 });
+
+describe("planPipeline: a memory limit", () => {
+  const pipeline = (files: Record<string, unknown> = {}) =>
+    doc({
+      sources: { in: source },
+      transforms: { assemble: { type: "assemble", inputs: ["in"] } },
+      sinks: { files: { type: "parquet", inputs: ["assemble"], path: "out", ...files } },
+    });
+  const MiB = 2 ** 20;
+
+  it("sizes the defaults that bound held data, and keeps the pipeline's own settings", () => {
+    const plan = planPipeline(pipeline({ max_in_flight: 3 }), [], {
+      bytes: 384 * MiB,
+      source: "--max-memory",
+    });
+    const config = (c: unknown) => c as Record<string, unknown>;
+    const files = config(plan.sinks.at(-1)!.config);
+    // A data budget of 64 MiB: half for a file's rows at 80 bytes a token, a quarter of bytes.
+    assert.equal(files.max_tokens_per_file, 419_430);
+    assert.equal(files.max_bytes_per_file, 16 * MiB);
+    assert.equal(files.max_in_flight, 3);
+    assert.equal(config(plan.source.config).fetch_max_bytes, 512 * 1024);
+    assert.equal(config(plan.source.config).decode_workers, 0);
+    assert.equal(config(plan.transforms[0]!.config).max_buffered_bytes, 16 * MiB);
+    assert.deepEqual(plan.memory, {
+      limit: { bytes: 384 * MiB, source: "--max-memory" },
+      sized: [
+        "in.fetch_max_bytes = 524288",
+        "in.decode_workers = 0",
+        "assemble.max_buffered_bytes = 16777216",
+        "files.max_tokens_per_file = 419430",
+        "files.max_bytes_per_file = 16777216",
+      ],
+    });
+  });
+
+  it("leaves the defaults alone above what they need, and without a limit", () => {
+    const big = planPipeline(pipeline(), [], { bytes: 8 * 2 ** 30, source: "cgroup" });
+    const files = big.sinks.at(-1)!.config as Record<string, unknown>;
+    assert.equal(files.max_tokens_per_file, 4_000_000);
+    assert.equal(files.max_in_flight, 2);
+    assert.equal((big.source.config as Record<string, unknown>).fetch_max_bytes, undefined);
+    assert.equal(planPipeline(pipeline()).memory, null);
+  });
+});

@@ -20,6 +20,7 @@ import type { z } from "zod";
 import type { Resolved, SharedSettings, SourceTraits } from "../contract/components.ts";
 import { issueProblems } from "../core/config.ts";
 import { TrajflowError } from "../core/errors.ts";
+import type { MemoryLimit } from "../core/memory-limit.ts";
 import type { LoadedPipeline } from "./load.ts";
 import { REGISTRY, type DeadLettersPlan, type Section } from "./registry.ts";
 
@@ -40,6 +41,14 @@ export interface Plan {
   sinks: PlannedComponent[];
   /** As configured, else the source's default, else beside the durable sink's output. */
   deadLetters: DeadLettersPlan;
+  /** The memory limit the defaults were sized for, and each setting it sized; null without a limit. */
+  memory: MemorySizing | null;
+}
+
+export interface MemorySizing {
+  limit: MemoryLimit;
+  /** `component.key = value` of each default the limit set (the pipeline's own settings stay). */
+  sized: string[];
 }
 
 interface Component {
@@ -58,8 +67,13 @@ const TOP_LEVEL = new Set(["version", ...SECTIONS, "dead_letters", "gateway"]);
 /** Records a problem at a path of the document (`file:line: path: message`). */
 type At = (path: Array<string | number>, message: string) => void;
 
-export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): Plan {
+export function planPipeline(
+  pipeline: LoadedPipeline,
+  initial: string[] = [],
+  memory: MemoryLimit | null = null,
+): Plan {
   const problems = [...initial];
+  const sizing: MemorySizing | null = memory === null ? null : { limit: memory, sized: [] };
   // An unreadable or unparsable file: its own problems are all there is to say.
   if (pipeline.value === null) throw invalid(problems);
   const at: At = (path, message) => problems.push(`${pipeline.where(path)}: ${path.join(".")}: ${message}`);
@@ -68,7 +82,7 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
     if (!TOP_LEVEL.has(key)) at([key], `unknown section; a pipeline has ${[...TOP_LEVEL].join(", ")}`);
   }
   if (root.version !== undefined && root.version !== 1) at(["version"], "only version 1 exists");
-  const components = readComponents(root, at);
+  const components = readComponents(root, at, sizing);
   const configured = root.dead_letters === undefined ? undefined : readDeadLetters(root.dead_letters, at);
   checkGraph(components, at);
   if (problems.length > 0) throw invalid(problems);
@@ -102,11 +116,16 @@ export function planPipeline(pipeline: LoadedPipeline, initial: string[] = []): 
       resolved.find((s) => s.name === durable.name)!,
     ],
     deadLetters: outputs.deadLetters,
+    memory: sizing,
   };
 }
 
 /** Every component of the three sections, its type known and its config parsed by its own schema. */
-function readComponents(root: Record<string, unknown>, at: At): Map<string, Component> {
+function readComponents(
+  root: Record<string, unknown>,
+  at: At,
+  sizing: MemorySizing | null,
+): Map<string, Component> {
   const components = new Map<string, Component>();
   for (const section of SECTIONS) {
     const entries = root[section];
@@ -121,7 +140,7 @@ function readComponents(root: Record<string, unknown>, at: At): Map<string, Comp
     for (const [name, raw] of Object.entries(entries as Record<string, unknown>)) {
       const path = [section, name];
       if (components.has(name)) at(path, `the name ${name} is used twice; component names are unique`);
-      const component = readComponent(section, name, raw, at);
+      const component = readComponent(section, name, raw, at, sizing);
       // Kept even when its config is wrong, so its wiring is checked (and reported) too.
       if (component !== null) components.set(name, component);
     }
@@ -134,6 +153,7 @@ function readComponent(
   name: string,
   raw: unknown,
   at: At,
+  sizing: MemorySizing | null,
 ): Component | null {
   const path = [section, name];
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
@@ -155,13 +175,22 @@ function readComponent(
     inputList = inputs as string[];
   }
   const implied = section === "sinks" ? REGISTRY.sinks[type]!.implied : undefined;
-  const config = parseConfig(
-    types[type]!.schema,
-    implied === undefined ? rest : { ...rest, ...implied },
-    path,
-    at,
-  );
+  const sized = sizedDefaults(types[type]!.sizeFor, rest, name, sizing);
+  const config = parseConfig(types[type]!.schema, { ...sized, ...rest, ...implied }, path, at);
   return { section, name, type, inputs: inputList, config };
+}
+
+/** The defaults a memory limit gives a component, for the keys its config leaves unset; noted in `sizing`. */
+function sizedDefaults(
+  sizeFor: ((limit: number) => Record<string, unknown>) | undefined,
+  config: Record<string, unknown>,
+  name: string,
+  sizing: MemorySizing | null,
+): Record<string, unknown> {
+  if (sizing === null || sizeFor === undefined) return {};
+  const sized = Object.entries(sizeFor(sizing.limit.bytes)).filter(([key]) => config[key] === undefined);
+  for (const [key, value] of sized) sizing.sized.push(`${name}.${key} = ${String(value)}`);
+  return Object.fromEntries(sized);
 }
 
 /** A config parsed by its schema; its problems recorded under `path`. */

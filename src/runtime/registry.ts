@@ -18,6 +18,7 @@ import type {
   SourceTraits,
   TransformComponent,
 } from "../contract/components.ts";
+import { decodeWorkersFor } from "../core/memory-limit.ts";
 import type { PolicyUpdateEvent } from "../schemas/events.ts";
 import {
   DeadLetterFiles,
@@ -30,7 +31,7 @@ import {
   resolveDeadLetterTopic,
   type DeadLetterTopicConfig,
 } from "../sinks/dead-letter/topic.ts";
-import { fileSinkConfigSchema, type FileSinkConfig } from "../sinks/files/config.ts";
+import { fileSinkConfigSchema, fileSinkSizing, type FileSinkConfig } from "../sinks/files/config.ts";
 import { childLocation } from "../sinks/shared/location.ts";
 import { FileSinkComponent } from "../sinks/files/component.ts";
 import { TopicSinkComponent } from "../sinks/kafka/component.ts";
@@ -48,11 +49,12 @@ import { JsonlSource, jsonlSourceConfigSchema, type JsonlSourceConfig } from "..
 import {
   kafkaSourceConfigSchema,
   kafkaSourceShares,
+  kafkaSourceSizing,
   type KafkaSourceConfig,
 } from "../sources/kafka/config.ts";
 import { KafkaSource } from "../sources/kafka/source.ts";
 import { AssembleComponent } from "../transforms/assemble/component.ts";
-import { assembleConfigSchema, type AssembleConfig } from "../transforms/assemble/config.ts";
+import { assembleConfigSchema, assembleSizing, type AssembleConfig } from "../transforms/assemble/config.ts";
 import { GroupComponent } from "../transforms/group/component.ts";
 import { groupConfigSchema, type GroupConfig } from "../transforms/group/config.ts";
 import { RewardsComponent } from "../transforms/reward/component.ts";
@@ -93,6 +95,11 @@ interface Entry<C, T, X> {
   resolve?: (config: C, shared: SharedSettings) => Resolved<unknown>;
   /** What it writes to, for `validate` and the log ("topic t"); two outputs may not share one. */
   target?: (config: C) => string;
+  /**
+   * Its defaults under a memory limit (bytes; core/memory-limit.ts): settings that bound the data it
+   * holds. The plan applies those the pipeline leaves unset.
+   */
+  sizeFor?: (limit: number) => Record<string, unknown>;
 }
 
 export interface SourceEntry<C = never> extends Entry<C, Source, RegistryContext> {
@@ -143,6 +150,7 @@ const filesSinkEntry = (
   role: "durable",
   implied,
   target: (c) => `${c.format} files in ${c.path}`,
+  sizeFor: fileSinkSizing,
   deadLetters: (c) => ({ type: "files", config: { path: childLocation(c.path, "_dead-letter"), s3: c.s3 } }),
 });
 
@@ -159,6 +167,7 @@ export const REGISTRY: {
       build: (c: JsonlSourceConfig) => new JsonlSource(c),
       traits: { live: false, pipelined: false, sharedOutputs: false, recordNoun: "events" },
       decodeWorkers: (c: JsonlSourceConfig) => c.decode_workers,
+      sizeFor: decodeWorkersFor,
     } satisfies SourceEntry<JsonlSourceConfig>,
     event_log: {
       schema: eventLogSourceConfigSchema,
@@ -166,6 +175,7 @@ export const REGISTRY: {
       build: (c: EventLogSourceConfig) => new EventLogSource(c),
       traits: { live: true, pipelined: false, sharedOutputs: false, recordNoun: "events" },
       decodeWorkers: (c: EventLogSourceConfig) => c.decode_workers,
+      sizeFor: decodeWorkersFor,
     } satisfies SourceEntry<EventLogSourceConfig>,
     kafka: {
       schema: kafkaSourceConfigSchema,
@@ -174,6 +184,7 @@ export const REGISTRY: {
       traits: { live: true, pipelined: true, sharedOutputs: true, recordNoun: "messages" },
       decodeWorkers: (c: KafkaSourceConfig) => c.decode_workers,
       shares: kafkaSourceShares,
+      sizeFor: kafkaSourceSizing,
       deadLetters: (c: KafkaSourceConfig) => ({ type: "kafka", config: { topic: `${c.topic}.dead-letter` } }),
     } satisfies SourceEntry<KafkaSourceConfig>,
   } as Record<string, SourceEntry>,
@@ -182,6 +193,7 @@ export const REGISTRY: {
       schema: assembleConfigSchema,
       description: "decode, then events → sessions → rows (the token prefix trie)",
       place: "ingest",
+      sizeFor: assembleSizing,
       build: (c: AssembleConfig, ctx: StageContext) =>
         new AssembleComponent(c, {
           metrics: ctx.metrics,

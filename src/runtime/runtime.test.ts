@@ -11,6 +11,7 @@ function plan(type: "kafka" | "jsonl", config: Record<string, unknown> = {}): Pl
     transforms: [],
     sinks: [],
     deadLetters: { type: "files", config: { path: "dl" } },
+    memory: null,
   };
 }
 

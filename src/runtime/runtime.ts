@@ -20,7 +20,7 @@ import type {
   Unit,
 } from "../contract/components.ts";
 import { isTrajflowError, TrajflowError } from "../core/errors.ts";
-import { addHoldings, HeldMemory, type HeldPart, type Holdings } from "../core/held-memory.ts";
+import { addHoldings, HeldMemory, type Holdings, type MemoryReport } from "../core/held-memory.ts";
 import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
 import {
@@ -67,7 +67,7 @@ export interface RunOptions {
   onBatch?: (runtime: Runtime) => void;
 }
 
-export interface RunResult {
+export interface RunResult extends MemoryReport {
   /** What the source's records are called ("events", "messages"). */
   recordNoun: string;
   metrics: Metrics;
@@ -82,8 +82,6 @@ export interface RunResult {
   deadLetters: string;
   /** CPU and memory of each thread of the run: the ingest thread ("main"), decode workers, encoders. */
   threads: Array<{ thread: string } & ThreadUsage>;
-  /** The data each part held: its peak, and its share of the peak RSS (held-memory.ts). */
-  held: HeldPart[];
 }
 
 export class Runtime implements SourceHandler {
@@ -135,7 +133,7 @@ export class Runtime implements SourceHandler {
 
   private sampleUsage(): void {
     this.mainUsage = this.mainMeter.sample();
-    this.held.sample(this.holdings(), process.memoryUsage.rss());
+    this.held.sample(this.holdings(), process.memoryUsage.rss(), threadUsages());
   }
 
   /** Held offsets per lane, for the offsets_held gauge. */
@@ -374,7 +372,7 @@ export class Runtime implements SourceHandler {
       out: this.durable.location,
       deadLetters: this.deadLetters.location,
       threads: threadUsages(),
-      held: this.held.report(),
+      ...this.held.memoryReport(),
     };
   }
 

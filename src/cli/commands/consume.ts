@@ -57,6 +57,8 @@ ${CONNECTION_HELP}
   --format, --engine, --compression, --rows-per-file, --tokens-per-file  as for replay
   --file-age-ms <n>         write buffered rows after n ms even if the file is small (default 10000 here,
                             so a quiet partition still lands its rows and commits its offsets)
+  --max-memory <size>       size fetches, buffers and files for this much memory (MiB, or 768MiB,
+                            2GiB; default: the container's cgroup limit, if any; docs/operations.md)
   --json                    print the final metrics as JSON
   -h, --help                show this help
 `;

@@ -65,6 +65,7 @@ ${CONNECTION_HELP}
   --drift-policy, --idle-timeout-ms, --reward-grace-ms, --await-rewards, --max-tokens, --rewards,
   --grpo, --group-size, --group-timeout-ms, --partition-by, --format, --compression, --rows-per-file,
   --tokens-per-file, --file-age-ms, --dead-letter-dir   the embedded pipeline's, as for consume
+  --max-memory <size>       size the embedded pipeline's buffers for this much memory (as for consume)
   --json                    print the embedded pipeline's final report as JSON
   -h, --help                show this help
 
@@ -93,6 +94,7 @@ const GATEWAY_FLAGS = {
   "engine-option": { type: "string", multiple: true },
   "log-level": { type: "string" },
   "parquet-engine": { type: "string" },
+  "max-memory": { type: "string" },
   json: { type: "boolean" },
   ...SHAPE_FLAGS,
   ...FILE_FLAGS,

@@ -8,7 +8,7 @@ import { dirname, resolve } from "node:path";
 import { loadPipeline } from "../../runtime/load.ts";
 import { describePlan, planPipeline } from "../../runtime/plan.ts";
 import { checkGatewaySection } from "../../gateway/section.ts";
-import { ExitCode, intOption, parse, takeFlagProblems, usageError } from "../args.ts";
+import { ExitCode, intOption, memoryOption, parse, takeFlagProblems, usageError } from "../args.ts";
 import { operationsOptions, PIPELINE_COMMAND_FLAGS } from "../operations.ts";
 import { execute } from "../execute.ts";
 import { runReport } from "../report.ts";
@@ -32,6 +32,8 @@ Options:
                          and no message came for n ms, writing open sessions too
   --metrics-address <h:p>  serve Prometheus /metrics, /healthz and /readyz there (docs/operations.md)
   --status-interval-ms <n> log a status line every n ms (default 5000; 0: off)
+  --max-memory <size>    size the defaults for this much memory (MiB, or 768MiB, 2GiB; default: the
+                         container's cgroup limit, if any; settings the file gives stay)
   --json                 print the summary as JSON
   --log-level <level>    trace, debug, info (default), warn, error, silent
   -h, --help             show this help
@@ -54,10 +56,11 @@ export async function runPipelineCommand(command: "validate" | "run", argv: stri
   const { pipeline, problems } = loadPipeline(file, { set: values.set ?? [] });
   const operations = operationsOptions(values);
   const untilIdleMs = intOption("until-idle-ms", values["until-idle-ms"]);
+  const memory = memoryOption(values["max-memory"]);
   const root = (pipeline.value ?? {}) as Record<string, unknown>;
   const gateway = checkGatewaySection(root.gateway, pipeline.where);
   // Bad flag values are listed with the file's problems, all at once.
-  const plan = planPipeline(pipeline, [...takeFlagProblems(), ...problems, ...gateway.problems]);
+  const plan = planPipeline(pipeline, [...takeFlagProblems(), ...problems, ...gateway.problems], memory);
   if (command === "validate") {
     const feeding = gateway.config === null ? "" : `; fed by a gateway on ${gateway.config.listen}`;
     process.stdout.write(`${file}: valid: ${describePlan(plan)}${feeding}\n`);

@@ -55,6 +55,8 @@ Operations:
   --status-interval-ms <n>  log a status line every n ms (default 5000; 0: off); a progress bar with ETA
                             is drawn on stderr when it is a terminal
 Output:
+  --max-memory <size>       size fetches, buffers and files for this much memory (MiB, or 768MiB,
+                            2GiB; default: the container's cgroup limit, if any; docs/operations.md)
   --json                    print the summary as JSON instead of text
   --log-level <level>       trace, debug, info (default), warn, error, silent
   -h, --help                show this help

@@ -2,7 +2,7 @@
  * Flags and option builders shared by the commands that run a pipeline preset (replay, consume): each
  * flag sets one value of the pipeline document (docs/cli.md).
  */
-import { intOption, jsonFileOption, usageError } from "../args.ts";
+import { intOption, jsonFileOption, memoryOption, usageError } from "../args.ts";
 import type { PresetOptions } from "../presets.ts";
 
 /** Command-line flags shared by replay and consume (read by assembleOptions and fileOptions). */
@@ -119,6 +119,7 @@ export function presetOptions(values: Values, groupMode: boolean): PresetOptions
       values["dead-letter-dir"] === undefined
         ? undefined
         : { type: "files", path: values["dead-letter-dir"], s3 },
+    memory: memoryOption(str(values, "max-memory")),
   };
 }
 

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { clampSize, dataBudget } from "../../core/memory-limit.ts";
 import { outputLocationSchema } from "../shared/location-schema.ts";
 import { s3OptionsSchema } from "../shared/s3-options.ts";
 import { ENGINE_CODECS } from "./encoders/types.ts";
@@ -91,4 +92,18 @@ export const fileSinkConfigSchema = z
   }));
 
 export type FileSinkConfig = z.output<typeof fileSinkConfigSchema>;
+
+/**
+ * Defaults under a memory limit (core/memory-limit.ts): a file's rows are held up to three times while
+ * they are written (waiting, handed to the encoder, encoded): measured, ~80 bytes of peak RSS a token of
+ * the file in all (BENCHMARKS.md). Half the data budget bounds them; one file in flight below 1 GiB.
+ */
+export function fileSinkSizing(limit: number): Partial<FileSinkConfigInput> {
+  const budget = dataBudget(limit);
+  return {
+    max_tokens_per_file: Math.floor(Math.min(4_000_000, Math.max(128 * 1024, budget / 2 / 80))),
+    max_bytes_per_file: clampSize(budget / 4, 4 * 2 ** 20, 256 * 2 ** 20),
+    ...(limit < 2 ** 30 ? { max_in_flight: 1 } : {}),
+  };
+}
 export type FileSinkConfigInput = z.input<typeof fileSinkConfigSchema>;

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import type { SharedSettings } from "../../contract/components.ts";
+import { clampSize, dataBudget, decodeWorkersFor } from "../../core/memory-limit.ts";
 import { kafkaConnectionSchema, shareConnection } from "../../kafka/connection.ts";
 
 /** Configuration of the `kafka` source. */
@@ -65,6 +66,19 @@ export const kafkaSourceConfigSchema = z.strictObject({
 });
 export type KafkaSourceConfig = z.output<typeof kafkaSourceConfigSchema>;
 export type KafkaSourceConfigInput = z.input<typeof kafkaSourceConfigSchema>;
+
+/**
+ * Defaults under a memory limit (core/memory-limit.ts): below 1 GiB, fetches of 1/128 of the data budget
+ * (256 KiB to 1 MiB: a fetch's batches are held compressed and decompressed, ~5x for JSON under zstd, and
+ * the client fetches ahead while a batch is applied), and no decode worker below 512 MiB.
+ */
+export function kafkaSourceSizing(limit: number): Partial<KafkaSourceConfigInput> {
+  const fetch = clampSize(dataBudget(limit) / 128, 256 * 1024, 2 ** 20);
+  return {
+    ...(limit < 2 ** 30 ? { fetch_max_bytes: fetch } : {}),
+    ...decodeWorkersFor(limit),
+  };
+}
 
 /** What the source shares with the pipeline's topics: its connection, their default. */
 export const kafkaSourceShares = (config: KafkaSourceConfig): SharedSettings =>

@@ -1,5 +1,6 @@
 import { getHeapStatistics } from "node:v8";
 import { z } from "zod";
+import { dataBudget } from "../../core/memory-limit.ts";
 
 /**
  * What an open session is counted as holding beyond its events' bytes: its state, trie nodes, tables and
@@ -130,3 +131,12 @@ export function clockSkewMs(c: Pick<AssembleConfig, "max_clock_skew_ms" | "rewar
 
 export type AssembleConfig = z.output<typeof assembleConfigSchema>;
 export type AssembleConfigInput = z.input<typeof assembleConfigSchema>;
+
+/**
+ * Defaults under a memory limit (core/memory-limit.ts): open sessions' events may hold a quarter of the
+ * data budget (in catch-up sessions end as fast as they are read; a live topic of long sessions holds
+ * them for minutes, and past the bound the oldest are written early, flagged).
+ */
+export function assembleSizing(limit: number): Partial<AssembleConfigInput> {
+  return { max_buffered_bytes: Math.min(DEFAULT_MAX_BUFFERED_BYTES, Math.floor(dataBudget(limit) / 4)) };
+}
