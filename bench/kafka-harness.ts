@@ -6,6 +6,7 @@
  * broker.
  */
 import { execFile, execFileSync, spawn } from "node:child_process";
+import { closeSync, openSync, rmSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import kafkajs from "kafkajs";
@@ -25,6 +26,37 @@ export function benchBrokers(): string {
   if (process.env.KAFKA_BROKERS !== undefined) return process.env.KAFKA_BROKERS;
   const script = new URL("../scripts/kafka.sh", import.meta.url).pathname;
   return execFileSync("bash", [script, "start"], { encoding: "utf8" }).trim().split("\n").pop()!;
+}
+
+/**
+ * Produces at least `events` events to `topic`, generated session by session (`next` returns a session's
+ * events as JSON lines), through JSONL files of ~400,000 events in `dir`: a backlog larger than memory.
+ */
+export async function produceGenerated(
+  brokers: string,
+  topic: string,
+  next: () => string[],
+  events: number,
+  dir: string,
+): Promise<number> {
+  const file = join(dir, "chunk.jsonl");
+  let produced = 0;
+  while (produced < events) {
+    const fd = openSync(file, "w");
+    let inChunk = 0;
+    while (inChunk < 400_000 && produced + inChunk < events) {
+      const lines = next();
+      writeSync(fd, `${lines.join("\n")}\n`);
+      inChunk += lines.length;
+    }
+    closeSync(fd);
+    await produceFile(brokers, file, topic);
+    produced += inChunk;
+    process.stderr.write(`\rproduced ${produced.toLocaleString("en-US")} events`);
+  }
+  process.stderr.write("\n");
+  rmSync(file, { force: true });
+  return produced;
 }
 
 /** Produces a JSONL file of events to `topic` (keyed by uid, zstd batches), as `trajflow produce` does. */
@@ -149,6 +181,10 @@ export interface ProcessRun {
     session_durable_seconds?: { p50: number; p99: number };
     /** CPU and memory by thread (src/core/thread-usage.ts). */
     threads: ThreadReport[];
+    /** The peak RSS by owner (src/core/held-memory.ts). */
+    peak_rss_account: { rss_bytes: number; owners: Array<{ owner: string; bytes: number }> };
+    /** The data each part held (src/core/held-memory.ts). */
+    held_memory: Array<{ part: string; peak_bytes: number; at_peak_rss_bytes: number }>;
   };
 }
 
@@ -250,4 +286,37 @@ export async function consumeTopicProcess(
   const code = await exited;
   if (code !== 0) throw new Error(`trajflow consume exited with ${code}`);
   return processRun(JSON.parse(stdout) as JsonReport, spawned, stopAt);
+}
+
+const PYTHON = new URL("../.cache/python/bin/python", import.meta.url).pathname;
+/** The Python peers (bench/peers/): confluent-kafka + orjson + numpy, and the idiomatic one with lists. */
+export const FAST_PEER = new URL("peers/fast_pipeline.py", import.meta.url).pathname;
+export const LINEAR_PEER = new URL("peers/linear_merger.py", import.meta.url).pathname;
+
+export interface PeerRun {
+  events: number;
+  rows: number;
+  seconds: number;
+  first_file_at: number;
+  first_record_at: number;
+  last_file_at: number;
+  peak_rss: number;
+  cpu_seconds: number;
+  latency_p50: number | null;
+  latency_p99: number | null;
+}
+
+/** Runs a Python peer to the end; its fixed overhead counts from the spawn, as trajflow's does. */
+export async function runPeer(script: string, brokers: string, topic: string, out: string, n: number) {
+  const spawned = Date.now();
+  const { stdout } = await promisify(execFile)(PYTHON, [script, brokers, topic, out, String(n)], {
+    maxBuffer: 1 << 20,
+  });
+  const run = JSON.parse(stdout) as PeerRun;
+  return {
+    ...run,
+    firstFileSeconds: run.first_file_at - spawned / 1000,
+    firstRecordSeconds: run.first_record_at - spawned / 1000,
+    lastFileSeconds: run.last_file_at - spawned / 1000,
+  };
 }

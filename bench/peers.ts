@@ -21,11 +21,10 @@
  * (optional, space-separated `trajflow consume` flags, e.g. "--decode-workers 3 --encode-workers 2")
  * adds a second trajflow row run with those flags, for hosts where the defaults leave cores idle.
  */
-import { execFile, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import kafkajs from "kafkajs";
 import { mulberry32 } from "../test/helpers/prng.ts";
 import { registerKafkaCodecs } from "../src/kafka/codecs.ts";
@@ -34,16 +33,18 @@ import { bestOf, gc } from "./harness.ts";
 import {
   benchBrokers,
   consumeTopicProcess,
+  FAST_PEER,
+  LINEAR_PEER,
   produceFile,
   replayProcess,
+  runPeer as runPeerOn,
+  type PeerRun,
   type ProcessRun,
 } from "./kafka-harness.ts";
 import { branchySession, linearSession } from "./workloads.ts";
 
 const root = new URL("..", import.meta.url).pathname;
 const PYTHON = join(root, ".cache/python/bin/python");
-const FAST_PEER = join(root, "bench/peers/fast_pipeline.py");
-const LINEAR_PEER = join(root, "bench/peers/linear_merger.py");
 const brokers = benchBrokers();
 
 interface Workload {
@@ -180,33 +181,8 @@ function decodeCeiling(values: Buffer[]): number {
   });
 }
 
-interface PeerRun {
-  events: number;
-  rows: number;
-  seconds: number;
-  first_file_at: number;
-  first_record_at: number;
-  last_file_at: number;
-  peak_rss: number;
-  cpu_seconds: number;
-  latency_p50: number | null;
-  latency_p99: number | null;
-}
-
-/** Runs a Python peer to the end; its fixed overhead counts from the spawn, as trajflow's does. */
-async function runPeer(script: string, topic: string, out: string, n: number) {
-  const spawned = Date.now();
-  const { stdout } = await promisify(execFile)(PYTHON, [script, brokers, topic, out, String(n)], {
-    maxBuffer: 1 << 20,
-  });
-  const run = JSON.parse(stdout) as PeerRun;
-  return {
-    ...run,
-    firstFileSeconds: run.first_file_at - spawned / 1000,
-    firstRecordSeconds: run.first_record_at - spawned / 1000,
-    lastFileSeconds: run.last_file_at - spawned / 1000,
-  };
-}
+const runPeer = (script: string, topic: string, out: string, n: number) =>
+  runPeerOn(script, brokers, topic, out, n);
 
 function readTokenColumns(out: string): Array<Record<string, unknown>> {
   return JSON.parse(

@@ -13,12 +13,12 @@
  * once per client on the same topic.
  */
 import { spawn } from "node:child_process";
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { createKafka, createOrderedProducer, compressionCodec } from "../src/kafka/client.ts";
-import { benchBrokers, produceFile } from "./kafka-harness.ts";
+import { benchBrokers, produceGenerated } from "./kafka-harness.ts";
 import { linearSession } from "./workloads.ts";
 
 const root = new URL("..", import.meta.url).pathname;
@@ -69,29 +69,6 @@ async function createTopic(topic: string): Promise<void> {
   await admin.connect();
   await admin.createTopics({ topics: [{ topic }], waitForLeaders: true });
   await admin.disconnect();
-}
-
-/** Produces at least `events` events of the mixed workload to `topic`, in files of ~400,000 events. */
-async function produceBacklog(topic: string, events: number, dir: string): Promise<number> {
-  const next = mixedSessions();
-  let produced = 0;
-  while (produced < events) {
-    const file = join(dir, "chunk.jsonl");
-    const fd = openSync(file, "w");
-    let inChunk = 0;
-    while (inChunk < 400_000 && produced + inChunk < events) {
-      const lines = next();
-      writeSync(fd, `${lines.join("\n")}\n`);
-      inChunk += lines.length;
-    }
-    closeSync(fd);
-    await produceFile(brokers, file, topic);
-    produced += inChunk;
-    process.stderr.write(`\rproduced ${produced.toLocaleString("en-US")} events`);
-  }
-  process.stderr.write("\n");
-  rmSync(join(dir, "chunk.jsonl"), { force: true });
-  return produced;
 }
 
 interface Sample {
@@ -188,7 +165,7 @@ async function produceSteadily(topic: string, rate: number, seconds: number): Pr
   const producer = createOrderedProducer(kafka, { allowAutoTopicCreation: true });
   await producer.connect();
   const next = mixedSessions();
-  let pending: string[] = [];
+  const pending: string[] = [];
   let sent = 0;
   const started = Date.now();
   while (Date.now() - started < seconds * 1000) {
@@ -277,7 +254,7 @@ async function main(): Promise<void> {
   const phases: Phase[] = [];
   try {
     const backlog = `soak-backlog-${Date.now()}`;
-    const total = await produceBacklog(backlog, EVENTS, dir);
+    const total = await produceGenerated(brokers, backlog, mixedSessions(), EVENTS, dir);
     for (const client of CLIENTS.length === 0 ? [null] : CLIENTS) {
       const name = `catch-up${client === null ? "" : ` (${client})`}`;
       const args = [...ARGS, ...(client === null ? [] : ["--kafka-client", client])];

@@ -1,0 +1,118 @@
+/**
+ * `npm run bench:catchup`: a consumer restarted after downtime reads a backlog as fast as it can (issue
+ * 39). The short workload (20,000 sessions of 4 turns per 1x: 220,000 events, 1k-token prompts sent
+ * whole as JSON arrays, zstd batches) at each backlog of CATCHUP_BACKLOGS (default "1,4"), each topic read
+ * to its end, one process after the other, each in its own process:
+ * - `trajflow consume` with the default settings, and once per CATCHUP_ARGS variant (";"-separated flag
+ *   sets, default "--max-memory 512;--max-memory 384");
+ * - the fast Python peer (bench/peers/fast_pipeline.py: confluent-kafka + orjson + numpy + pyarrow).
+ * Reported: peak RSS, CPU seconds, end to end (spawn to last file), and trajflow's peak RSS by owner (the
+ * run report's account: each thread's heap and off-heap memory, fixed memory, the allocator's) beside the
+ * parts of the pipeline's own data at that moment. Printed, and written into BENCHMARKS.md between its
+ * bench:catchup markers.
+ */
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, tmpdir, totalmem } from "node:os";
+import { join } from "node:path";
+import {
+  benchBrokers,
+  consumeTopicProcess,
+  FAST_PEER,
+  produceGenerated,
+  runPeer,
+  type ProcessRun,
+} from "./kafka-harness.ts";
+import { linearSession } from "./workloads.ts";
+
+const brokers = benchBrokers();
+const BACKLOGS = (process.env.CATCHUP_BACKLOGS ?? "1,4").split(",").map(Number);
+const VARIANTS = (process.env.CATCHUP_ARGS ?? "--max-memory 512;--max-memory 384")
+  .split(";")
+  .map((v) => v.split(" ").filter((a) => a !== ""))
+  .filter((v) => v.length > 0);
+const SESSIONS_PER_X = 20_000;
+const MiB = (bytes: number) => Math.round(bytes / 2 ** 20);
+
+/** The short workload: session after session, its events as JSON lines. */
+function shortSessions(): () => string[] {
+  let s = 0;
+  const shape = { initialPrompt: 1_024, turns: 4, outputTokens: 128, observationTokens: 64 };
+  return () => {
+    const n = s++;
+    const events = linearSession(shape, "full", { uid: `short-${n % 300}`, sessionId: `s${n}`, seed: n + 1 });
+    return events.map((e) => JSON.stringify(e));
+  };
+}
+
+const results: string[] = [];
+const owners: string[] = [];
+
+function ownersRow(backlog: string, name: string, run: ProcessRun): string {
+  const account = run.report.peak_rss_account.owners;
+  const sum = (match: (owner: string) => boolean) =>
+    MiB(account.filter((o) => match(o.owner)).reduce((a, o) => a + o.bytes, 0));
+  const held = run.report.held_memory
+    .filter((p) => p.at_peak_rss_bytes >= 2 ** 19)
+    .map((p) => `${p.part} ${MiB(p.at_peak_rss_bytes)}`)
+    .join(", ");
+  return (
+    `| ${backlog} | ${name} | ${MiB(run.peakRss)} | ${sum((o) => o === "main heap")} | ` +
+    `${sum((o) => o.endsWith(" heap") && o !== "main heap")} | ${sum((o) => o === "main off-heap")} | ` +
+    `${sum((o) => o.endsWith(" off-heap") && o !== "main off-heap")} | ${sum((o) => o.startsWith("fixed"))} | ` +
+    `${sum((o) => o.startsWith("allocator"))} | ${held || "none"} |`
+  );
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "catchup-"));
+  try {
+    for (const x of BACKLOGS) {
+      const topic = `catchup-${x}x-${Date.now()}`;
+      const events = await produceGenerated(brokers, topic, shortSessions(), x * SESSIONS_PER_X * 11, dir);
+      const backlog = `${x}x (${events.toLocaleString("en-US")} events)`;
+      const fast = await runPeer(FAST_PEER, brokers, topic, join(dir, "fast"), events);
+      rmSync(join(dir, "fast"), { recursive: true, force: true });
+      const row = (name: string, rss: number, cpu: number, endToEnd: number) =>
+        `| ${backlog} | ${name} | ${MiB(rss)} | ${(rss / fast.peak_rss).toFixed(2)}x | ${cpu.toFixed(1)} | ` +
+        `${endToEnd.toFixed(1)} |`;
+      results.push(row("fast Python peer", fast.peak_rss, fast.cpu_seconds, fast.lastFileSeconds));
+      for (const args of [[], ...VARIANTS]) {
+        const name = `trajflow consume ${args.join(" ")}`.trim();
+        const out = join(dir, "trajflow");
+        const run = await consumeTopicProcess(brokers, topic, out, events, args);
+        rmSync(out, { recursive: true, force: true });
+        results.push(row(name, run.peakRss, run.cpuSeconds, run.lastFileSeconds));
+        owners.push(ownersRow(backlog, name, run));
+        process.stderr.write(`${results.at(-1)}\n${owners.at(-1)}\n`);
+      }
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const report = [
+    `\`npm run bench:catchup\` (${new Date().toISOString().slice(0, 10)}; ${cpus().length} cores, ` +
+      `${Math.round(totalmem() / 2 ** 30)} GiB; the broker on the same host): the short workload's backlog ` +
+      "read to its end, one process after the other on the same topic.",
+    "",
+    "| backlog | pipeline | peak RSS MiB | vs the fast peer | CPU s | end to end s |",
+    "|---|---|---|---|---|---|",
+    ...results,
+    "",
+    "trajflow's peak RSS by owner (MiB; the run report's `peak_rss_account`), and what of it was the " +
+      "pipeline's own data (`held_memory` at the peak):",
+    "",
+    "| backlog | run | peak RSS | main heap | workers' heaps | main off-heap | workers' off-heap | fixed | allocator | held data at the peak |",
+    "|---|---|---|---|---|---|---|---|---|---|",
+    ...owners,
+  ].join("\n");
+  process.stdout.write(`${report}\n`);
+  const file = new URL("../BENCHMARKS.md", import.meta.url).pathname;
+  const text = readFileSync(file, "utf8");
+  const [begin, end] = ["<!-- bench:catchup begin -->", "<!-- bench:catchup end -->"];
+  const from = text.indexOf(begin);
+  const to = text.indexOf(end);
+  if (from >= 0 && to > from)
+    writeFileSync(file, `${text.slice(0, from + begin.length)}\n\n${report}\n\n${text.slice(to)}`);
+}
+
+await main();
