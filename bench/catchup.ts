@@ -18,9 +18,10 @@ import {
   benchBrokers,
   consumeTopicProcess,
   FAST_PEER,
+  OWNERS_HEADER,
+  ownersRow,
   produceGenerated,
   runPeer,
-  type ProcessRun,
 } from "./kafka-harness.ts";
 import { linearSession } from "./workloads.ts";
 
@@ -46,22 +47,6 @@ function shortSessions(): () => string[] {
 
 const results: string[] = [];
 const owners: string[] = [];
-
-function ownersRow(backlog: string, name: string, run: ProcessRun): string {
-  const account = run.report.peak_rss_account.owners;
-  const sum = (match: (owner: string) => boolean) =>
-    MiB(account.filter((o) => match(o.owner)).reduce((a, o) => a + o.bytes, 0));
-  const held = run.report.held_memory
-    .filter((p) => p.at_peak_rss_bytes >= 2 ** 19)
-    .map((p) => `${p.part} ${MiB(p.at_peak_rss_bytes)}`)
-    .join(", ");
-  return (
-    `| ${backlog} | ${name} | ${MiB(run.peakRss)} | ${sum((o) => o === "main heap")} | ` +
-    `${sum((o) => o.endsWith(" heap") && o !== "main heap")} | ${sum((o) => o === "main off-heap")} | ` +
-    `${sum((o) => o.endsWith(" off-heap") && o !== "main off-heap")} | ${sum((o) => o.startsWith("fixed"))} | ` +
-    `${sum((o) => o.startsWith("allocator"))} | ${held || "none"} |`
-  );
-}
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "catchup-"));
@@ -101,8 +86,7 @@ async function main(): Promise<void> {
     "trajflow's peak RSS by owner (MiB; the run report's `peak_rss_account`), and what of it was the " +
       "pipeline's own data (`held_memory` at the peak):",
     "",
-    "| backlog | run | peak RSS | main heap | workers' heaps | main off-heap | workers' off-heap | fixed | allocator | held data at the peak |",
-    "|---|---|---|---|---|---|---|---|---|---|",
+    OWNERS_HEADER.replace("workload", "backlog"),
     ...owners,
   ].join("\n");
   process.stdout.write(`${report}\n`);

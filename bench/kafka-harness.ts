@@ -320,3 +320,29 @@ export async function runPeer(script: string, brokers: string, topic: string, ou
     lastFileSeconds: run.last_file_at - spawned / 1000,
   };
 }
+
+/** The header of the peak-RSS-by-owner table (ownersRow's columns). */
+export const OWNERS_HEADER =
+  "| workload | run | peak RSS | main heap | workers' heaps | main off-heap | workers' off-heap | fixed | allocator | held data at the peak |\n" +
+  "|---|---|---|---|---|---|---|---|---|---|";
+
+/**
+ * A trajflow run's peak RSS by owner, in MiB (the run report's `peak_rss_account`: each thread's heap and
+ * off-heap memory, fixed memory, the allocator's), with the pipeline's own data at that moment.
+ */
+export function ownersRow(workload: string, name: string, run: ProcessRun): string {
+  const MiB = (bytes: number) => Math.round(bytes / 2 ** 20);
+  const account = run.report.peak_rss_account.owners;
+  const sum = (match: (owner: string) => boolean) =>
+    MiB(account.filter((o) => match(o.owner)).reduce((a, o) => a + o.bytes, 0));
+  const held = run.report.held_memory
+    .filter((p) => p.at_peak_rss_bytes >= 2 ** 19)
+    .map((p) => `${p.part} ${MiB(p.at_peak_rss_bytes)}`)
+    .join(", ");
+  return (
+    `| ${workload} | ${name} | ${MiB(run.peakRss)} | ${sum((o) => o === "main heap")} | ` +
+    `${sum((o) => o.endsWith(" heap") && o !== "main heap")} | ${sum((o) => o === "main off-heap")} | ` +
+    `${sum((o) => o.endsWith(" off-heap") && o !== "main off-heap")} | ${sum((o) => o.startsWith("fixed"))} | ` +
+    `${sum((o) => o.startsWith("allocator"))} | ${held || "none"} |`
+  );
+}

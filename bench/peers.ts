@@ -35,6 +35,8 @@ import {
   consumeTopicProcess,
   FAST_PEER,
   LINEAR_PEER,
+  OWNERS_HEADER,
+  ownersRow,
   produceFile,
   replayProcess,
   runPeer as runPeerOn,
@@ -213,6 +215,7 @@ const correctness: string[] = [];
 const wire: string[] = [];
 const bounds: string[] = [];
 const parts: string[] = [];
+const owners: string[] = [];
 const targets: string[] = [];
 
 const MiB = (bytes: number) => `${Math.round(bytes / 2 ** 20)}`;
@@ -318,6 +321,7 @@ try {
       ["replay", replayed],
     ] as const)
       parts.push(partsRow(workload.name, name, run, fast));
+    owners.push(ownersRow(workload.name, "consume", ours));
     targets.push(
       `| ${workload.name} | ${(ours.cpuSeconds / fast.cpu_seconds).toFixed(2)}x | ` +
         `${(replayed.cpuSeconds / fast.cpu_seconds).toFixed(2)}x | ` +
@@ -416,6 +420,12 @@ try {
     "| workload | run | main CPU | decode CPU | encoder CPU | helpers CPU | total CPU | fast peer CPU | main heap | decode heaps | encoder heaps | off-heap | peak RSS | fast peer RSS |",
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ...parts,
+    "",
+    "The peak RSS of each `trajflow consume` by owner (MiB; the run report's `peak_rss_account`: the owners add " +
+      "up to the peak), and what of it was the pipeline's own data:",
+    "",
+    OWNERS_HEADER,
+    ...owners,
     "",
     `Bounds on this host (${cpu.length} cores): read = CPU seconds of the kafkajs ceiling (fetch, decompress), ` +
       "decode = the decode ceiling's seconds, floor = max(read, decode, (read + decode) / cores): the least a " +
