@@ -391,6 +391,34 @@ describe("replay", () => {
     assert.match(bad.stderr, /transforms\.assemble\.drift_policy/);
   });
 
+  it("sizes its defaults for --max-memory, and lists a bad or too small size with the other problems", async () => {
+    const out = freshDir();
+    const sized = await runCli(["replay", EXAMPLES, "--out", out, "--max-memory", "1GiB", "--json"], {
+      TRAJFLOW_LOG_LEVEL: "info",
+    });
+    assert.equal(sized.code, 0, sized.stderr);
+    assert.match(
+      sized.stderr,
+      /"limit_mib":1024,"from":"--max-memory","sized":\[[^\]]*"files\.max_tokens_per_file = 4000000"/,
+    );
+    const bad = await runCli([
+      "replay",
+      EXAMPLES,
+      "--out",
+      freshDir(),
+      "--max-memory",
+      "2TB",
+      "--rows-per-file",
+      "x",
+    ]);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--max-memory must be a size \(MiB, or with a unit: 768MiB, 2GiB\), got "2TB"/);
+    assert.match(bad.stderr, /--rows-per-file must be an integer/);
+    const small = await runCli(["replay", EXAMPLES, "--out", freshDir(), "--max-memory", "256"]);
+    assert.equal(small.code, 2);
+    assert.match(small.stderr, /--max-memory must be at least 384 MiB/);
+  });
+
   it("exits 2 on usage and configuration errors, listing every problem", async () => {
     const noOut = await runCli(["replay", EXAMPLES]);
     assert.equal(noOut.code, 2);

@@ -57,8 +57,8 @@ export function memoryOption(value: string | undefined): MemoryLimit | null {
   }
   if (bytes < MIN_MEMORY_LIMIT) {
     flagProblems.push(
-      `--max-memory must be at least ${MIN_MEMORY_LIMIT / 2 ** 20} MiB (Node, V8 and the threads' isolates ` +
-        `take ~100-140 MiB before any data), got ${JSON.stringify(value)}`,
+      `--max-memory must be at least ${MIN_MEMORY_LIMIT / 2 ** 20} MiB (a catch-up peaks at ~320 MiB with the ` +
+        `smallest settings; docs/operations.md), got ${JSON.stringify(value)}`,
     );
     return null;
   }

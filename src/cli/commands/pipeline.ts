@@ -63,7 +63,12 @@ export async function runPipelineCommand(command: "validate" | "run", argv: stri
   const plan = planPipeline(pipeline, [...takeFlagProblems(), ...problems, ...gateway.problems], memory);
   if (command === "validate") {
     const feeding = gateway.config === null ? "" : `; fed by a gateway on ${gateway.config.listen}`;
-    process.stdout.write(`${file}: valid: ${describePlan(plan)}${feeding}\n`);
+    const sized =
+      plan.memory === null
+        ? ""
+        : `\n  sized for ${Math.round(plan.memory.limit.bytes / 2 ** 20)} MiB (${plan.memory.limit.source}): ` +
+          (plan.memory.sized.join(", ") || "nothing left unset");
+    process.stdout.write(`${file}: valid: ${describePlan(plan)}${feeding}${sized}\n`);
     return ExitCode.OK;
   }
   const logger = createLogger({ level: values["log-level"] });
