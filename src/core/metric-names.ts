@@ -97,6 +97,10 @@ export const METRICS = {
   reward_timeouts: { kind: "counter", label: "stage", help: "Required scores missing at timeout_ms (flag)." },
   // Output
   files_committed: { kind: "counter", label: "outcome", help: "Data files renamed into place, by outcome." },
+  files_cut_for_memory: {
+    kind: "counter",
+    help: "Files cut early because the lanes' rows waiting together passed max_buffered_bytes.",
+  },
   files_fenced: {
     kind: "counter",
     help: "Files dropped because this process no longer owned their partition (an expelled member).",

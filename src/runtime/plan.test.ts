@@ -68,6 +68,7 @@ describe("planPipeline: a memory limit", () => {
         "assemble.max_buffered_bytes = 16777216",
         "files.max_tokens_per_file = 419430",
         "files.max_bytes_per_file = 16777216",
+        "files.max_buffered_bytes = 16777216",
       ],
     });
   });

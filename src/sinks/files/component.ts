@@ -62,6 +62,26 @@ export class FileSinkComponent implements SinkComponent {
     return { "rows waiting for a file": buffered, "rows being written": writing };
   }
 
+  /**
+   * Past `max_buffered_bytes` of rows waiting over every lane, cuts the lane holding the most (its file
+   * is smaller than its own limits would make it) until the rest fits: many partitions buffering at once
+   * must not add up past what one process may hold.
+   */
+  private async boundBuffered(): Promise<void> {
+    for (;;) {
+      let total = 0;
+      let largest: FileSink | null = null;
+      for (const sink of this.sinks) {
+        const { buffered } = sink.held;
+        total += buffered;
+        if (largest === null || buffered > largest.held.buffered) largest = sink;
+      }
+      if (total <= this.config.max_buffered_bytes || largest === null) return;
+      this.metrics.inc("files_cut_for_memory");
+      await largest.cut();
+    }
+  }
+
   /** Fails before anything is read when the output (a directory, an S3 prefix) cannot be written. */
   async open(): Promise<void> {
     this.storeInstance = await openStore(this.config.path, this.config.s3);
@@ -103,6 +123,7 @@ export class FileSinkComponent implements SinkComponent {
           };
           await sink.write(unitRows(unit), durable, unit.spans);
         }
+        await this.boundBuffered();
       },
       cut: () => sink.cut(),
       drain: async () => {

@@ -47,6 +47,13 @@ export const fileSinkConfigSchema = z
       .describe(
         "A file is cut once its rows' column data (token, logprob, version and routed-experts arrays) reach this many bytes; bounds buffered memory when rows are heavy (MoE routing is 768 bytes a token at 48 layers x top-8).",
       ),
+    max_buffered_bytes: z
+      .int()
+      .positive()
+      .default(256 * 1024 * 1024)
+      .describe(
+        "Bytes of rows waiting for a file over every lane (partition) at once; past it the lane holding the most is cut early. Bounds buffered memory however many partitions a consumer is assigned (each buffers up to max_bytes_per_file / max_tokens_per_file on its own).",
+      ),
     max_file_age_ms: z
       .int()
       .positive()
@@ -103,6 +110,7 @@ export function fileSinkSizing(limit: number): Partial<FileSinkConfigInput> {
   return {
     max_tokens_per_file: Math.floor(Math.min(4_000_000, Math.max(128 * 1024, budget / 2 / 80))),
     max_bytes_per_file: clampSize(budget / 4, 4 * 2 ** 20, 256 * 2 ** 20),
+    max_buffered_bytes: clampSize(budget / 4, 4 * 2 ** 20, 256 * 2 ** 20),
     ...(limit < 2 ** 30 ? { max_in_flight: 1 } : {}),
   };
 }
