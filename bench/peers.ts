@@ -17,7 +17,8 @@
  * workloads; rows and trained tokens for the branchy one. The tables are printed and written into
  * BENCHMARKS.md between its bench:peers markers (the results and targets; the per-part tables are printed).
  *
- * BENCH_SCALE multiplies the workloads (default 1; BENCHMARKS.md's tables use 3). BENCH_TRAJFLOW_ARGS
+ * BENCH_SCALE multiplies the workloads (default 1; BENCHMARKS.md's tables use 3). BENCH_ONLY (a regular
+ * expression) runs only the workloads whose names match, and then leaves BENCHMARKS.md alone. BENCH_TRAJFLOW_ARGS
  * (optional, space-separated `trajflow consume` flags, e.g. "--decode-workers 3 --encode-workers 2")
  * adds a second trajflow row run with those flags, for hosts where the defaults leave cores idle.
  */
@@ -57,6 +58,7 @@ interface Workload {
 }
 
 const SCALE = Number(process.env.BENCH_SCALE ?? 1);
+const ONLY = process.env.BENCH_ONLY === undefined ? null : new RegExp(process.env.BENCH_ONLY);
 const TUNED = (process.env.BENCH_TRAJFLOW_ARGS ?? "").split(" ").filter((a) => a !== "");
 const BEGIN = "<!-- bench:peers begin -->";
 const END = "<!-- bench:peers end -->";
@@ -243,6 +245,7 @@ function partsRow(workload: string, name: string, run: ProcessRun, fast: PeerRun
 try {
   console.log(`brokers ${brokers}; scale ${SCALE}`);
   for (const [w, workload] of workloads().entries()) {
+    if (ONLY !== null && !ONLY.test(workload.name)) continue;
     let lines = workload.events().map((e) => JSON.stringify(e));
     const input = join(dir, `w${w}.jsonl`);
     writeFileSync(input, `${lines.join("\n")}\n`);
@@ -452,7 +455,8 @@ try {
   const text = readFileSync(file, "utf8");
   const begin = text.indexOf(BEGIN);
   const finish = text.indexOf(END);
-  if (begin < 0 || finish < begin)
+  if (ONLY !== null) console.log("\n(BENCH_ONLY: BENCHMARKS.md left as it is)");
+  else if (begin < 0 || finish < begin)
     console.log(`\n(BENCHMARKS.md has no ${BEGIN} ... ${END} section to update)`);
   else {
     writeFileSync(file, `${text.slice(0, begin + BEGIN.length)}\n\n${report}\n\n${text.slice(finish)}`);

@@ -10,7 +10,8 @@
  * samples go to bench/soak-samples.csv, a plot to bench/soak.svg, and the summary into BENCHMARKS.md
  * between its bench:soak markers. SOAK_ARGS adds `trajflow consume` flags (e.g. "--max-memory 512");
  * SOAK_CLIENTS (comma-separated `--kafka-client` values, default the default client) runs the catch-up
- * once per client on the same topic.
+ * once per client on the same topic. SOAK_BACKLOG=<topic>:<events> reads a backlog an earlier run
+ * produced (the broker keeps it a day) instead of producing one.
  */
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -253,8 +254,13 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "soak-"));
   const phases: Phase[] = [];
   try {
-    const backlog = `soak-backlog-${Date.now()}`;
-    const total = await produceGenerated(brokers, backlog, mixedSessions(), EVENTS, dir);
+    const reuse = process.env.SOAK_BACKLOG?.split(":");
+    const backlog = reuse?.[0] ?? `soak-backlog-${Date.now()}`;
+    const total =
+      reuse === undefined
+        ? await produceGenerated(brokers, backlog, mixedSessions(), EVENTS, dir)
+        : Number(reuse[1]);
+    process.stderr.write(`backlog: ${backlog}:${total}\n`);
     for (const client of CLIENTS.length === 0 ? [null] : CLIENTS) {
       const name = `catch-up${client === null ? "" : ` (${client})`}`;
       const args = [...ARGS, ...(client === null ? [] : ["--kafka-client", client])];
