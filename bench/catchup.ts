@@ -46,6 +46,7 @@ function shortSessions(): () => string[] {
 }
 
 const results: string[] = [];
+const sizes: string[] = [];
 const owners: string[] = [];
 
 async function main(): Promise<void> {
@@ -54,15 +55,16 @@ async function main(): Promise<void> {
     for (const x of BACKLOGS) {
       const topic = `catchup-${x}x-${Date.now()}`;
       const events = await produceGenerated(brokers, topic, shortSessions(), x * SESSIONS_PER_X * 11, dir);
-      const backlog = `${x}x (${events.toLocaleString("en-US")} events)`;
+      const backlog = `${x}x`;
+      sizes.push(`${x}x = ${events.toLocaleString("en-US")} events`);
       const fast = await runPeer(FAST_PEER, brokers, topic, join(dir, "fast"), events);
       rmSync(join(dir, "fast"), { recursive: true, force: true });
       const row = (name: string, rss: number, cpu: number, endToEnd: number) =>
         `| ${backlog} | ${name} | ${MiB(rss)} | ${(rss / fast.peak_rss).toFixed(2)}x | ${cpu.toFixed(1)} | ` +
         `${endToEnd.toFixed(1)} |`;
-      results.push(row("fast Python peer", fast.peak_rss, fast.cpu_seconds, fast.lastFileSeconds));
+      results.push(row("fast peer", fast.peak_rss, fast.cpu_seconds, fast.lastFileSeconds));
       for (const args of [[], ...VARIANTS]) {
-        const name = `trajflow consume ${args.join(" ")}`.trim();
+        const name = `trajflow ${args.join(" ")}`.trim();
         const out = join(dir, "trajflow");
         const run = await consumeTopicProcess(brokers, topic, out, events, args);
         rmSync(out, { recursive: true, force: true });
@@ -77,9 +79,10 @@ async function main(): Promise<void> {
   const report = [
     `\`npm run bench:catchup\` (${new Date().toISOString().slice(0, 10)}; ${cpus().length} cores, ` +
       `${Math.round(totalmem() / 2 ** 30)} GiB; the broker on the same host): the short workload's backlog ` +
-      "read to its end, one process after the other on the same topic.",
+      `read to its end (${sizes.join(", ")}) by \`trajflow consume\` and the fast Python peer, one process ` +
+      "after the other on the same topic.",
     "",
-    "| backlog | pipeline | peak RSS MiB | vs the fast peer | CPU s | end to end s |",
+    "| backlog | pipeline | peak RSS MiB | vs fast peer | CPU s | end to end s |",
     "|---|---|---|---|---|---|",
     ...results,
     "",

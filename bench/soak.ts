@@ -214,7 +214,7 @@ function summary(p: Phase): string {
   return (
     `| ${p.name} | ${p.events.toLocaleString("en-US")} | ${p.seconds.toFixed(0)} | ` +
     `${Math.round(p.events / p.seconds).toLocaleString("en-US")} | ${p.cpuSeconds.toFixed(0)} | ` +
-    `${[0.1, 0.25, 0.5, 0.75, 1].map(at).join(" / ")} | ${max(firstHalf)} / ${max(secondHalf)} | ` +
+    `${[0.1, 0.25, 0.5, 0.75, 1].map(at).join("/")} | ${max(firstHalf)}/${max(secondHalf)} | ` +
     `${slopePerMillion(p.samples).toFixed(1)} | ${Math.round(p.peakRssMiB)} |`
   );
 }
@@ -272,7 +272,7 @@ async function main(): Promise<void> {
       await createTopic(live);
       let produced = -1;
       const producing = produceSteadily(live, RATE, LIVE_S).then((n) => (produced = n));
-      const name = `live, ${RATE.toLocaleString("en-US")} events/s for ${LIVE_S} s`;
+      const name = `live (${RATE.toLocaleString("en-US")}/s, ${LIVE_S} s)`;
       phases.push(await consumeSampled(name, live, ARGS, (events) => produced >= 0 && events >= produced));
       await producing;
       process.stderr.write(`${summary(phases.at(-1)!)}\n`);
@@ -292,7 +292,7 @@ async function main(): Promise<void> {
       `${Math.round(totalmem() / 2 ** 30)} GiB; flags: ${ARGS.length === 0 ? "defaults" : ARGS.join(" ")}). ` +
       "RSS sampled every second (bench/soak-samples.csv, plotted in bench/soak.svg).",
     "",
-    "| phase | events | seconds | events/s | CPU s | RSS MiB at 10 / 25 / 50 / 75 / 100% of the run | max RSS, first / second half | RSS slope, second half (MiB per M events) | peak RSS |",
+    "| phase | events | s | events/s | CPU s | RSS MiB at 10/25/50/75/100% | max RSS, 1st/2nd half | slope, 2nd half, MiB per M events | peak RSS |",
     "|---|---|---|---|---|---|---|---|---|",
     ...phases.map(summary),
     "",
