@@ -1,8 +1,8 @@
 /**
  * `npm test`: prepares the independent readers (pyarrow, DuckDB, confluent-kafka from PyPI) and the
- * trajflow Python package, starts a Kafka broker (unless KAFKA_BROKERS names one), an S3 server
- * (unless TRAJFLOW_TEST_S3 names one) and a llama.cpp server (unless LLAMA_SERVER names one), and runs every
- * test:
+ * trajflow Python package, builds the librdkafka client's addon (scripts/librdkafka.sh), starts a Kafka
+ * broker (unless KAFKA_BROKERS names one), an S3 server (unless TRAJFLOW_TEST_S3 names one) and a
+ * llama.cpp server (unless LLAMA_SERVER names one), and runs every test:
  * node's test runner for unit tests beside the code (src/**) and integration tests (test/**), then pytest
  * for the Python package (python/tests, against real trajflow output). Patterns select node tests only.
  */
@@ -14,6 +14,11 @@ if (setup.status !== 0) {
   console.error("test setup failed: could not prepare the Python readers (scripts/python-env.sh)");
   process.exit(setup.status ?? 1);
 }
+// The librdkafka client's addon (scripts/librdkafka.sh: built once, then restored from .cache): where it
+// cannot be built here, its tests are skipped with the reason, the rest runs.
+const rdkafka = spawnSync("bash", ["scripts/librdkafka.sh", "build"], { cwd: root, stdio: "inherit" });
+if (rdkafka.status !== 0)
+  console.error("test setup: the librdkafka addon could not be built; its tests will be skipped");
 /**
  * A server the tests need: the one `variable` names, or one `script start` starts (stopped again at the
  * end); the variable is then set from the script's output (`take` picks what it needs). True when started.
