@@ -6,6 +6,7 @@ import { it } from "node:test";
 import { pino } from "pino";
 import type { SourceHandler } from "../src/contract/components.ts";
 import { Metrics } from "../src/core/metrics.ts";
+import type { KafkajsConsumer } from "../src/kafka/kafkajs-consumer.ts";
 import { kafkaSourceConfigSchema } from "../src/sources/kafka/config.ts";
 import { KafkaSource } from "../src/sources/kafka/source.ts";
 import { createTopic, freshName, kafkaTestScope, produceTo, waitFor } from "./helpers/kafka.ts";
@@ -43,7 +44,7 @@ it("takes nothing once stopped, not even a batch kafkajs hands over after the st
       if (lanes.length > 0) calls.push(`revoked ${lanes.length}`);
     },
   };
-  const consumer = source["consumer"];
+  const consumer = (source["consumer"] as KafkajsConsumer)["consumer"];
   let handedOver = 0;
   consumer.on(consumer.events.END_BATCH_PROCESS, () => handedOver++);
   await source.start(handler);

@@ -4,14 +4,11 @@
  * partitions until its next heartbeat; the coordinator knows better.
  */
 import type { Logger } from "../../core/logger.ts";
-import { assignedPartitions, type Consumer } from "../../kafka/client.ts";
+import type { TopicConsumer } from "../../kafka/topic-consumer.ts";
 import type { KafkaLane } from "./lane.ts";
 
 export interface FenceContext {
-  consumer: Consumer;
-  topic: string;
-  /** This member's id at its last join (it changes when the member rejoins). */
-  memberId: () => string | null;
+  consumer: Pick<TopicConsumer, "owns">;
   stopping: () => boolean;
   log: Logger;
 }
@@ -23,12 +20,7 @@ export async function ownsPartition(ctx: FenceContext, lane: KafkaLane): Promise
   // file costs rebuilding its rows.
   for (let attempt = 0; owns === null && lane.live; attempt++) {
     try {
-      const group = await ctx.consumer.describeGroup();
-      const me = group.members.find((m) => m.memberId === ctx.memberId());
-      owns = false;
-      if (group.state === "Stable" && me !== undefined) {
-        owns = assignedPartitions(me.memberAssignment, ctx.topic).includes(lane.partition);
-      }
+      owns = await ctx.consumer.owns(lane.partition);
     } catch (err) {
       if (attempt >= 6 || ctx.stopping()) owns = false;
       else {

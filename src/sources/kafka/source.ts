@@ -18,17 +18,14 @@ import type { Holdings } from "../../core/held-memory.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { RawRecord } from "../../core/records.ts";
+import { describeConnection, isBrokerAway, isClientError, setupError } from "../../kafka/client.ts";
+import { createTopicConsumer } from "../../kafka/consumer.ts";
 import {
-  connectClient,
-  createKafka,
-  describeConnection,
-  disconnectWithin,
-  isBrokerAway,
-  isClientError,
-  setupError,
-  type Consumer,
-  type EachBatchPayload,
-} from "../../kafka/client.ts";
+  heartbeatInterval,
+  type Batch,
+  type BatchControl,
+  type TopicConsumer,
+} from "../../kafka/topic-consumer.ts";
 import type { KafkaSourceConfig } from "./config.ts";
 import { ownsPartition } from "./fence.ts";
 import { kafkaLane, type KafkaLane } from "./lane.ts";
@@ -40,14 +37,12 @@ export class KafkaSource implements Source {
   private readonly config: KafkaSourceConfig;
   private readonly metrics: Metrics;
   private readonly log: Logger;
-  private readonly consumer: Consumer;
-  private readonly admin: ReturnType<ReturnType<typeof createKafka>["admin"]>;
+  private readonly consumer: TopicConsumer;
   private readonly heartbeatIntervalMs: number;
   private handler!: SourceHandler;
   private lanes = new Map<number, KafkaLane>();
   /** Partitions restarted locally, with the offset their next lane must start at. */
   private readonly restartAt = new Map<number, number>();
-  private memberId: string | null = null;
   /** Partitions the group assigned to this member at its last join; null before the first. */
   private assignment: number[] | null = null;
   private failure: Error | null = null;
@@ -70,25 +65,10 @@ export class KafkaSource implements Source {
     this.config = config;
     this.metrics = ctx.metrics;
     this.log = ctx.logger.child({ component: "kafka" });
-    this.heartbeatIntervalMs = Math.max(100, Math.floor(config.session_timeout_ms / 3));
-    const kafka = createKafka(config.connection, ctx.logger);
-    this.admin = kafka.admin();
-    this.consumer = kafka.consumer({
-      groupId: config.group_id,
-      sessionTimeout: config.session_timeout_ms,
-      heartbeatInterval: this.heartbeatIntervalMs,
-      // The broker answers one request per connection at a time, and kafkajs fetches ahead while a batch
-      // is handled: a long-poll fetch on the coordinator's connection would hold heartbeats back past the
-      // session timeout. measured: with the 5 s default and a 3 s session timeout a lone member was
-      // expelled every ~5 s. A stop also waits for the fetch in flight: with 5 s, `consume` took 4 s to
-      // disconnect after its files were written; an idle member's empty fetches every 500 ms cost nothing.
-      maxWaitTimeInMs: Math.min(500, this.heartbeatIntervalMs),
-      allowAutoTopicCreation: false,
-      ...(config.fetch_max_bytes === undefined
-        ? {}
-        : { maxBytes: config.fetch_max_bytes, maxBytesPerPartition: config.fetch_max_bytes }),
-    });
-    this.watermarks = new Watermarks(this.admin, config, () => ({
+    this.heartbeatIntervalMs = heartbeatInterval(config.session_timeout_ms);
+    // The client library behind an interface: src/kafka/topic-consumer.ts.
+    this.consumer = createTopicConsumer(config, ctx.logger);
+    this.watermarks = new Watermarks(this.consumer, config, () => ({
       lanes: this.lanes,
       assignment: this.assignment,
       restartAt: this.restartAt,
@@ -112,7 +92,7 @@ export class KafkaSource implements Source {
     return this.count;
   }
 
-  /** Both clients' handshakes at once (each probes the listener first); kept, so `start` awaits the same. */
+  /** The consumer's handshakes (each client probes the listener first); kept, so `start` awaits the same. */
   connect(): Promise<void> {
     if (this.connecting !== null) return this.connecting;
     const { config } = this;
@@ -120,10 +100,7 @@ export class KafkaSource implements Source {
       { ...describeConnection(config.connection), topic: config.topic, group: config.group_id },
       "Connecting to Kafka.",
     );
-    this.connecting = Promise.all([
-      connectClient(this.admin, this.config.connection),
-      connectClient(this.consumer, this.config.connection),
-    ]).then(() => {});
+    this.connecting = this.consumer.connect();
     return this.connecting;
   }
 
@@ -131,21 +108,22 @@ export class KafkaSource implements Source {
     this.handler = handler;
     const { config } = this;
     await this.connect();
-    await this.consumer.subscribe({ topic: config.topic, fromBeginning: config.from_beginning });
-    this.consumer.on(this.consumer.events.GROUP_JOIN, (e) => {
-      this.memberId = e.payload.memberId;
-      this.assignment = e.payload.memberAssignment[config.topic] ?? [];
-      this.revokeAll();
+    await this.consumer.start({
+      joined: (partitions) => {
+        this.assignment = partitions;
+        this.revokeAll();
+      },
+      revoked: () => this.dropLanes(),
+      // The client restarts the consumer itself after retriable failures. Some failures of a broker that
+      // is only away kafkajs calls final (a restarting single broker); those restart here. Any other crash
+      // it gives up on (authentication, authorization) ends the pipeline.
+      crashed: (error, restarts) => {
+        if (restarts) this.log.warn({ err: error }, "The Kafka consumer restarts.");
+        else if (isBrokerAway(error)) void this.restartAfterCrash(error);
+        else this.fail(error);
+      },
+      batch: (batch, control) => this.onBatch(batch, control),
     });
-    // kafkajs restarts the consumer itself after retriable failures. Some failures of a broker that is
-    // only away it calls final (a restarting single broker); those restart here. Any other crash it
-    // gives up on (authentication, authorization) ends the pipeline.
-    this.consumer.on(this.consumer.events.CRASH, (e) => {
-      if (e.payload.restart) this.log.warn({ err: e.payload.error }, "The Kafka consumer restarts.");
-      else if (isBrokerAway(e.payload.error)) void this.restartAfterCrash(e.payload.error);
-      else this.fail(e.payload.error);
-    });
-    await this.runConsumer();
     this.lagTimer = setInterval(() => void this.checkLag(), config.lag_interval_ms);
     // A failed commit (broker away, group rebalancing) is retried by the next one; until then the next
     // owner would only re-read more, never write twice.
@@ -159,15 +137,14 @@ export class KafkaSource implements Source {
     );
   }
 
-  private runConsumer(): Promise<void> {
-    return this.consumer.run({
-      autoCommit: false,
-      eachBatchAutoResolve: false,
-      eachBatch: (payload) => this.onBatch(payload),
-    });
+  /** A (re)join: every lane starts over. */
+  private revokeAll(): void {
+    this.dropLanes();
+    this.metrics.inc("kafka_rebalances");
   }
 
-  private revokeAll(): void {
+  /** Ends every lane: its batches stop, its files are dropped at the fence. */
+  private dropLanes(): void {
     if (this.lanes.size > 0)
       this.log.info(
         { partitions: [...this.lanes.keys()] },
@@ -178,19 +155,12 @@ export class KafkaSource implements Source {
     this.lanes = new Map();
     this.restartAt.clear();
     this.handler.revoked(lanes);
-    this.metrics.inc("kafka_rebalances");
   }
 
   /** Whether this member still owns the lane's partition (fence.ts); if not, the lane starts over. */
   private async fence(lane: KafkaLane): Promise<boolean> {
     const owns = await ownsPartition(
-      {
-        consumer: this.consumer,
-        topic: this.config.topic,
-        memberId: () => this.memberId,
-        stopping: () => this.stopping,
-        log: this.log,
-      },
+      { consumer: this.consumer, stopping: () => this.stopping, log: this.log },
       lane,
     );
     if (owns) return true;
@@ -211,11 +181,7 @@ export class KafkaSource implements Source {
     this.handler.revoked([lane]);
     this.restartAt.set(lane.partition, lane.ledger.committed);
     try {
-      this.consumer.seek({
-        topic: this.config.topic,
-        partition: lane.partition,
-        offset: String(lane.ledger.committed),
-      });
+      this.consumer.seek(lane.partition, lane.ledger.committed);
     } catch (err) {
       // Not assigned any more: the rejoin restarts it anyway.
       this.log.debug({ err, lane: lane.id }, "Could not seek the partition.");
@@ -226,14 +192,14 @@ export class KafkaSource implements Source {
     return kafkaLane(this.config.topic, partition, firstOffset, (lane) => this.fence(lane));
   }
 
-  private async onBatch(payload: EachBatchPayload): Promise<void> {
-    const { batch, isRunning, isStale } = payload;
+  private async onBatch(batch: Batch, control: BatchControl): Promise<void> {
+    const { isRunning, isStale } = control;
     // A stop came first (a signal during start-up, while the group join was still in flight): kafkajs can
     // still hand over a batch as it disconnects. Nothing is taken, no lane opens; the next owner reads it.
     if (batch.messages.length === 0 || this.stopping) return;
     const first = Number(batch.messages[0]!.offset);
     const lastOffset = batch.messages[batch.messages.length - 1]!.offset;
-    const alive = keepAlive(payload.heartbeat, this.heartbeatIntervalMs);
+    const alive = keepAlive(control.heartbeat, this.heartbeatIntervalMs);
     try {
       const lane = await this.batchLane(batch.partition, first);
       if (lane === null) return;
@@ -254,7 +220,7 @@ export class KafkaSource implements Source {
       // kafkajs only needs resolved offsets to know where to fetch next. A batch that does not get
       // applied in full (a rebalance, a restart, a failure) restarts its lane from the committed offset,
       // and anything kafkajs delivers again is skipped by the ledger's next offset.
-      payload.resolveOffset(lastOffset);
+      control.resolveOffset(String(lastOffset));
       if (this.failure !== null) throw this.failure;
     } catch (err) {
       // kafkajs retries a failing handler and restarts the consumer, which is right for its own errors
@@ -379,8 +345,7 @@ export class KafkaSource implements Source {
         "The consumer received nothing while messages wait; restarting it.",
       );
       try {
-        await this.consumer.stop();
-        await this.runConsumer();
+        await this.consumer.restart();
       } catch (err) {
         this.fail(err as Error);
       } finally {
@@ -403,8 +368,7 @@ export class KafkaSource implements Source {
       await new Promise((r) => setTimeout(r, delay));
       if (this.stopping) return;
       try {
-        await this.consumer.connect();
-        await this.runConsumer();
+        await this.consumer.reconnect();
         return;
       } catch (e) {
         err = e as Error;
@@ -414,17 +378,16 @@ export class KafkaSource implements Source {
 
   /** Commits every lane's settled offset. */
   async commit(): Promise<void> {
-    const { topic } = this.config;
-    const offsets: Array<{ topic: string; partition: number; offset: string }> = [];
+    const offsets: Array<{ partition: number; offset: number }> = [];
     for (const lane of this.lanes.values()) {
       const c = lane.ledger.committable();
-      if (c > lane.ledger.committed) offsets.push({ topic, partition: lane.partition, offset: String(c) });
+      if (c > lane.ledger.committed) offsets.push({ partition: lane.partition, offset: c });
     }
     if (offsets.length === 0) return;
-    await this.consumer.commitOffsets(offsets);
+    await this.consumer.commit(offsets);
     for (const o of offsets) {
       const lane = this.lanes.get(o.partition);
-      if (lane !== undefined) lane.ledger.committed = Number(o.offset);
+      if (lane !== undefined) lane.ledger.committed = o.offset;
     }
     this.metrics.inc("kafka_commits");
   }
@@ -440,18 +403,14 @@ export class KafkaSource implements Source {
   async close(): Promise<void> {
     this.log.info("Disconnecting from Kafka.");
     // Files and offsets are settled by now: a client that does not hang up must not keep the process.
-    for (const [name, client] of [
-      ["consumer", this.consumer],
-      ["admin", this.admin],
-    ] as const) {
-      if (!(await disconnectWithin(client, 10_000)))
-        this.log.warn({ client: name }, "The Kafka client did not disconnect within 10 s; going on.");
-    }
+    await this.consumer.disconnect(10_000, (name) =>
+      this.log.warn({ client: name }, "The Kafka client did not disconnect within 10 s; going on."),
+    );
   }
 }
 
 /** A batch's messages as records, their offsets, and the bytes of their values. */
-function recordsOf(topic: string, batch: EachBatchPayload["batch"]) {
+function recordsOf(topic: string, batch: Batch) {
   const records: RawRecord[] = new Array(batch.messages.length);
   const offsets: number[] = new Array(batch.messages.length);
   let bytes = 0;
@@ -459,8 +418,9 @@ function recordsOf(topic: string, batch: EachBatchPayload["batch"]) {
     const m = batch.messages[i]!;
     const raw = m.value ?? EMPTY;
     bytes += raw.length;
-    records[i] = { raw, origin: { kind: "kafka", topic, partition: batch.partition, offset: m.offset } };
-    offsets[i] = Number(m.offset);
+    const offset = String(m.offset);
+    records[i] = { raw, origin: { kind: "kafka", topic, partition: batch.partition, offset } };
+    offsets[i] = Number(offset);
   }
   return { records, offsets, bytes };
 }

@@ -4,11 +4,12 @@
  * have caught up, and whether every assigned partition is drained.
  */
 import type { Lane } from "../../contract/components.ts";
-import type { createKafka } from "../../kafka/client.ts";
+import type { TopicConsumer } from "../../kafka/topic-consumer.ts";
 import type { KafkaSourceConfig } from "./config.ts";
 import type { KafkaLane } from "./lane.ts";
 
-type Admin = ReturnType<ReturnType<typeof createKafka>["admin"]>;
+/** What the broker is asked through (the consumer's clients). */
+type Broker = Pick<TopicConsumer, "topicOffsets" | "committedOffsets">;
 
 /** What the source holds now (its lanes are replaced at every rebalance). */
 export interface LaneView {
@@ -20,13 +21,13 @@ export interface LaneView {
 }
 
 export class Watermarks {
-  private readonly admin: Admin;
+  private readonly broker: Broker;
   private readonly config: KafkaSourceConfig;
   private readonly view: () => LaneView;
   private lagByPartition = new Map<number, number>();
 
-  constructor(admin: Admin, config: KafkaSourceConfig, view: () => LaneView) {
-    this.admin = admin;
+  constructor(broker: Broker, config: KafkaSourceConfig, view: () => LaneView) {
+    this.broker = broker;
     this.config = config;
     this.view = view;
   }
@@ -47,13 +48,13 @@ export class Watermarks {
 
   /** The high watermark of each partition, asked of the broker now; the lag gauge is refreshed with it. */
   async refresh(): Promise<Map<number, { low: number; high: number }>> {
-    const offsets = await this.admin.fetchTopicOffsets(this.config.topic);
+    const offsets = await this.broker.topicOffsets();
     const { lanes } = this.view();
     const out = new Map<number, { low: number; high: number }>();
     const lag = new Map<number, number>();
     for (const o of offsets) {
-      const high = Number(o.high);
-      out.set(o.partition, { low: Number(o.low), high });
+      const high = o.high;
+      out.set(o.partition, { low: o.low, high });
       const lane = lanes.get(o.partition);
       if (lane !== undefined) lag.set(o.partition, Math.max(0, high - lane.ledger.next));
     }
@@ -98,23 +99,11 @@ export class Watermarks {
       }
       if (restartAt.has(partition)) return false;
       if (mark.low >= mark.high) continue;
-      committed ??= await this.committedOffsets();
+      committed ??= await this.broker.committedOffsets();
       const at = committed.get(partition);
       // No committed offset: a group reading from the beginning starts at the low watermark.
       if (at === undefined ? this.config.from_beginning : at < mark.high) return false;
     }
     return true;
-  }
-
-  /** The group's committed offset per partition (absent where none is). */
-  private async committedOffsets(): Promise<Map<number, number>> {
-    const { topic, group_id } = this.config;
-    const topics = await this.admin.fetchOffsets({ groupId: group_id, topics: [topic] });
-    const out = new Map<number, number>();
-    for (const p of topics.find((t) => t.topic === topic)?.partitions ?? []) {
-      const offset = Number(p.offset);
-      if (offset >= 0) out.set(p.partition, offset);
-    }
-    return out;
   }
 }

@@ -1,0 +1,127 @@
+/**
+ * The kafka source's consumer on kafkajs (the default client): a consumer and an admin client, each with
+ * its own connections. kafkajs heartbeats only between handler calls, announces every join (GROUP_JOIN)
+ * but no revocation, restarts its consumer itself after retriable errors and calls others final (CRASH);
+ * the group coordinator answers who owns a partition (DescribeGroup).
+ */
+import type { Logger } from "../core/logger.ts";
+import { assignedPartitions, connectClient, createKafka, disconnectWithin, type Consumer } from "./client.ts";
+import {
+  heartbeatInterval,
+  type ConsumerEvents,
+  type TopicConsumer,
+  type TopicConsumerSettings,
+} from "./topic-consumer.ts";
+
+export class KafkajsConsumer implements TopicConsumer {
+  private readonly settings: TopicConsumerSettings;
+  private readonly consumer: Consumer;
+  private readonly admin: ReturnType<ReturnType<typeof createKafka>["admin"]>;
+  private events: ConsumerEvents | null = null;
+  /** This member's id at its last join (it changes when the member rejoins). */
+  private memberId: string | null = null;
+
+  constructor(settings: TopicConsumerSettings, logger: Logger) {
+    this.settings = settings;
+    const heartbeatIntervalMs = heartbeatInterval(settings.session_timeout_ms);
+    const kafka = createKafka(settings.connection, logger);
+    this.admin = kafka.admin();
+    this.consumer = kafka.consumer({
+      groupId: settings.group_id,
+      sessionTimeout: settings.session_timeout_ms,
+      heartbeatInterval: heartbeatIntervalMs,
+      // The broker answers one request per connection at a time, and kafkajs fetches ahead while a batch
+      // is handled: a long-poll fetch on the coordinator's connection would hold heartbeats back past the
+      // session timeout. measured: with the 5 s default and a 3 s session timeout a lone member was
+      // expelled every ~5 s. A stop also waits for the fetch in flight: with 5 s, `consume` took 4 s to
+      // disconnect after its files were written; an idle member's empty fetches every 500 ms cost nothing.
+      maxWaitTimeInMs: Math.min(500, heartbeatIntervalMs),
+      allowAutoTopicCreation: false,
+      ...(settings.fetch_max_bytes === undefined
+        ? {}
+        : { maxBytes: settings.fetch_max_bytes, maxBytesPerPartition: settings.fetch_max_bytes }),
+    });
+  }
+
+  /** Both clients' handshakes at once (each probes the listener first). */
+  async connect(): Promise<void> {
+    const { connection } = this.settings;
+    await Promise.all([connectClient(this.admin, connection), connectClient(this.consumer, connection)]);
+  }
+
+  async start(events: ConsumerEvents): Promise<void> {
+    this.events = events;
+    const { topic } = this.settings;
+    await this.consumer.subscribe({ topic, fromBeginning: this.settings.from_beginning });
+    this.consumer.on(this.consumer.events.GROUP_JOIN, (e) => {
+      this.memberId = e.payload.memberId;
+      events.joined(e.payload.memberAssignment[topic] ?? []);
+    });
+    this.consumer.on(this.consumer.events.CRASH, (e) => events.crashed(e.payload.error, e.payload.restart));
+    await this.run();
+  }
+
+  private run(): Promise<void> {
+    const events = this.events!;
+    return this.consumer.run({
+      autoCommit: false,
+      eachBatchAutoResolve: false,
+      eachBatch: (payload) => events.batch(payload.batch, payload),
+    });
+  }
+
+  async restart(): Promise<void> {
+    await this.consumer.stop();
+    await this.run();
+  }
+
+  async reconnect(): Promise<void> {
+    await this.consumer.connect();
+    await this.run();
+  }
+
+  seek(partition: number, offset: number): void {
+    this.consumer.seek({ topic: this.settings.topic, partition, offset: String(offset) });
+  }
+
+  async commit(offsets: Array<{ partition: number; offset: number }>): Promise<void> {
+    const { topic } = this.settings;
+    await this.consumer.commitOffsets(
+      offsets.map((o) => ({ topic, partition: o.partition, offset: String(o.offset) })),
+    );
+  }
+
+  /** Asks the group coordinator: a stable group whose assignment of this member holds the partition. */
+  async owns(partition: number): Promise<boolean> {
+    const group = await this.consumer.describeGroup();
+    const me = group.members.find((m) => m.memberId === this.memberId);
+    if (group.state !== "Stable" || me === undefined) return false;
+    return assignedPartitions(me.memberAssignment, this.settings.topic).includes(partition);
+  }
+
+  async topicOffsets(): Promise<Array<{ partition: number; low: number; high: number }>> {
+    const offsets = await this.admin.fetchTopicOffsets(this.settings.topic);
+    return offsets.map((o) => ({ partition: o.partition, low: Number(o.low), high: Number(o.high) }));
+  }
+
+  async committedOffsets(): Promise<Map<number, number>> {
+    const { topic, group_id } = this.settings;
+    const topics = await this.admin.fetchOffsets({ groupId: group_id, topics: [topic] });
+    const out = new Map<number, number>();
+    for (const p of topics.find((t) => t.topic === topic)?.partitions ?? []) {
+      const offset = Number(p.offset);
+      if (offset >= 0) out.set(p.partition, offset);
+    }
+    return out;
+  }
+
+  /** Files and offsets are settled by then: a client that does not hang up must not keep the process. */
+  async disconnect(ms: number, stuck: (client: string) => void): Promise<void> {
+    for (const [name, client] of [
+      ["consumer", this.consumer],
+      ["admin", this.admin],
+    ] as const) {
+      if (!(await disconnectWithin(client, ms))) stuck(name);
+    }
+  }
+}
