@@ -64,7 +64,7 @@ export async function produceFile(brokers: string, input: string, topic: string)
   await produce({
     inputs: [input],
     topic,
-    connection: { brokers: [brokers], client_id: "bench", connection_timeout_ms: 10_000 },
+    connection: { brokers: [brokers], client_id: "bench", connection_timeout_ms: 10_000, client: "kafkajs" },
     compression: "zstd",
     logger: silent,
   });

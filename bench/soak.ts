@@ -65,7 +65,12 @@ function mixedSessions(): () => string[] {
 
 /** Creates `topic` with the broker's default partitions (the consumer subscribes before anything is sent). */
 async function createTopic(topic: string): Promise<void> {
-  const connection = { brokers: [brokers], client_id: "soak", connection_timeout_ms: 10_000 };
+  const connection = {
+    brokers: [brokers],
+    client_id: "soak",
+    connection_timeout_ms: 10_000,
+    client: "kafkajs" as const,
+  };
   const admin = createKafka(connection, pino({ level: "silent" })).admin();
   await admin.connect();
   await admin.createTopics({ topics: [{ topic }], waitForLeaders: true });
@@ -161,7 +166,12 @@ async function consumeSampled(
 
 /** Produces to `topic` at `rate` events/s for `seconds` (batches every 100 ms); the number produced. */
 async function produceSteadily(topic: string, rate: number, seconds: number): Promise<number> {
-  const connection = { brokers: [brokers], client_id: "soak", connection_timeout_ms: 10_000 };
+  const connection = {
+    brokers: [brokers],
+    client_id: "soak",
+    connection_timeout_ms: 10_000,
+    client: "kafkajs" as const,
+  };
   const kafka = createKafka(connection, pino({ level: "silent" }));
   const producer = createOrderedProducer(kafka, { allowAutoTopicCreation: true });
   await producer.connect();

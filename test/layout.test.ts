@@ -1,6 +1,6 @@
 /**
  * The layout's rules (issue 22), checked on the imports of every source file, so they hold as the tree
- * grows: only the Kafka layer (src/kafka/) imports kafkajs, sources and sinks never import each other
+ * grows: only the Kafka layer (src/kafka/) imports the Kafka clients (kafkajs, @confluentinc/kafka-javascript), sources and sinks never import each other
  * (what both need lives below them: src/contract, src/core, src/schemas, src/kafka), the runtime
  * knows components only through the registry (their traits and roles, never their types) and knows no
  * Kafka, no module imports itself through others (an import circle), and every unit is one a reader can
@@ -21,19 +21,24 @@ function sourceFiles(dir: string): string[] {
 }
 
 /**
- * Every module a file imports (static and dynamic) or starts as a worker (`new URL("./worker.ts", ...)`),
- * resolved against src/ when relative.
+ * Every module a file imports (static, dynamic, or through `require`) or starts as a worker
+ * (`new URL("./worker.ts", ...)`), resolved against src/ when relative.
  */
 function importsOf(file: string): string[] {
   const text = readFileSync(file, "utf8");
-  const specs = [...text.matchAll(/(?:from|import|new URL)\s*\(?\s*"([^"]+)"/g)].map((m) => m[1]!);
+  const specs = [...text.matchAll(/(?:from|import|require|new URL)\s*\(?\s*"([^"]+)"/g)].map((m) => m[1]!);
   return specs.map((s) => (s.startsWith(".") ? relative(SRC, join(file, "..", s)) : s));
 }
 
 const files = sourceFiles(SRC).map((f) => ({ path: relative(SRC, f), imports: importsOf(f) }));
 
-it("lets only the Kafka layer import kafkajs", () => {
-  const outside = files.filter((f) => !f.path.startsWith("kafka/") && f.imports.includes("kafkajs"));
+/** The Kafka client libraries (a package or one of its files). */
+const KAFKA_CLIENT = /^(kafkajs|@confluentinc\/kafka-javascript)(\/|$)/;
+
+it("lets only the Kafka layer import the Kafka clients", () => {
+  const outside = files.filter(
+    (f) => !f.path.startsWith("kafka/") && f.imports.some((i) => KAFKA_CLIENT.test(i)),
+  );
   assert.deepEqual(
     outside.map((f) => f.path),
     [],
@@ -71,7 +76,7 @@ it("keeps Kafka out of the runtime, the registry included: components resolve th
   const reaching = files
     .filter((f) => f.path.startsWith("runtime/"))
     .flatMap((f) =>
-      f.imports.filter((i) => i.startsWith("kafka/") || i === "kafkajs").map((i) => `${f.path} → ${i}`),
+      f.imports.filter((i) => i.startsWith("kafka/") || KAFKA_CLIENT.test(i)).map((i) => `${f.path} → ${i}`),
     );
   assert.deepEqual(reaching, []);
 });
@@ -116,6 +121,9 @@ it("holds in src/ only what the product runs: every module is reached from the C
 it("finds the imports it checks (the scan is not vacuous)", () => {
   const client = files.find((f) => f.path === "kafka/client.ts");
   assert.ok(client?.imports.includes("kafkajs"));
+  // librdkafka's addon is loaded with `require`, only when asked for.
+  const binding = files.find((f) => f.path === "kafka/rdkafka-binding.ts");
+  assert.ok(binding?.imports.includes("@confluentinc/kafka-javascript"), JSON.stringify(binding?.imports));
   const source = files.find((f) => f.path === "sources/kafka/source.ts");
   assert.ok(source?.imports.includes("kafka/client.ts"), JSON.stringify(source?.imports));
   // Type-only and dynamic imports count: the circle check sees them.

@@ -106,6 +106,10 @@ export const ErrorCodes = {
     summary:
       "the Kafka client gave up (brokers unreachable past its retries, or a request the cluster refused)",
   },
+  KAFKA_CLIENT_UNAVAILABLE: {
+    retryable: false,
+    summary: "the librdkafka client was asked for, but its native addon is not built on this machine",
+  },
   SINK_WRITE_FAILED: { retryable: true, summary: "an output could not be written" },
   S3_BUCKET_NOT_FOUND: {
     retryable: false,

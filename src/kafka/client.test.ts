@@ -54,6 +54,7 @@ it("gives refused credentials and unverified certificates their own codes, never
     brokers: ["127.0.0.1:9093"],
     client_id: "t",
     connection_timeout_ms: 1_000,
+    client: "kafkajs" as const,
     sasl: { mechanism: "scram-sha-512" as const, username: "alice", password: "s3cret" },
   };
   const sasl = new errors.KafkaJSSASLAuthenticationError!(

@@ -1,6 +1,10 @@
 import { z } from "zod";
 import type { Resolved, SharedSettings } from "../contract/components.ts";
 
+/** The Kafka client libraries a consumer can run on. */
+export const KAFKA_CLIENTS = ["kafkajs", "librdkafka"] as const;
+export type KafkaClientName = (typeof KAFKA_CLIENTS)[number];
+
 /** Connection settings shared by the Kafka source and the Kafka sinks. Secrets are never logged. */
 export const kafkaConnectionSchema = z.strictObject({
   brokers: z.array(z.string().min(1)).min(1).describe("Bootstrap brokers, host:port."),
@@ -24,6 +28,15 @@ export const kafkaConnectionSchema = z.strictObject({
         "$KAFKA_SASL_PASSWORD to the CLI); it is never logged or written anywhere.",
     ),
   connection_timeout_ms: z.int().positive().default(10_000).describe("Timeout for connecting to a broker."),
+  client: z
+    .enum(KAFKA_CLIENTS)
+    .default("kafkajs")
+    .describe(
+      "The client library of the kafka source's consumer: kafkajs (pure JavaScript, the default) or " +
+        "librdkafka (@confluentinc/kafka-javascript, a native addon built by scripts/librdkafka.sh; " +
+        'docs/kafka.md, "Client"). Producers (sinks, dead letters, produce) use kafkajs either way. ' +
+        "All members of a consumer group must use the same client.",
+    ),
 });
 export type KafkaConnection = z.output<typeof kafkaConnectionSchema>;
 

@@ -1,11 +1,12 @@
 /**
- * The kafka source's consumer on kafkajs (the default client): a consumer and an admin client, each with
- * its own connections. kafkajs heartbeats only between handler calls, announces every join (GROUP_JOIN)
+ * The kafka source's consumer on kafkajs (the default client): a consumer and an admin client
+ * (group-admin.ts), each with its own connections. kafkajs heartbeats only between handler calls, announces every join (GROUP_JOIN)
  * but no revocation, restarts its consumer itself after retriable errors and calls others final (CRASH);
  * the group coordinator answers who owns a partition (DescribeGroup).
  */
 import type { Logger } from "../core/logger.ts";
 import { assignedPartitions, connectClient, createKafka, disconnectWithin, type Consumer } from "./client.ts";
+import { GroupAdmin } from "./group-admin.ts";
 import {
   heartbeatInterval,
   type ConsumerEvents,
@@ -16,7 +17,7 @@ import {
 export class KafkajsConsumer implements TopicConsumer {
   private readonly settings: TopicConsumerSettings;
   private readonly consumer: Consumer;
-  private readonly admin: ReturnType<ReturnType<typeof createKafka>["admin"]>;
+  private readonly admin: GroupAdmin;
   private events: ConsumerEvents | null = null;
   /** This member's id at its last join (it changes when the member rejoins). */
   private memberId: string | null = null;
@@ -25,7 +26,7 @@ export class KafkajsConsumer implements TopicConsumer {
     this.settings = settings;
     const heartbeatIntervalMs = heartbeatInterval(settings.session_timeout_ms);
     const kafka = createKafka(settings.connection, logger);
-    this.admin = kafka.admin();
+    this.admin = new GroupAdmin(kafka.admin(), settings.topic, settings.group_id);
     this.consumer = kafka.consumer({
       groupId: settings.group_id,
       sessionTimeout: settings.session_timeout_ms,
@@ -46,7 +47,7 @@ export class KafkajsConsumer implements TopicConsumer {
   /** Both clients' handshakes at once (each probes the listener first). */
   async connect(): Promise<void> {
     const { connection } = this.settings;
-    await Promise.all([connectClient(this.admin, connection), connectClient(this.consumer, connection)]);
+    await Promise.all([this.admin.connect(connection), connectClient(this.consumer, connection)]);
   }
 
   async start(events: ConsumerEvents): Promise<void> {
@@ -99,29 +100,17 @@ export class KafkajsConsumer implements TopicConsumer {
     return assignedPartitions(me.memberAssignment, this.settings.topic).includes(partition);
   }
 
-  async topicOffsets(): Promise<Array<{ partition: number; low: number; high: number }>> {
-    const offsets = await this.admin.fetchTopicOffsets(this.settings.topic);
-    return offsets.map((o) => ({ partition: o.partition, low: Number(o.low), high: Number(o.high) }));
+  topicOffsets(): Promise<Array<{ partition: number; low: number; high: number }>> {
+    return this.admin.topicOffsets();
   }
 
-  async committedOffsets(): Promise<Map<number, number>> {
-    const { topic, group_id } = this.settings;
-    const topics = await this.admin.fetchOffsets({ groupId: group_id, topics: [topic] });
-    const out = new Map<number, number>();
-    for (const p of topics.find((t) => t.topic === topic)?.partitions ?? []) {
-      const offset = Number(p.offset);
-      if (offset >= 0) out.set(p.partition, offset);
-    }
-    return out;
+  committedOffsets(): Promise<Map<number, number>> {
+    return this.admin.committedOffsets();
   }
 
   /** Files and offsets are settled by then: a client that does not hang up must not keep the process. */
   async disconnect(ms: number, stuck: (client: string) => void): Promise<void> {
-    for (const [name, client] of [
-      ["consumer", this.consumer],
-      ["admin", this.admin],
-    ] as const) {
-      if (!(await disconnectWithin(client, ms))) stuck(name);
-    }
+    if (!(await disconnectWithin(this.consumer, ms))) stuck("consumer");
+    if (!(await this.admin.disconnect(ms))) stuck("admin");
   }
 }

@@ -1,7 +1,8 @@
 /**
- * The Kafka source's consumer, as an interface the client library implements (kafkajs-consumer.ts;
- * consumer.ts builds it). The source talks to this interface only: one topic, one consumer group, batches
- * of one partition handed one at a time, offsets committed only when the source says so (never by the
+ * The Kafka source's consumer, whichever client library runs it: kafkajs (kafkajs-consumer.ts, the
+ * default) or librdkafka through @confluentinc/kafka-javascript (rdkafka-consumer.ts), chosen by
+ * `connection.client` (consumer.ts builds the one named). The source talks to this interface only: one topic, one consumer group, batches of
+ * one partition handed one at a time, offsets committed only when the source says so (never by the
  * client on its own), and the broker's view of the topic (high watermarks, committed offsets, who owns a
  * partition).
  */
@@ -19,7 +20,7 @@ export interface TopicConsumerSettings {
   fetch_max_bytes?: number | undefined;
 }
 
-/** One message of a batch: what the source reads of it (a client may give offsets as numbers). */
+/** One message of a batch: what the source reads of it (kafkajs gives offsets as strings, librdkafka as numbers). */
 export interface BatchMessage {
   offset: string | number;
   value: Buffer | null;
@@ -50,7 +51,7 @@ export interface ConsumerEvents {
    * partition is fetched from its committed offset.
    */
   joined(partitions: number[]): void;
-  /** The member gave its partitions back before rejoining (for a client that says so; kafkajs does not). */
+  /** The member gave its partitions back before rejoining (librdkafka says so; kafkajs does not). */
   revoked(): void;
   /** The client stopped on `error`; `restarts`: it restarts itself, else it gave up. */
   crashed(error: Error, restarts: boolean): void;

@@ -12,6 +12,8 @@ import {
   CONNECTION_FLAGS,
   CONNECTION_HELP,
   connectionOptions,
+  KAFKA_CLIENT_FLAG,
+  KAFKA_CLIENT_HELP,
   presetOptions,
   SHAPE_FLAGS,
 } from "./shared.ts";
@@ -29,6 +31,7 @@ Options:
   --group <g>               consumer group (required); processes sharing it split the partitions
   --out <dir>               output directory or s3://bucket/prefix (required; docs/sinks.md)
 ${CONNECTION_HELP}
+${KAFKA_CLIENT_HELP}
   --dead-letter-topic <t>   default <topic>.dead-letter
   --dead-letter-dir <dir>   write dead letters as files there instead of to a topic
   --trajectory-topic <t>    also produce every row to this topic, keyed uid_session_index (at least
@@ -42,7 +45,8 @@ ${CONNECTION_HELP}
   --idle-advance-ms <n>     a caught-up partition quiet for n ms moves its clock with the wall clock, so
                             reward grace and timeouts elapse and its rows are written (default 1000;
                             0: pure event time; docs/assembly.md)
-  --fetch-max-bytes <n>     most bytes per fetch (default 1 MiB per partition, 10 MiB in all)
+  --fetch-max-bytes <n>     most bytes per fetch (default 1 MiB per partition, 10 MiB in all; with
+                            librdkafka also its prefetch queue, default 10 MiB)
   --session-timeout-ms <n>  consumer group session timeout (default 30000): how soon a dead member's
                             partitions move to the others
   --max-open-sessions <n>   open sessions past which the oldest are cut (default 100000)
@@ -69,6 +73,7 @@ export async function runConsume(argv: string[]): Promise<number> {
     group: { type: "string" },
     out: { type: "string" },
     ...CONNECTION_FLAGS,
+    ...KAFKA_CLIENT_FLAG,
     "dead-letter-topic": { type: "string" },
     "trajectory-topic": { type: "string" },
     "trajectory-format": { type: "string" },

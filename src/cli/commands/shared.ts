@@ -139,12 +139,20 @@ export const CONNECTION_HELP = `  --brokers <list>          comma-separated boot
                             in $KAFKA_SASL_PASSWORD (never a flag: command lines are visible to others)
   --sasl-username <u>       SASL user`;
 
+/** The consumer's client library (consume only: producers use kafkajs either way). */
+export const KAFKA_CLIENT_FLAG = { "kafka-client": { type: "string" } } as const;
+
+export const KAFKA_CLIENT_HELP = `  --kafka-client <c>        the consumer's client library: kafkajs (default) or librdkafka (its native
+                            addon built by scripts/librdkafka.sh; docs/kafka.md, "Client")`;
+
 /** The connection the flags describe (problems are listed by the connection's schema, all at once). */
 export function connectionOptions(values: Values): {
   brokers: string[];
   ssl?: boolean | { ca_file: string };
   sasl?: { mechanism: string; username: string; password: string };
+  client?: string;
 } {
+  const client = str(values, "kafka-client");
   const ca = str(values, "ssl-ca");
   const mechanism = str(values, "sasl-mechanism");
   const username = str(values, "sasl-username");
@@ -157,6 +165,7 @@ export function connectionOptions(values: Values): {
     brokers: brokers(str(values, "brokers")),
     ...(ca !== undefined ? { ssl: { ca_file: ca } } : values.ssl === true ? { ssl: true } : {}),
     ...(mechanism === undefined ? {} : { sasl: { mechanism, username: username!, password: password! } }),
+    ...(client === undefined ? {} : { client }),
   };
 }
 

@@ -48,7 +48,9 @@ export const kafkaSourceConfigSchema = z.strictObject({
     .optional()
     .describe(
       "Most bytes one fetch returns, per partition and in all (kafkajs's maxBytesPerPartition and " +
-        "maxBytes; defaults 1 MiB and 10 MiB). Smaller: less memory per fetch, more round trips.",
+        "maxBytes; defaults 1 MiB and 10 MiB). Smaller: less memory per fetch, more round trips. With " +
+        "librdkafka also its prefetch queue (queued.max.messages.kbytes), which it fills ahead of the " +
+        "consumer: one fetch's worth, 10 MiB by default (librdkafka's own default is 64 MiB).",
     ),
   lag_interval_ms: z
     .int()

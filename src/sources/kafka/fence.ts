@@ -1,7 +1,8 @@
 /**
  * Fencing: before a lane's file lands, the group coordinator is asked whether this member still owns the
  * partition in a stable group. A member expelled while it was stalled still believes it owns its
- * partitions until its next heartbeat; the coordinator knows better.
+ * partitions until its next heartbeat; the coordinator knows better. (With librdkafka, which has no
+ * member id to ask with, librdkafka's own view answers: src/kafka/rdkafka-consumer.ts.)
  */
 import type { Logger } from "../../core/logger.ts";
 import type { TopicConsumer } from "../../kafka/topic-consumer.ts";

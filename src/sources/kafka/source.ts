@@ -66,7 +66,7 @@ export class KafkaSource implements Source {
     this.metrics = ctx.metrics;
     this.log = ctx.logger.child({ component: "kafka" });
     this.heartbeatIntervalMs = heartbeatInterval(config.session_timeout_ms);
-    // The client library behind an interface: src/kafka/topic-consumer.ts.
+    // kafkajs (the default) or librdkafka (connection.client): src/kafka/topic-consumer.ts.
     this.consumer = createTopicConsumer(config, ctx.logger);
     this.watermarks = new Watermarks(this.consumer, config, () => ({
       lanes: this.lanes,
@@ -97,7 +97,12 @@ export class KafkaSource implements Source {
     if (this.connecting !== null) return this.connecting;
     const { config } = this;
     this.log.info(
-      { ...describeConnection(config.connection), topic: config.topic, group: config.group_id },
+      {
+        ...describeConnection(config.connection),
+        topic: config.topic,
+        group: config.group_id,
+        ...(config.connection.client === "kafkajs" ? {} : { client: config.connection.client }),
+      },
       "Connecting to Kafka.",
     );
     this.connecting = this.consumer.connect();
