@@ -3,20 +3,27 @@
  * owner recovers them and writes every row. When the stalled member wakes up and stops, its buffered rows
  * must not land: it either learns of the rejoin first (abandons them) or is refused by the coordinator
  * just before the rename (drops the file). Either way no row is written twice. The same against S3,
- * where the new owner also aborts the stalled member's unfinished uploads before it lists the bucket.
+ * where the new owner also aborts the stalled member's unfinished uploads before it lists the bucket, and
+ * with both members on librdkafka (docs/kafka.md, "Client").
  */
 import { strict as assert } from "node:assert";
 import { join } from "node:path";
 import { it } from "node:test";
 import { runCli, startCli } from "./helpers/cli.ts";
+import { rdkafkaAvailable } from "../src/kafka/rdkafka-binding.ts";
 import { freshName, kafkaTestScope, waitFor } from "./helpers/kafka.ts";
 import { localOutput, s3Output, type TestOutput } from "./helpers/outputs.ts";
 import { twoPartWorkload } from "./helpers/workload.ts";
 
 const { scratch, broker: currentBroker } = kafkaTestScope("kafka-fence");
 
-/** One run of the scenario, writing to `output`. */
-async function expelledMemberLandsNothing(output: TestOutput) {
+/** librdkafka's addon is not built here: its run is skipped, saying why. */
+const noRdkafka = rdkafkaAvailable()
+  ? false
+  : "librdkafka's addon is not built (scripts/librdkafka.sh build)";
+
+/** One run of the scenario, writing to `output`, both members on `client` (kafkajs by default). */
+async function expelledMemberLandsNothing(output: TestOutput, client = "kafkajs") {
   const broker = currentBroker();
   const topic = freshName("fence");
   const group = freshName("g");
@@ -25,7 +32,10 @@ async function expelledMemberLandsNothing(output: TestOutput) {
   const expected = all.filter((r) => Number((r.session_id as string).slice(1)) < 40);
   const env = { KAFKA_BROKERS: broker, ...output.env };
   assert.equal((await runCli(["produce", first, "--topic", topic], env)).code, 0);
-  const base = ["consume", "--topic", topic, "--group", group, "--out", out, "--reward-grace-ms", "0"];
+  const base = [
+    ...["consume", "--topic", topic, "--group", group, "--out", out, "--reward-grace-ms", "0"],
+    ...(client === "kafkajs" ? [] : ["--kafka-client", client]),
+  ];
 
   // A consumes everything and buffers it: no file is cut until it stops.
   const a = startCli(
@@ -79,3 +89,7 @@ it("never lands a file of a member expelled while stalled, after the new owner r
 
 it("never lands an object of a member expelled while stalled, writing to S3", async () =>
   expelledMemberLandsNothing(await s3Output()));
+
+it("never lands a file of a member expelled while stalled, on librdkafka", { skip: noRdkafka }, () =>
+  expelledMemberLandsNothing(localOutput(join(scratch, "out-rdkafka")), "librdkafka"),
+);
