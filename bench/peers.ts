@@ -21,6 +21,9 @@
  * expression) runs only the workloads whose names match, and then leaves BENCHMARKS.md alone. BENCH_TRAJFLOW_ARGS
  * (optional, space-separated `trajflow consume` flags, e.g. "--decode-workers 3 --encode-workers 2")
  * adds a second trajflow row run with those flags, for hosts where the defaults leave cores idle.
+ * Where librdkafka's addon is built (scripts/librdkafka.sh), every workload is also consumed with
+ * `--kafka-client librdkafka` (its token columns checked against kafkajs's) and read raw through it: the
+ * two clients side by side on the same topic.
  */
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -31,6 +34,7 @@ import { mulberry32 } from "../test/helpers/prng.ts";
 import { registerKafkaCodecs } from "../src/kafka/codecs.ts";
 import { fixKafkajsRequestQueue } from "../src/kafka/request-queue-fix.ts";
 import { bestOf, gc } from "./harness.ts";
+import { rdkafkaAvailable, readTopicRawRdkafka } from "./rdkafka-raw.ts";
 import {
   benchBrokers,
   consumeTopicProcess,
@@ -60,6 +64,7 @@ interface Workload {
 const SCALE = Number(process.env.BENCH_SCALE ?? 1);
 const ONLY = process.env.BENCH_ONLY === undefined ? null : new RegExp(process.env.BENCH_ONLY);
 const TUNED = (process.env.BENCH_TRAJFLOW_ARGS ?? "").split(" ").filter((a) => a !== "");
+const RDKAFKA = rdkafkaAvailable();
 const BEGIN = "<!-- bench:peers begin -->";
 const END = "<!-- bench:peers end -->";
 const LONG = { initialPrompt: 2_048, turns: 48, outputTokens: 512, observationTokens: 128 }; // to ~32.7k
@@ -263,9 +268,16 @@ try {
       TUNED.length === 0
         ? null
         : await consumeTopicProcess(brokers, topic, join(dir, `w${w}-tuned`), n, TUNED);
+    const rdkafka = !RDKAFKA
+      ? null
+      : await consumeTopicProcess(brokers, topic, join(dir, `w${w}-rdkafka`), n, [
+          "--kafka-client",
+          "librdkafka",
+        ]);
     const fast = await runPeer(FAST_PEER, topic, join(dir, `w${w}-fast`), n);
     const linear = await runPeer(LINEAR_PEER, topic, join(dir, `w${w}-linear`), n);
     const raw = await readTopicRaw(topic, n);
+    const rawRdkafka = RDKAFKA ? await readTopicRawRdkafka(brokers, topic, n) : null;
     const m = ours.report.metrics;
     const tokens = m.tokens_emitted as number;
 
@@ -300,6 +312,7 @@ try {
     for (const [name, run] of [
       ["trajflow consume", ours],
       [`trajflow consume ${TUNED.join(" ")}`, tuned],
+      ["trajflow consume --kafka-client librdkafka", rdkafka],
       ["trajflow replay (the same events from a JSONL file)", replayed],
     ] as const)
       if (run !== null) table.push(row(name, run.seconds, measuredOf(run)));
@@ -319,12 +332,16 @@ try {
       );
     table.push(row("ceiling: decode only (JSON.parse + typed arrays, one thread)", ceiling));
     table.push(row("ceiling: read the topic, no processing (kafkajs)", raw.seconds));
+    if (rawRdkafka !== null)
+      table.push(row("ceiling: read the topic, no processing (librdkafka)", rawRdkafka.seconds));
     for (const [name, run] of [
       ["consume", ours],
+      ["consume, librdkafka", rdkafka],
       ["replay", replayed],
     ] as const)
-      parts.push(partsRow(workload.name, name, run, fast));
+      if (run !== null) parts.push(partsRow(workload.name, name, run, fast));
     owners.push(ownersRow(workload.name, "consume", ours));
+    if (rdkafka !== null) owners.push(ownersRow(workload.name, "consume, librdkafka", rdkafka));
     targets.push(
       `| ${workload.name} | ${(ours.cpuSeconds / fast.cpu_seconds).toFixed(2)}x | ` +
         `${(replayed.cpuSeconds / fast.cpu_seconds).toFixed(2)}x | ` +
@@ -345,8 +362,17 @@ try {
         `${(fast.seconds / floor).toFixed(2)}x | ${(fast.seconds / ours.seconds).toFixed(2)}x | ` +
         `${(ours.seconds / ceiling).toFixed(2)}x |`,
     );
-    console.log(table.slice(tuned === null ? -6 : -7).join("\n"));
-    console.log(parts.slice(-2).join("\n"));
+    const extra = (tuned === null ? 0 : 1) + (rdkafka === null ? 0 : 2);
+    console.log(table.slice(-6 - extra).join("\n"));
+    console.log(parts.slice(rdkafka === null ? -2 : -3).join("\n"));
+    if (rdkafka !== null && rawRdkafka !== null)
+      console.log(
+        `  clients: kafkajs ${ours.seconds.toFixed(2)} s, ${ours.cpuSeconds.toFixed(1)} CPU s, ` +
+          `${MiB(ours.peakRss)} MiB peak RSS; librdkafka ${rdkafka.seconds.toFixed(2)} s, ` +
+          `${rdkafka.cpuSeconds.toFixed(1)} CPU s, ${MiB(rdkafka.peakRss)} MiB; raw read kafkajs ` +
+          `${raw.seconds.toFixed(2)} s / ${raw.cpuSeconds.toFixed(2)} CPU s, librdkafka ` +
+          `${rawRdkafka.seconds.toFixed(2)} s / ${rawRdkafka.cpuSeconds.toFixed(2)} CPU s`,
+      );
     console.log(
       `  trajflow: first record ${ours.firstRecordSeconds.toFixed(2)} s after the spawn; last file ` +
         `${ours.tailSeconds.toFixed(2)} s after every event was applied; decode ceiling ` +
@@ -360,11 +386,15 @@ try {
       if (replayedRows.length !== ourRows.length || !replayedRows.every((r) => a.has(tokenKey(r))))
         throw new Error("trajflow replay wrote other token columns than trajflow consume");
     }
-    if (tuned !== null) {
+    for (const [out, what, run] of [
+      ["tuned", TUNED.join(" "), tuned],
+      ["rdkafka", "--kafka-client librdkafka", rdkafka],
+    ] as const) {
+      if (run === null) continue;
       const a = new Set(ourRows.map(tokenKey));
-      const theirs = readTokenColumns(join(dir, `w${w}-tuned`));
+      const theirs = readTokenColumns(join(dir, `w${w}-${out}`));
       if (theirs.length !== ourRows.length || !theirs.every((r) => a.has(tokenKey(r))))
-        throw new Error(`trajflow with ${TUNED.join(" ")} wrote other token columns than with the defaults`);
+        throw new Error(`trajflow with ${what} wrote other token columns than with the defaults`);
     }
     const trained = (rows: Array<Record<string, unknown>>) =>
       rows.reduce((s, r) => s + [...(r.response_mask as Iterable<number>)].reduce((a, b) => a + b, 0), 0);
@@ -379,7 +409,7 @@ try {
       `| ${workload.name} | ${ourRows.length} rows, ${trained(ourRows)} trained tokens | ${cells.join(" | ")} |`,
     );
     console.log(correctness[correctness.length - 1]);
-    for (const out of ["trajflow", "tuned", "replay", "fast", "linear"])
+    for (const out of ["trajflow", "tuned", "rdkafka", "replay", "fast", "linear"])
       rmSync(join(dir, `w${w}-${out}`), { recursive: true, force: true });
   }
   // The delta form's saving with each array encoding, on one long session.
