@@ -1,8 +1,9 @@
 /**
  * The Kafka source on librdkafka (`--kafka-client librdkafka`, docs/kafka.md "Client") against the real
  * broker: the same rows as with kafkajs from the same topic, both equal to a replay of the events; every
- * row exactly once through SIGKILLs and restarts; nothing taken after a stop. Skipped, with the reason,
- * where the native addon is not built (scripts/librdkafka.sh build; CI builds it).
+ * row exactly once through SIGKILLs and restarts; nothing taken after a stop; SASL_SSL. Skipped, with the
+ * reason, where the native addon is not built (scripts/librdkafka.sh build; CI builds it), except the
+ * coded error a run asking for it then fails with.
  */
 import { strict as assert } from "node:assert";
 import { execFileSync } from "node:child_process";
@@ -53,6 +54,29 @@ async function consume(client: string, topic: string, group: string, out: string
   assert.equal(result.code, 0, result.stderr);
   return (JSON.parse(result.stdout) as { metrics: Record<string, number> }).metrics;
 }
+
+it("fails at once with KAFKA_CLIENT_UNAVAILABLE, saying how to build it, where the addon does not load", async () => {
+  // Node without native addons stands for a machine where scripts/librdkafka.sh has not run.
+  const topic = freshName("rdkafka-unavailable");
+  const result = await runCli(
+    [
+      "consume",
+      "--topic",
+      topic,
+      "--group",
+      freshName("g"),
+      "--out",
+      dir("unavailable"),
+      "--kafka-client",
+      "librdkafka",
+    ],
+    { KAFKA_BROKERS: broker() },
+    ["--no-addons"],
+  );
+  assert.equal(result.code, 1, result.stderr);
+  assert.match(result.stderr, /\[KAFKA_CLIENT_UNAVAILABLE\] .*run scripts\/librdkafka\.sh build/);
+  assert.doesNotMatch(result.stderr, /Connecting to Kafka/);
+});
 
 it("gives the rows kafkajs gives from the same topic, both equal to a replay", { skip }, async () => {
   const topic = freshName("rdkafka-same");

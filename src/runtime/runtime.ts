@@ -335,7 +335,12 @@ export class Runtime implements SourceHandler {
     const started = performance.now();
     resetThreads();
     registerThread("main", () => this.mainUsage);
-    await this.build();
+    await this.build().catch(async (err: unknown) => {
+      // What was built before a component that failed (worker threads among them) must not hold the exit.
+      await this.closeAll().catch(() => {});
+      await this.deadLetters?.close().catch(() => {});
+      throw err;
+    });
     let opened = false;
     try {
       // Outputs are checked before any input is read: an unwritable directory fails first. The source
