@@ -69,15 +69,23 @@ export const RD = {
   GROUP_AUTHORIZATION_FAILED: 30,
 } as const;
 
+const PACKAGE = "@confluentinc/kafka-javascript";
 let binding: RdBinding | null = null;
 
-/** The addon, loaded once; KAFKA_CLIENT_UNAVAILABLE (with how to build it) when it is not built here. */
-export function loadRdkafka(): RdBinding {
-  if (binding !== null) return binding;
+/**
+ * The addon, loaded once; KAFKA_CLIENT_UNAVAILABLE (with how to build it) when it is not built here
+ * (`module`: the package, or another name in a test).
+ */
+export function loadRdkafka(module = PACKAGE): RdBinding {
+  if (binding !== null && module === PACKAGE) return binding;
   try {
     const require = createRequire(import.meta.url);
-    binding = require("@confluentinc/kafka-javascript") as RdBinding;
-    return binding;
+    // The package's name written out: the layout test sees which module imports it.
+    const loaded = (
+      module === PACKAGE ? require("@confluentinc/kafka-javascript") : require(module)
+    ) as RdBinding;
+    if (module === PACKAGE) binding = loaded;
+    return loaded;
   } catch (err) {
     throw new TrajflowError(
       "KAFKA_CLIENT_UNAVAILABLE",
