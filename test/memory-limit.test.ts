@@ -3,7 +3,8 @@
  * within the limit, every row exactly once and the same as a replay of the events. Where the test may make
  * a memory cgroup (root on cgroup v1 or v2) the consumer runs inside one, with no flag: trajflow reads the
  * cgroup's limit itself, and the kernel would kill it past the limit. Elsewhere it runs with
- * `--max-memory` and its own peak RSS is checked against the limit.
+ * `--max-memory` and its own peak RSS is checked against the limit. The same with the consumer on
+ * librdkafka (its prefetch queue bounded by the sized fetch; skipped where its addon is not built).
  */
 import { strict as assert } from "node:assert";
 import { spawn } from "node:child_process";
@@ -23,6 +24,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { linearSession } from "../bench/workloads.ts";
+import { rdkafkaAvailable } from "../src/kafka/rdkafka-binding.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { runCli } from "./helpers/cli.ts";
 import { brokers, freshName } from "./helpers/kafka.ts";
@@ -32,10 +34,10 @@ const MiB = 2 ** 20;
 const LIMIT = 384 * MiB;
 const BIN = new URL("../bin/trajflow.js", import.meta.url).pathname;
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-memory-"));
-let cgroup: string | null = null;
+const cgroups: string[] = [];
 after(() => {
   rmSync(scratch, { recursive: true, force: true });
-  if (cgroup !== null) rmdirSync(cgroup);
+  for (const dir of cgroups) rmdirSync(dir);
 });
 let broker = "";
 before(() => {
@@ -127,17 +129,30 @@ function runIn(
   });
 }
 
-it("reads a backlog larger than its memory limit to the end: within the limit, exact rows", async (t) => {
-  const input = join(scratch, "backlog.jsonl");
-  const { bytes, sessions } = writeBacklog(input);
-  assert.ok(bytes > LIMIT, `the backlog (${bytes} bytes) must be larger than the limit`);
-  const topic = freshName("memory");
-  assert.equal((await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
+/** The backlog, written and produced once for every client's run. */
+let backlog: Promise<{ input: string; bytes: number; sessions: number; topic: string }> | null = null;
+function producedBacklog() {
+  backlog ??= (async () => {
+    const input = join(scratch, "backlog.jsonl");
+    const { bytes, sessions } = writeBacklog(input);
+    const topic = freshName("memory");
+    assert.equal((await runCli(["produce", input, "--topic", topic], { KAFKA_BROKERS: broker })).code, 0);
+    return { input, bytes, sessions, topic };
+  })();
+  return backlog;
+}
 
+async function backlogWithinLimit(t: { diagnostic(message: string): void }, client: string) {
+  const { input, bytes, sessions, topic } = await producedBacklog();
+  assert.ok(bytes > LIMIT, `the backlog (${bytes} bytes) must be larger than the limit`);
   const made = makeCgroup(LIMIT);
-  cgroup = made?.dir ?? null;
-  const out = join(scratch, "out");
-  const args = ["consume", "--topic", topic, "--group", freshName("memory-group"), "--out", out];
+  const cgroup = made?.dir ?? null;
+  if (cgroup !== null) cgroups.push(cgroup);
+  const out = join(scratch, `out-${client}`);
+  const args = [
+    ...["consume", "--topic", topic, "--group", freshName("memory-group"), "--out", out],
+    ...(client === "kafkajs" ? [] : ["--kafka-client", client]),
+  ];
   const run = await runIn(cgroup, [
     ...args,
     ...(cgroup === null ? ["--max-memory", String(LIMIT / MiB)] : []),
@@ -160,10 +175,19 @@ it("reads a backlog larger than its memory limit to the end: within the limit, e
     assert.match(oom, /oom_kill 0|^(?![\s\S]*oom_kill)/, oom);
   }
 
-  const reference = join(scratch, "replayed");
+  const reference = join(scratch, `replayed-${client}`);
   assert.equal((await runCli(["replay", input, "--out", reference])).code, 0);
   const [got, want] = [await rowDigests(out), await rowDigests(reference)];
   assert.equal(want.size, sessions);
   assert.equal(got.size, want.size);
   for (const [key, digest] of want) assert.equal(got.get(key), digest, `row ${key}`);
-});
+}
+
+it("reads a backlog larger than its memory limit to the end: within the limit, exact rows", (t) =>
+  backlogWithinLimit(t, "kafkajs"));
+
+it(
+  "reads a backlog larger than its memory limit to the end on librdkafka: within the limit, exact rows",
+  { skip: rdkafkaAvailable() ? false : "librdkafka's addon is not built (scripts/librdkafka.sh build)" },
+  (t) => backlogWithinLimit(t, "librdkafka"),
+);
