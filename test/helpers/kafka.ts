@@ -9,6 +9,11 @@ import { join } from "node:path";
 import { after, before } from "node:test";
 import { randomBytes } from "node:crypto";
 import kafkajs from "kafkajs";
+import { pino } from "pino";
+import type { SourceHandler } from "../../src/contract/components.ts";
+import { Metrics } from "../../src/core/metrics.ts";
+import { kafkaSourceConfigSchema } from "../../src/sources/kafka/config.ts";
+import { KafkaSource } from "../../src/sources/kafka/source.ts";
 import { registerKafkaCodecs } from "../../src/kafka/codecs.ts";
 import { fixKafkajsRequestQueue } from "../../src/kafka/request-queue-fix.ts";
 import { killRunning } from "./cli.ts";
@@ -137,4 +142,39 @@ export function setConsumerQuota(clientId: string, bytesPerSecond: number): bool
   if (execFileSync("bash", [SCRIPT, "status"], { encoding: "utf8" }).trim() !== brokers()) return false;
   execFileSync("bash", [SCRIPT, "quota", clientId, String(bytesPerSecond)], { stdio: "ignore" });
   return true;
+}
+
+/**
+ * A Kafka source on `client` over a fresh one-partition topic holding one event, with a handler that
+ * records what the source hands it ("assigned …", "records n", "revoked n"): for the stop tests.
+ */
+export async function sourceOverOneEvent(broker: string, client: "kafkajs" | "librdkafka") {
+  const topic = freshName("stopped");
+  const event = { v: 1, type: "session.start", uid: "u", session_id: "s", seq: 0, ts: 1 };
+  await createTopic(broker, topic, 1);
+  await produceTo(broker, topic, [{ key: "u", value: event }]);
+  const source = new KafkaSource(
+    kafkaSourceConfigSchema.parse({
+      connection: { brokers: [broker], client },
+      topic,
+      group_id: freshName("g"),
+      session_timeout_ms: 6_000,
+    }),
+    { metrics: new Metrics(), logger: pino({ level: "silent" }) },
+  );
+  const calls: string[] = [];
+  const handler: SourceHandler = {
+    assigned: (lane) => {
+      calls.push(`assigned ${lane.id}`);
+      return Promise.resolve();
+    },
+    records: (_lane, records) => {
+      calls.push(`records ${records.length}`);
+      return Promise.resolve();
+    },
+    revoked: (lanes) => {
+      if (lanes.length > 0) calls.push(`revoked ${lanes.length}`);
+    },
+  };
+  return { source, handler, calls };
 }
