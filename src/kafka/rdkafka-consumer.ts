@@ -324,18 +324,32 @@ export class RdkafkaConsumer implements TopicConsumer {
       throw new Error(`partition ${partition} is not assigned to this member`);
     this.epochs.set(partition, this.epochOf(partition) + 1);
     this.seeking.set(partition, offset);
+    this.trySeek(partition, offset, this.epochOf(partition));
+  }
+
+  /**
+   * One seek of the native consumer. A failed one (it times out while the broker is away) is tried again
+   * until it holds, as long as the partition stays assigned and no later seek replaced it: otherwise
+   * librdkafka would fetch on from where it was, past the lane's committed offset, and the restarted lane
+   * would wait for messages that never come again (seen: a broker restart mid-stream stalled the run).
+   */
+  private trySeek(partition: number, offset: number, epoch: number): void {
+    const current = () => this.assigned.has(partition) && this.epochOf(partition) === epoch && !this.closing;
     // Refused only while the consumer closes: its lanes end with it.
     void this.native<void>((done) =>
       this.consumer.seek({ topic: this.settings.topic, partition, offset }, 1_000, (err) => {
         done();
+        if (err !== null && err !== undefined) {
+          this.log.debug(
+            { err: { code: err.code, message: err.message }, partition },
+            "Could not seek the partition; trying again.",
+          );
+          if (current()) setTimeout(() => current() && this.trySeek(partition, offset, epoch), 500);
+          return;
+        }
         // Done: what the queue holds of the partition now is from the new position (or, past the log's
         // ends, from where auto.offset.reset put it).
         if (this.seeking.get(partition) === offset) this.seeking.delete(partition);
-        if (err !== null && err !== undefined)
-          this.log.debug(
-            { err: { code: err.code, message: err.message }, partition },
-            "Could not seek the partition.",
-          );
       }),
     ).catch(() => {});
   }

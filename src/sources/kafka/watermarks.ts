@@ -49,14 +49,16 @@ export class Watermarks {
   /** The high watermark of each partition, asked of the broker now; the lag gauge is refreshed with it. */
   async refresh(): Promise<Map<number, { low: number; high: number }>> {
     const offsets = await this.broker.topicOffsets();
-    const { lanes } = this.view();
+    const { lanes, restartAt } = this.view();
     const out = new Map<number, { low: number; high: number }>();
     const lag = new Map<number, number>();
     for (const o of offsets) {
       const high = o.high;
       out.set(o.partition, { low: o.low, high });
-      const lane = lanes.get(o.partition);
-      if (lane !== undefined) lag.set(o.partition, Math.max(0, high - lane.ledger.next));
+      // A partition restarted locally has no lane until its first batch comes back: it lags from where
+      // the new lane starts, so the watchdog sees a restarted partition whose messages never came again.
+      const next = lanes.get(o.partition)?.ledger.next ?? restartAt.get(o.partition);
+      if (next !== undefined) lag.set(o.partition, Math.max(0, high - next));
     }
     this.lagByPartition = lag;
     return out;
