@@ -11,7 +11,7 @@
  * parts of the pipeline's own data at that moment. Printed, and written into BENCHMARKS.md between its
  * bench:catchup markers.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import {
@@ -23,6 +23,7 @@ import {
   produceGenerated,
   runPeer,
 } from "./kafka-harness.ts";
+import { writeBenchmarksSection } from "./harness.ts";
 import { linearSession } from "./workloads.ts";
 
 const brokers = benchBrokers();
@@ -93,13 +94,7 @@ async function main(): Promise<void> {
     ...owners,
   ].join("\n");
   process.stdout.write(`${report}\n`);
-  const file = new URL("../BENCHMARKS.md", import.meta.url).pathname;
-  const text = readFileSync(file, "utf8");
-  const [begin, end] = ["<!-- bench:catchup begin -->", "<!-- bench:catchup end -->"];
-  const from = text.indexOf(begin);
-  const to = text.indexOf(end);
-  if (from >= 0 && to > from)
-    writeFileSync(file, `${text.slice(0, from + begin.length)}\n\n${report}\n\n${text.slice(to)}`);
+  writeBenchmarksSection("catchup", report);
 }
 
 await main();

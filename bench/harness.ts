@@ -1,4 +1,5 @@
 /** Small helpers shared by the benchmarks: timing with warm-up, and result records. */
+import { readFileSync, writeFileSync } from "node:fs";
 import { decodeEvent, type DecodedEvent } from "../src/transforms/assemble/decode/decode.ts";
 
 export interface Result {
@@ -69,4 +70,22 @@ export function tokensOf(events: DecodedEvent[]): number {
 /** `tokensOf` for wire lines (JSON text). */
 export function tokensOfLines(lines: string[]): number {
   return tokensOf(decodeAll(lines.map((l) => JSON.parse(l) as Record<string, unknown>)));
+}
+
+/**
+ * Puts `report` into BENCHMARKS.md between its `<!-- bench:<name> begin -->` and `end` markers (the prose
+ * around them is written by hand), and says so; says why not when the markers are missing.
+ */
+export function writeBenchmarksSection(name: string, report: string): void {
+  const file = new URL("../BENCHMARKS.md", import.meta.url).pathname;
+  const [begin, end] = [`<!-- bench:${name} begin -->`, `<!-- bench:${name} end -->`];
+  const text = readFileSync(file, "utf8");
+  const from = text.indexOf(begin);
+  const to = text.indexOf(end);
+  if (from < 0 || to < from) {
+    console.log(`\n(BENCHMARKS.md has no ${begin} ... ${end} section to update)`);
+    return;
+  }
+  writeFileSync(file, `${text.slice(0, from + begin.length)}\n\n${report}\n\n${text.slice(to)}`);
+  console.log("\nBENCHMARKS.md updated (run `npx prettier --write BENCHMARKS.md` to align the tables).");
 }

@@ -179,6 +179,8 @@ export interface ProcessRun {
   report: {
     metrics: Record<string, number | Record<string, number>>;
     session_durable_seconds?: { p50: number; p99: number };
+    /** Records read. */
+    events: number;
     /** CPU and memory by thread (src/core/thread-usage.ts). */
     threads: ThreadReport[];
     /** The peak RSS by owner (src/core/held-memory.ts). */
@@ -250,6 +252,14 @@ export async function consumeTopicProcess(
   args: string[] = [],
   /** Node's own flags: by default those bin/trajflow.js starts Node with (docs/operations.md). */
   nodeFlags: string[] = ["--max-semi-space-size=4"],
+  watch: {
+    /** Stops once this holds of the events read, instead of at `messages`. */
+    until?: (events: number) => boolean;
+    /** Called about every second with the events read and the process's pid (bench:soak samples RSS). */
+    everySecond?: (events: number, pid: number) => void;
+    /** consume's own defaults, not the benchmarks' 1 s file age and zero reward grace. */
+    defaults?: boolean;
+  } = {},
 ): Promise<ProcessRun> {
   const root = new URL("..", import.meta.url).pathname;
   const port = 20_000 + Math.floor(Math.random() * 20_000);
@@ -261,7 +271,9 @@ export async function consumeTopicProcess(
       join(root, "src/cli/main.ts"),
       "consume",
       ...["--brokers", brokers, "--topic", topic, "--group", `${topic}-process-${Date.now()}`, "--out", out],
-      ...["--file-age-ms", "1000", "--reward-grace-ms", "0", "--status-interval-ms", "0"],
+      ...(watch.defaults === true ? [] : ["--file-age-ms", "1000", "--reward-grace-ms", "0"]),
+      "--status-interval-ms",
+      "0",
       ...["--metrics-address", `127.0.0.1:${port}`, "--log-level", "warn", "--json", ...args],
     ],
     { stdio: ["ignore", "pipe", "inherit"] },
@@ -280,7 +292,15 @@ export async function consumeTopicProcess(
   };
   let running = true;
   void exited.then(() => (running = false));
-  while (running && (await consumed()) < messages) await new Promise((r) => setTimeout(r, 20));
+  const done = watch.until ?? ((events: number) => events >= messages);
+  let lastSecond = Date.now();
+  for (let events = await consumed(); running && !done(events); events = await consumed()) {
+    await new Promise((r) => setTimeout(r, 20));
+    if (watch.everySecond !== undefined && Date.now() - lastSecond >= 1_000) {
+      lastSecond += 1_000;
+      watch.everySecond(events, child.pid!);
+    }
+  }
   const stopAt = Date.now();
   child.kill("SIGTERM");
   const code = await exited;

@@ -26,14 +26,14 @@
  * two clients side by side on the same topic.
  */
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import kafkajs from "kafkajs";
 import { mulberry32 } from "../test/helpers/prng.ts";
 import { registerKafkaCodecs } from "../src/kafka/codecs.ts";
 import { fixKafkajsRequestQueue } from "../src/kafka/request-queue-fix.ts";
-import { bestOf, gc } from "./harness.ts";
+import { bestOf, gc, writeBenchmarksSection } from "./harness.ts";
 import { rdkafkaAvailable, readTopicRawRdkafka } from "./rdkafka-raw.ts";
 import {
   benchBrokers,
@@ -65,8 +65,6 @@ const SCALE = Number(process.env.BENCH_SCALE ?? 1);
 const ONLY = process.env.BENCH_ONLY === undefined ? null : new RegExp(process.env.BENCH_ONLY);
 const TUNED = (process.env.BENCH_TRAJFLOW_ARGS ?? "").split(" ").filter((a) => a !== "");
 const RDKAFKA = rdkafkaAvailable();
-const BEGIN = "<!-- bench:peers begin -->";
-const END = "<!-- bench:peers end -->";
 const LONG = { initialPrompt: 2_048, turns: 48, outputTokens: 512, observationTokens: 128 }; // to ~32.7k
 
 function workloads(): Workload[] {
@@ -480,18 +478,8 @@ try {
   ];
   const report = summary.join("\n");
   console.log(`\n${report}\n\n${details.join("\n")}`);
-  // The tables go into BENCHMARKS.md between the markers; the prose around them is written by hand.
-  const file = join(root, "BENCHMARKS.md");
-  const text = readFileSync(file, "utf8");
-  const begin = text.indexOf(BEGIN);
-  const finish = text.indexOf(END);
   if (ONLY !== null) console.log("\n(BENCH_ONLY: BENCHMARKS.md left as it is)");
-  else if (begin < 0 || finish < begin)
-    console.log(`\n(BENCHMARKS.md has no ${BEGIN} ... ${END} section to update)`);
-  else {
-    writeFileSync(file, `${text.slice(0, begin + BEGIN.length)}\n\n${report}\n\n${text.slice(finish)}`);
-    console.log("\nBENCHMARKS.md updated (run `npx prettier --write BENCHMARKS.md` to align the tables).");
-  }
+  else writeBenchmarksSection("peers", report);
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

@@ -13,13 +13,13 @@
  * once per client on the same topic. SOAK_BACKLOG=<topic>:<events> reads a backlog an earlier run
  * produced (the broker keeps it a day) instead of producing one.
  */
-import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { createKafka, createOrderedProducer, compressionCodec } from "../src/kafka/client.ts";
-import { benchBrokers, produceGenerated } from "./kafka-harness.ts";
+import { benchBrokers, consumeTopicProcess, produceGenerated } from "./kafka-harness.ts";
+import { writeBenchmarksSection } from "./harness.ts";
 import { linearSession } from "./workloads.ts";
 
 const root = new URL("..", import.meta.url).pathname;
@@ -99,68 +99,33 @@ function rssOf(pid: number): number {
 }
 
 /**
- * Runs `trajflow consume` on `topic` from its beginning, sampling its RSS and progress every second,
- * until `done(events read)`; then SIGTERM and its report.
+ * Runs `trajflow consume` (its defaults and `args`) on `topic` from its beginning, sampling its RSS and
+ * progress every second, until `done(events read)`; then SIGTERM and its report.
  */
 async function consumeSampled(
   name: string,
   topic: string,
   args: string[],
-  done: (events: number, elapsedS: number) => boolean,
+  done: (events: number) => boolean,
 ): Promise<Phase> {
   const out = mkdtempSync(join(tmpdir(), "soak-out-"));
-  const port = 20_000 + Math.floor(Math.random() * 20_000);
-  const child = spawn(
-    process.execPath,
-    [
-      "--max-semi-space-size=4",
-      join(root, "bin/trajflow.js"),
-      "consume",
-      ...["--brokers", brokers, "--topic", topic, "--group", `${topic}-${Date.now()}`, "--out", out],
-      ...["--status-interval-ms", "0", "--metrics-address", `127.0.0.1:${port}`, "--log-level", "warn"],
-      ...["--json", ...args],
-    ],
-    { stdio: ["ignore", "pipe", "inherit"] },
-  );
-  let stdout = "";
-  child.stdout.on("data", (b: Buffer) => (stdout += b.toString()));
-  const exited = new Promise<number | null>((resolve) => child.on("exit", resolve));
-  const read = async (): Promise<number> => {
-    try {
-      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-      return Number(/^trajflow_events_read_total(?:\{[^}]*\})? (\d+)/m.exec(text)?.[1] ?? 0);
-    } catch {
-      return 0; // not listening yet
-    }
-  };
   const started = Date.now();
   const samples: Sample[] = [];
-  for (;;) {
-    await new Promise((r) => setTimeout(r, 1_000));
-    const t = (Date.now() - started) / 1000;
-    const events = await read();
-    samples.push({ t, events, rssMiB: rssOf(child.pid!) });
-    if (done(events, t)) break;
-    if (child.exitCode !== null) throw new Error(`${name}: trajflow consume exited early`);
-  }
-  child.kill("SIGTERM");
-  if ((await exited) !== 0) throw new Error(`${name}: trajflow consume failed`);
+  const run = await consumeTopicProcess(brokers, topic, out, Infinity, args, undefined, {
+    until: done,
+    defaults: true,
+    everySecond: (events, pid) =>
+      samples.push({ t: (Date.now() - started) / 1000, events, rssMiB: rssOf(pid) }),
+  });
   rmSync(out, { recursive: true, force: true });
-  const report = JSON.parse(stdout) as {
-    events: number;
-    peak_rss_bytes: number;
-    cpu_seconds: { user: number; system: number };
-    peak_rss_account: { owners: Array<{ owner: string; bytes: number }> };
-  };
-  const last = samples.at(-1)!;
   return {
     name,
     samples,
-    events: report.events,
-    seconds: last.t,
-    peakRssMiB: report.peak_rss_bytes / MiB,
-    cpuSeconds: report.cpu_seconds.user + report.cpu_seconds.system,
-    account: report.peak_rss_account.owners,
+    events: run.report.events,
+    seconds: samples.at(-1)?.t ?? 0,
+    peakRssMiB: run.peakRss / MiB,
+    cpuSeconds: run.cpuSeconds,
+    account: run.report.peak_rss_account.owners,
   };
 }
 
@@ -309,13 +274,7 @@ async function main(): Promise<void> {
     ...phases.map((p) => `- ${p.name}: the peak RSS by owner (MiB): ${owners(p)}.`),
   ].join("\n");
   process.stdout.write(`${report}\n`);
-  const file = join(root, "BENCHMARKS.md");
-  const text = readFileSync(file, "utf8");
-  const [begin, end] = ["<!-- bench:soak begin -->", "<!-- bench:soak end -->"];
-  const from = text.indexOf(begin);
-  const to = text.indexOf(end);
-  if (from >= 0 && to > from)
-    writeFileSync(file, `${text.slice(0, from + begin.length)}\n\n${report}\n\n${text.slice(to)}`);
+  writeBenchmarksSection("soak", report);
 }
 
 await main();

@@ -7,7 +7,6 @@
  * librdkafka (its prefetch queue bounded by the sized fetch; skipped where its addon is not built).
  */
 import { strict as assert } from "node:assert";
-import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
   closeSync,
@@ -32,7 +31,6 @@ import { plain } from "./helpers/sessions.ts";
 
 const MiB = 2 ** 20;
 const LIMIT = 384 * MiB;
-const BIN = new URL("../bin/trajflow.js", import.meta.url).pathname;
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-memory-"));
 const cgroups: string[] = [];
 after(() => {
@@ -104,29 +102,11 @@ async function rowDigests(dir: string): Promise<Map<string, string>> {
 }
 
 /** Runs the CLI, in `cgroupDir` when given (the process moves itself in before Node starts). */
-function runIn(
-  cgroupDir: string | null,
-  args: string[],
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const command = [process.execPath, "--max-semi-space-size=4", BIN, ...args];
-  const [file, argv] =
-    cgroupDir === null
-      ? [command[0]!, command.slice(1)]
-      : ["sh", ["-c", `echo $$ > ${join(cgroupDir, "cgroup.procs")} && exec "$@"`, "sh", ...command]];
-  return new Promise((resolve, reject) => {
-    const child = spawn(file, argv, {
-      env: { ...process.env, TRAJFLOW_LOG_LEVEL: "info", KAFKA_BROKERS: broker },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    child.on("error", reject);
-    child.on("close", (code, signal) =>
-      resolve({ code: code ?? (signal === null ? null : -1), stdout, stderr }),
-    );
-  });
+function runIn(cgroupDir: string | null, args: string[]) {
+  const launcher =
+    cgroupDir === null ? [] : ["sh", "-c", `echo $$ > ${join(cgroupDir, "cgroup.procs")} && exec "$@"`, "sh"];
+  const env = { TRAJFLOW_LOG_LEVEL: "info", KAFKA_BROKERS: broker };
+  return runCli(args, env, ["--max-semi-space-size=4"], launcher);
 }
 
 /** The backlog, written and produced once for every client's run. */

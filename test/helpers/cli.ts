@@ -21,14 +21,20 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Runs the real CLI in a child process (the same Node that runs the tests, with `nodeArgs`). */
+/**
+ * Runs the real CLI in a child process (the same Node that runs the tests, with `nodeArgs`), started
+ * through `launcher` when given (a command that ends by running its arguments, e.g. one that moves itself
+ * into a cgroup and execs them).
+ */
 export function runCli(
   args: string[],
   env: NodeJS.ProcessEnv = {},
   nodeArgs: string[] = [],
+  launcher: string[] = [],
 ): Promise<CliResult> {
+  const [file, ...argv] = [...launcher, process.execPath, ...nodeArgs, BIN, ...args];
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...nodeArgs, BIN, ...args], {
+    const child = spawn(file!, argv, {
       env: { ...process.env, TRAJFLOW_LOG_LEVEL: "warn", ...env },
       stdio: ["ignore", "pipe", "pipe"],
     });
