@@ -126,8 +126,10 @@ compile() {
     { tail -20 "$pkg/librdkafka-make.log" >&2; fail "make failed; see $pkg/librdkafka-make.log"; }
   say "compiling the binding with node-gyp against $nodedir"
   # BUILD_LIBRDKAFKA=0: the binding links the librdkafka built above (not its own gyp build, which runs make
-  # with unbounded parallelism); -iquote puts its headers before any system librdkafka-dev's.
-  (cd "$pkg" && BUILD_LIBRDKAFKA=0 \
+  # with unbounded parallelism); -iquote puts its headers before any system librdkafka-dev's. A `nodedir`
+  # in the user's npmrc reaches node-gyp as npm_config_nodedir under `npm test` and wins over --nodedir
+  # (seen: the system Node 20's headers, an addon Node 24 refuses): it is unset here.
+  (cd "$pkg" && unset npm_config_nodedir NPM_CONFIG_NODEDIR && BUILD_LIBRDKAFKA=0 \
     CPPFLAGS="-iquote $src/src -iquote $src/src-cpp" \
     LDFLAGS="-L$src/src -L$src/src-cpp -Wl,-rpath,'\$\$ORIGIN'" \
     nice "$node" "$gyp" rebuild --nodedir="$nodedir" -j "$jobs" >"$pkg/librdkafka-gyp.log" 2>&1) ||
