@@ -11,7 +11,7 @@
 #   scripts/llama.sh status   print the base URL if it runs, exit 1 if not
 #
 # The server runs with --jinja (the model's chat template renders `tools` and `tool_calls`; tool calls in an
-# answer are parsed), 2 slots, a 4096-token context per slot. docs/engines.md says what the gateway adds to
+# answer are parsed), 2 slots, a 65,536-token context per slot (the harness tests send 30-40k-token prompts). docs/engines.md says what the gateway adds to
 # each call and why.
 #
 # Environment:
@@ -110,7 +110,7 @@ start() {
   tiny_model
   mkdir -p "$dir"
   : >"$log"
-  nohup "$binary" --host 127.0.0.1 --port "$port" --model "$model" --jinja --parallel 2 --ctx-size 8192 \
+  nohup "$binary" --host 127.0.0.1 --port "$port" --model "$model" --jinja --parallel 2 --ctx-size 131072 \
     --threads "$threads" --no-webui --no-warmup >>"$log" 2>&1 &
   echo $! >"$pidfile"
   # /health answers 503 while the model loads and 200 once it serves.

@@ -15,7 +15,12 @@ downloaded:
   added tokens, as in Qwen2.5, so a tool call's markup is one token each.
 - chat template: ChatML with tools and tool calls in the Hermes / Qwen2.5 layout, so `llama-server --jinja`
   accepts `tools`, `tool_choice` and assistant `tool_calls` in the history, and parses `<tool_call>` blocks
-  in an answer into OpenAI `tool_calls`.
+  in an answer into OpenAI `tool_calls`. Unlike Qwen2.5 the JSON follows `<tool_call>` without a newline:
+  llama-server's grammar lets content precede the calls even with `tool_choice: required` and starts a call
+  at its opening marker, so one token (`<tool_call>`, which a test can raise with `logit_bias`) opens a call
+  here, where Qwen2.5's layout needs `<tool_call>` and then a newline, which a random model rarely samples.
+- context: 65,536 positions, so the harness tests can send Claude Code's and Codex's whole prompts (30-40k
+  tokens here: the vocabulary is nearly bytes); prefill runs at thousands of tokens a second on 2 cores.
 """
 
 import collections
@@ -31,7 +36,7 @@ N_HEAD = 4
 N_HEAD_KV = 2
 N_FF = 128
 N_LAYER = 2
-N_CTX = 4096
+N_CTX = 65536
 N_MERGES = 200
 
 # Text the merges are learned from: English, accented Latin, Greek, CJK and emoji, so that merges inside
@@ -62,7 +67,7 @@ CHAT_TEMPLATE = """{%- if tools %}
         {{- "\\n" }}
         {{- tool | tojson }}
     {%- endfor %}
-    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}</tool_call><|im_end|>\\n" }}
 {%- else %}
     {%- if messages[0]['role'] == 'system' %}
         {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
@@ -80,11 +85,11 @@ CHAT_TEMPLATE = """{%- if tools %}
             {%- if tool_call.function is defined %}
                 {%- set tool_call = tool_call.function %}
             {%- endif %}
-            {{- '\\n<tool_call>\\n{"name": "' }}
+            {{- '\\n<tool_call>{"name": "' }}
             {{- tool_call.name }}
             {{- '", "arguments": ' }}
             {{- tool_call.arguments | tojson }}
-            {{- '}\\n</tool_call>' }}
+            {{- '}</tool_call>' }}
         {%- endfor %}
         {{- '<|im_end|>\\n' }}
     {%- elif message.role == "tool" %}

@@ -148,7 +148,21 @@ export const METRICS = {
   gateway_route_calls: {
     kind: "counter",
     label: "route",
-    help: "Model calls by OpenAI route (chat, completions, models).",
+    help: "Model calls by route: chat, completions, messages, responses, count_tokens, models, responses_get, responses_delete.",
+  },
+  gateway_hosted_tools_dropped: {
+    kind: "counter",
+    label: "tool",
+    help: "Hosted tools (web search, code execution...) left out of a Messages or Responses call (hosted_tools: drop).",
+  },
+  gateway_malformed_tool_calls: {
+    kind: "counter",
+    label: "api",
+    help: "Tool calls whose arguments were not a JSON object (a truncated call): given to the agent as text, by API.",
+  },
+  gateway_untrained_calls: {
+    kind: "counter",
+    help: "Calls recorded with train: false (an X-Trajflow-Train: false header, or an untrained_models rule).",
   },
   gateway_lifecycle: {
     kind: "counter",

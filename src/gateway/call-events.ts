@@ -1,8 +1,9 @@
 /**
  * The events of one recorded call, as the gateway writes them: a `request` (the prompt, in the delta form
- * when it extends a branch tip of the session, the messages and tools as sent, the sampling settings, the
- * policy version at dispatch) and a `response` (the sampled ids, their logprobs, the raw finish reason, the
- * version at completion, routed experts), token arrays packed. Lifecycle events (start, reward, end) come
+ * when it extends a branch tip of the session, the agent's API, the canonical messages and tools, the
+ * sampling settings, the policy version at dispatch) and a `response` (the sampled ids, their logprobs, the
+ * raw finish reason beside the API's stop reason, the version at completion, routed experts), token arrays
+ * packed. Lifecycle events (start, reward, end) come
  * from here too, so every event the gateway writes has one shape and one seq counter.
  */
 import type { SamplingSettings } from "../schemas/events.ts";
@@ -14,6 +15,14 @@ import type { GatewaySession } from "./sessions.ts";
 
 export interface RecordedCall {
   callId: string;
+  /** The agent's API (chat, completions, messages, responses). */
+  api?: string;
+  /** What the request event records of the API beyond the canonical messages. */
+  apiDetails?: Record<string, unknown>;
+  /** False: recorded, never trained (a side call). */
+  train?: false;
+  /** The stop reason the agent was given, in its API's terms (beside the engine's raw finish reason). */
+  stopReason?: string;
   /** Set when the agent asked for several choices (n > 1): each is a deliberate sample. */
   choiceIndex?: number;
   prompt: Int32Array;
@@ -84,6 +93,9 @@ export function callEvents(s: GatewaySession, call: RecordedCall): CallEvents {
       ...base(s, "request", call.sentAt),
       call_id: call.callId,
       ...prompt,
+      ...(call.api !== undefined ? { api: call.api } : {}),
+      ...(call.apiDetails !== undefined ? { api_details: call.apiDetails } : {}),
+      ...(call.train === false ? { train: false } : {}),
       ...(call.messages !== undefined ? { messages: call.messages } : {}),
       ...(call.tools !== undefined ? { tools: call.tools } : {}),
       ...(call.choiceIndex !== undefined ? { choice_index: call.choiceIndex } : {}),
@@ -106,6 +118,7 @@ export function callEvents(s: GatewaySession, call: RecordedCall): CallEvents {
       output_ids: packTokenIds(c.outputIds),
       ...logprobs,
       finish_reason: c.finishReason,
+      ...(call.stopReason !== undefined ? { stop_reason: call.stopReason } : {}),
       ...(version !== undefined ? { weight_version: version } : {}),
       ...(c.outputVersions !== undefined ? { output_versions: packTokenIds(c.outputVersions) } : {}),
       ...(c.routedExperts !== undefined ? { routed_experts: encodeRoutedExperts(c.routedExperts) } : {}),

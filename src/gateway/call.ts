@@ -1,18 +1,20 @@
 /**
- * One model call through the gateway: checked, sent to the session's upstream with what the engine needs
- * to report token ids and logprobs, answered (whole, or streamed chunk by chunk as it arrives), and
- * recorded as events. The answer, or a stream's last chunks, are released only once the events are
- * durable. A streamed call the agent leaves early cancels the upstream request and is recorded with the
- * output sampled so far and finish reason `abort`.
+ * One model call through the gateway: its canonical body (the agent's API translated, apis/) sent to the
+ * session's upstream with what the engine needs to report token ids and logprobs, answered (whole, or
+ * streamed chunk by chunk as it arrives, in the agent's API), and recorded as events. The answer, or a
+ * stream's last events, are released only once the events are durable. A streamed call the agent leaves
+ * early cancels the upstream request and is recorded with the output sampled so far and finish reason
+ * `abort`. Nothing here knows which API the agent speaks: the call's codec (ApiCall) writes its bytes.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isTrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
+import type { ApiCall, ApiStream, CallOutcome } from "./apis/api.ts";
+import { wholeAsChunks } from "./apis/whole-as-chunks.ts";
 import { callEvents, samplingOf, type RecordedCall } from "./call-events.ts";
-import type { AgentRoute, Capture, EngineAdapter, PreparedCall, UpstreamJson } from "./engines/engine.ts";
-import { sendError, sendJson, SseSplitter, sseData } from "./http.ts";
-import { wholeAsStream } from "./whole-as-stream.ts";
+import type { Capture, EngineAdapter, PreparedCall, UpstreamJson } from "./engines/engine.ts";
+import { sendError, sendJson, SseSplitter } from "./http.ts";
 import type { Recorder } from "./recorder.ts";
 import type { GatewaySession } from "./sessions.ts";
 import { ConnectFailed, readAll, UpstreamRefused, type Upstream, type UpstreamPool } from "./upstreams.ts";
@@ -33,14 +35,21 @@ export interface CallContext {
 
 const ADDED_BUCKETS = [0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
 
-/** Forwards one chat or completions call of session `s` whose JSON body is `body`. */
+/** How a call is recorded beyond what its codec says. */
+export interface CallOptions {
+  /** False: recorded but never trained (a side call: a title, a quota probe). */
+  train: boolean;
+}
+
+/** Forwards one agent call of session `s`, translated by its API's codec into `api.body`. */
 export async function forwardCall(
   ctx: CallContext,
   s: GatewaySession,
-  route: AgentRoute,
-  body: Record<string, unknown>,
+  api: ApiCall,
   res: ServerResponse,
+  options: CallOptions,
 ): Promise<void> {
+  const body = api.body;
   const began = performance.now();
   const controller = new AbortController();
   const deadline = AbortSignal.timeout(ctx.upstreamTimeoutMs);
@@ -54,9 +63,14 @@ export async function forwardCall(
     }
   });
   const dispatchVersion = ctx.version();
-  const call: Omit<RecordedCall, "prompt" | "capture" | "doneAt"> = {
-    callId: ctx.nextCallId(),
+  const callId = ctx.nextCallId();
+  const details = api.details(callId);
+  const call: PendingCall = {
+    callId,
     sentAt: Date.now(),
+    api: api.api,
+    ...(details !== undefined ? { apiDetails: details } : {}),
+    ...(options.train ? {} : { train: false }),
     ...(Array.isArray(body.messages) ? { messages: body.messages } : {}),
     ...(Array.isArray(body.tools) ? { tools: body.tools } : {}),
     sampling: samplingOf(body, ctx.adapter.name),
@@ -64,7 +78,7 @@ export async function forwardCall(
   };
   let sent: Sent | null;
   try {
-    sent = await sendUpstream(ctx, s, route, body, signal, res);
+    sent = await sendUpstream(ctx, s, api, signal, res);
   } catch (err) {
     return upstreamFailure(ctx, s, res, err, deadline.aborted, gone);
   }
@@ -72,11 +86,12 @@ export async function forwardCall(
   const { prepared, answer, upstream } = sent;
   try {
     const status = answer.statusCode ?? 502;
-    if (status >= 400) return await passError(ctx, s, answer, res);
+    if (status >= 400) return await passError(ctx, s, api, answer, res);
     const streamed = (answer.headers["content-type"] ?? "").includes("text/event-stream");
     const timing = { began, sendStart: sent.sendStart, upstreamMs: 0, ackMs: 0 };
-    if (streamed) await relayStream(ctx, s, prepared, call, answer, res, () => gone, upstream, timing);
-    else await relayWhole(ctx, s, prepared, call, answer, res, upstream, timing, route, body);
+    const exchange: Exchange = { ctx, s, api, prepared, call, answer, res, upstream, timing };
+    if (streamed) await relayStream(exchange, () => gone);
+    else await relayWhole(exchange);
     const added = performance.now() - timing.began - timing.upstreamMs - timing.ackMs;
     ctx.metrics.observe("gateway_added_seconds", Math.max(0, added) / 1000, ADDED_BUCKETS);
     ctx.metrics.observe("gateway_upstream_seconds", timing.upstreamMs / 1000);
@@ -85,6 +100,22 @@ export async function forwardCall(
   } finally {
     upstream.inFlight--;
   }
+}
+
+/** A call's recorded fields before its answer: what the request event says. */
+type PendingCall = Omit<RecordedCall, "prompt" | "capture" | "doneAt">;
+
+/** Everything answering one call needs. */
+interface Exchange {
+  ctx: CallContext;
+  s: GatewaySession;
+  api: ApiCall;
+  prepared: PreparedCall;
+  call: PendingCall;
+  answer: IncomingMessage;
+  res: ServerResponse;
+  upstream: Upstream;
+  timing: Timing;
 }
 
 /** A call on its way: what was sent, where, when, and the answer's head. */
@@ -105,8 +136,7 @@ interface Sent {
 async function sendUpstream(
   ctx: CallContext,
   s: GatewaySession,
-  route: AgentRoute,
-  body: Record<string, unknown>,
+  api: ApiCall,
   signal: AbortSignal,
   res: ServerResponse,
 ): Promise<Sent | null> {
@@ -117,7 +147,7 @@ async function sendUpstream(
     try {
       const up = upstream;
       const json: UpstreamJson = (path, payload, sig) => ctx.pool.json(up, path, payload, sig);
-      const prepared = await ctx.adapter.prepare(route, body, json, signal);
+      const prepared = await ctx.adapter.prepare(api.route, api.body, json, signal);
       const sendStart = performance.now();
       const answer = await ctx.pool.send(
         upstream,
@@ -134,7 +164,7 @@ async function sendUpstream(
     } catch (err) {
       upstream.inFlight--;
       if (err instanceof UpstreamRefused) {
-        passRefusal(ctx, s, res, err);
+        passRefusal(ctx, s, api, res, err);
         return null;
       }
       if (!(err instanceof ConnectFailed)) throw err;
@@ -203,31 +233,54 @@ function upstreamFailure(
   );
 }
 
-/** An engine's error answer goes to the agent as it is; nothing was sampled, so nothing is recorded. */
+/**
+ * An engine's error answer: to a Chat or Completions agent as it is (it speaks the engine's API), to any
+ * other in its own API's shape with the engine's message. Nothing was sampled, so nothing is recorded.
+ */
 async function passError(
   ctx: CallContext,
   s: GatewaySession,
+  api: ApiCall,
   answer: IncomingMessage,
   res: ServerResponse,
 ): Promise<void> {
   const body = await readAll(answer);
   const contentType = answer.headers["content-type"] ?? "application/json";
-  passRefusal(ctx, s, res, new UpstreamRefused(answer.statusCode ?? 502, contentType, body));
+  passRefusal(ctx, s, api, res, new UpstreamRefused(answer.statusCode ?? 502, contentType, body));
 }
 
 function passRefusal(
   ctx: CallContext,
   s: GatewaySession,
+  api: ApiCall,
   res: ServerResponse,
   refused: UpstreamRefused,
 ): void {
   s.failedCalls++;
   ctx.metrics.inc("gateway_calls", "upstream_error");
+  if (!api.passesEngineErrors) {
+    const message = `the inference server refused the call (${refused.status}): ${engineMessage(refused.body)}`;
+    return sendError(res, refused.status, "upstream_failed", message);
+  }
   res.writeHead(refused.status, {
     "content-type": refused.contentType,
     "content-length": String(refused.body.length),
   });
   res.end(refused.body);
+}
+
+/** The message of an engine's error body (vLLM's `message`, llama.cpp's and SGLang's `error.message`). */
+function engineMessage(body: Buffer): string {
+  const text = body.toString("utf8");
+  try {
+    const v = JSON.parse(text) as { message?: unknown; error?: { message?: unknown } | string };
+    if (typeof v.error === "object" && typeof v.error?.message === "string") return v.error.message;
+    if (typeof v.error === "string") return v.error;
+    if (typeof v.message === "string") return v.message;
+  } catch {
+    // not JSON: the text as it is
+  }
+  return text.slice(0, 2000);
 }
 
 interface Timing {
@@ -237,100 +290,89 @@ interface Timing {
   ackMs: number;
 }
 
-async function relayWhole(
-  ctx: CallContext,
-  s: GatewaySession,
-  prepared: PreparedCall,
-  call: Omit<RecordedCall, "prompt" | "capture" | "doneAt">,
-  answer: IncomingMessage,
-  res: ServerResponse,
-  upstream: Upstream,
-  timing: Timing,
-  route: AgentRoute,
-  body: Record<string, unknown>,
-): Promise<void> {
+async function relayWhole(x: Exchange): Promise<void> {
+  const { ctx, s, api, prepared, res, timing } = x;
   // The agent may leave while the whole answer is prepared: the upstream call is cancelled then.
-  const text = await readAll(answer);
+  const text = await readAll(x.answer);
   timing.upstreamMs = performance.now() - timing.sendStart;
   const json = JSON.parse(text.toString("utf8")) as Record<string, unknown>;
   const { captures, forAgent } = ctx.adapter.answer(prepared, json);
   await ctx.adapter.complete?.(prepared, captures, (path, payload, sig) =>
-    ctx.pool.json(upstream, path, payload, sig),
+    ctx.pool.json(x.upstream, path, payload, sig),
   );
   const ackStart = performance.now();
-  const ids = await record(ctx, s, prepared, call, captures);
+  const outcome = await record(x, captures);
   timing.ackMs = performance.now() - ackStart;
-  if (ids === null) return refuseUnrecorded(ctx, res);
-  const headers = { "x-trajflow-call-id": ids.join(","), "x-trajflow-session-id": s.id };
+  if (outcome === null) return refuseUnrecorded(ctx, res);
+  const headers = { "x-trajflow-call-id": outcome.callIds.join(","), "x-trajflow-session-id": s.id };
   if (prepared.wholeAsStream === true) {
-    const options = body.stream_options as { include_usage?: unknown } | undefined;
+    // The engine could not stream exact ids: the whole answer goes through the API's stream translator.
+    const options = api.body.stream_options as { include_usage?: unknown } | undefined;
+    const stream = api.streamer(x.call.callId);
+    const parts = wholeAsChunks(api.route, forAgent, options?.include_usage === true).map(
+      (c) => stream.chunk(c).text,
+    );
     res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", ...headers });
-    res.end(wholeAsStream(route, forAgent, options?.include_usage === true));
+    res.end(parts.join("") + stream.end(outcome, true));
     return;
   }
-  sendJson(res, 200, forAgent, headers);
+  const answer = api.answer(forAgent, outcome);
+  sendJson(res, answer.status, answer.body, headers);
 }
 
-async function relayStream(
-  ctx: CallContext,
-  s: GatewaySession,
-  prepared: PreparedCall,
-  call: Omit<RecordedCall, "prompt" | "capture" | "doneAt">,
-  answer: IncomingMessage,
-  res: ServerResponse,
-  gone: () => boolean,
-  upstream: Upstream,
-  timing: Timing,
-): Promise<void> {
+async function relayStream(x: Exchange, gone: () => boolean): Promise<void> {
+  const { ctx, s, prepared, res, timing } = x;
   const reader = ctx.adapter.stream(prepared);
+  const stream = x.api.streamer(x.call.callId);
   res.writeHead(200, {
     "content-type": "text/event-stream",
     "cache-control": "no-cache",
-    "x-trajflow-call-id": call.callId,
+    "x-trajflow-call-id": x.call.callId,
     "x-trajflow-session-id": s.id,
   });
-  const { held, finished, broken } = await pumpStream(reader, answer, res, gone);
+  const { held, finished, broken } = await pumpStream(reader, stream, x.answer, res, gone);
   const left = gone();
   timing.upstreamMs = performance.now() - timing.sendStart;
   if (left) ctx.metrics.inc("gateway_client_disconnects");
   const captures = reader.captures(finished && !left && broken === null);
   await ctx.adapter.complete?.(prepared, captures, (path, payload, sig) =>
-    ctx.pool.json(upstream, path, payload, sig),
+    ctx.pool.json(x.upstream, path, payload, sig),
   );
   const ackStart = performance.now();
-  let ids: string[] | null;
+  let outcome: CallOutcome | null;
   try {
-    ids = await record(ctx, s, prepared, call, captures);
+    outcome = await record(x, captures);
   } catch (err) {
     // The answer was not recorded: the agent must not take it as given.
-    if (!left && !res.writableEnded)
-      res.end(sseData(JSON.stringify({ error: errorBody("output_unavailable", (err as Error).message) })));
+    if (!left && !res.writableEnded) res.end(stream.error("output_unavailable", (err as Error).message));
     throw err;
   }
   timing.ackMs = performance.now() - ackStart;
   if (left || res.writableEnded) return;
-  if (ids === null) {
+  if (outcome === null) {
     s.failedCalls++;
     ctx.metrics.inc("gateway_calls", "not_recorded");
     const message =
       "the engine's stream did not report every sampled id (or the prompt's), so the call was not recorded; see docs/engines.md";
-    res.end(sseData(JSON.stringify({ error: errorBody("not_recorded", message) })));
+    res.end(stream.error("not_recorded", message));
     return;
   }
   if (broken !== null) {
     res.destroy(broken as Error);
     return;
   }
-  res.end(held.join(""));
+  res.end(held.join("") + stream.end(outcome, finished));
 }
 
 /**
- * Relays the upstream's chunks to the agent as they come, through the adapter's reader. From the first
- * chunk that finishes a choice on, chunks are held: the agent acts on a finished answer only once it is
- * recorded. `broken`: the upstream failed mid-stream (an agent leaving is not a failure).
+ * Relays the upstream's chunks to the agent as they come, through the adapter's reader and the API's
+ * translator. From the first chunk that finishes a choice on, what the translator writes is held: the
+ * agent acts on a finished answer only once it is recorded. `broken`: the upstream failed mid-stream (an
+ * agent leaving is not a failure).
  */
 async function pumpStream(
   reader: ReturnType<EngineAdapter["stream"]>,
+  stream: ApiStream,
   answer: IncomingMessage,
   res: ServerResponse,
   gone: () => boolean,
@@ -339,71 +381,54 @@ async function pumpStream(
   const held: string[] = [];
   let holding = false;
   let finished = false;
+  const take = (raw: Buffer, data: string | null, atEnd: boolean) => {
+    const out = relayEvent(reader, stream, raw, data);
+    if (out === null) return;
+    if (out.done) finished = true;
+    if (out.text === "") return;
+    if (out.finishes) holding = true;
+    if (holding || atEnd) held.push(out.text);
+    else res.write(out.text);
+  };
   try {
     for await (const chunk of answer as AsyncIterable<Buffer>) {
-      for (const ev of splitter.push(chunk)) {
-        const out = relayEvent(reader, ev.raw, ev.data);
-        if (out === null) continue;
-        if (out.done) finished = true;
-        if (out.finishes) holding = true;
-        if (holding || out.done) held.push(out.text);
-        else res.write(out.text);
-      }
+      for (const ev of splitter.push(chunk)) take(ev.raw, ev.data, false);
     }
-    for (const ev of splitter.end()) {
-      const out = relayEvent(reader, ev.raw, ev.data);
-      if (out !== null) held.push(out.text);
-    }
+    for (const ev of splitter.end()) take(ev.raw, ev.data, true);
   } catch (err) {
     return { held, finished, broken: gone() ? null : err };
   }
   return { held, finished, broken: null };
 }
 
-function errorBody(code: string, message: string) {
-  return { message, type: "server_error", param: null, code };
-}
-
-/** One SSE event through the adapter's reader: the text to forward, or null to forward nothing. */
+/** One SSE event through the adapter's reader and the API's translator; null: nothing to forward. */
 function relayEvent(
   reader: ReturnType<EngineAdapter["stream"]>,
+  stream: ApiStream,
   raw: Buffer,
   data: string | null,
 ): { text: string; finishes: boolean; done: boolean } | null {
-  if (data === null) return { text: raw.toString("utf8"), finishes: false, done: false };
-  if (data.trim() === "[DONE]") return { text: raw.toString("utf8"), finishes: true, done: true };
+  const other = () => ({ text: stream.other(raw.toString("utf8")), finishes: false, done: false });
+  if (data === null) return other();
+  if (data.trim() === "[DONE]") return { text: "", finishes: true, done: true };
   let parsed: unknown;
   try {
     parsed = JSON.parse(data);
   } catch {
-    return { text: raw.toString("utf8"), finishes: false, done: false };
+    return other();
   }
-  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
-    return { text: raw.toString("utf8"), finishes: false, done: false };
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) return other();
   const out = reader.chunk(parsed as Record<string, unknown>);
   if (out === undefined) return null;
-  return { text: sseData(JSON.stringify(out)), finishes: finishesAChoice(out), done: false };
-}
-
-function finishesAChoice(chunk: Record<string, unknown>): boolean {
-  const choices = chunk.choices;
-  if (!Array.isArray(choices)) return false;
-  return choices.some(
-    (c) => typeof c === "object" && c !== null && (c as { finish_reason?: unknown }).finish_reason != null,
-  );
+  return { ...stream.chunk(out), done: false };
 }
 
 /**
- * Records the call's captures (one call per choice); resolves with their call ids once durable, or null
- * when the engine gave no prompt ids (nothing can be trained from such a call: counted, answered 502).
+ * Records the call's captures (one call per choice); resolves with the outcome once durable, or null when
+ * the engine gave no prompt ids (nothing can be trained from such a call: counted, answered 502).
  */
-async function record(
-  ctx: CallContext,
-  s: GatewaySession,
-  prepared: PreparedCall,
-  call: Omit<RecordedCall, "prompt" | "capture" | "doneAt">,
-  captures: Capture[],
-): Promise<string[] | null> {
+async function record(x: Exchange, captures: Capture[]): Promise<CallOutcome | null> {
+  const { ctx, s, prepared, call, api } = x;
   const doneAt = Date.now();
   const completionVersion = ctx.version();
   const calls: RecordedCall[] = [];
@@ -412,6 +437,7 @@ async function record(
     // Without the prompt's ids, or with sampled ids the engine never reported, nothing exact can be
     // recorded: the call is refused (counted) rather than recorded with guessed tokens.
     if (prompt === undefined || c.missingIds !== undefined) return null;
+    const stopReason = api.stopReason(c);
     calls.push({
       ...call,
       callId: captures.length > 1 ? `${call.callId}.${c.choiceIndex}` : call.callId,
@@ -419,6 +445,7 @@ async function record(
       prompt,
       capture: c,
       doneAt,
+      ...(stopReason !== undefined ? { stopReason } : {}),
       ...(completionVersion !== undefined ? { completionVersion } : {}),
     });
   }
@@ -435,7 +462,12 @@ async function record(
     return { records };
   });
   ctx.metrics.inc("gateway_calls", "recorded");
-  return calls.map((c) => c.callId);
+  if (call.train === false) ctx.metrics.inc("gateway_untrained_calls", "", calls.length);
+  return {
+    callIds: calls.map((c) => c.callId),
+    captures: calls.map((c) => c.capture),
+    promptLengths: calls.map((c) => c.prompt.length),
+  };
 }
 
 function refuseUnrecorded(ctx: CallContext, res: ServerResponse): void {

@@ -6,6 +6,7 @@ import { z } from "zod";
 import { kafkaConnectionSchema } from "../kafka/connection.ts";
 import { ENGINE_NAMES } from "./engines/engine.ts";
 import { ENGINE_OPTIONS } from "./engines/index.ts";
+import type { ApiSettings } from "./apis/api.ts";
 
 const upstreamUrl = z
   .string()
@@ -126,8 +127,85 @@ export const gatewayConfigSchema = z.strictObject({
     .positive()
     .default(8)
     .describe("Branch tips remembered per session for the delta form; older tips fall back to full prompts."),
+  model: z
+    .string()
+    .min(1)
+    .optional()
+    .describe(
+      "The upstream model every call is sent with, whatever the agent names (claude-sonnet-4-5, " +
+        "gpt-5-codex): for an engine that checks names (vLLM, SGLang). Answers carry the agent's name. " +
+        "Unset: the agent's name goes upstream as it is (llama.cpp ignores it).",
+    ),
+  model_map: z
+    .record(z.string().min(1), z.string().min(1))
+    .default({})
+    .describe(
+      "The upstream model for the names agents use, each key a name or a pattern with * (first match in " +
+        "order; `model` covers the rest). E.g. {claude-haiku-*: Qwen/Qwen3-1.7B, '*': Qwen/Qwen3-32B}.",
+    ),
+  hosted_tools: z
+    .enum(["refuse", "drop"])
+    .default("refuse")
+    .describe(
+      "A hosted tool in a Messages or Responses call (web_search, code execution...), which an open model " +
+        "cannot run: refuse (400 naming it) or drop it from the tools offered (counted, " +
+        "gateway_hosted_tools_dropped).",
+    ),
+  untrained_models: z
+    .array(z.string().min(1))
+    .default([])
+    .describe(
+      "Model names (or patterns with *) whose calls are recorded with train: false, never trained: a " +
+        "harness's side calls, e.g. Claude Code's small-model calls for titles (['claude-haiku-*']). A call " +
+        "can also say so itself with the header X-Trajflow-Train: false.",
+    ),
+  stored_responses: z
+    .int()
+    .nonnegative()
+    .default(16)
+    .describe(
+      "OpenAI Responses kept per session (store left true) for previous_response_id and GET " +
+        "/v1/responses/{id}: the latest ones; 0 keeps none.",
+    ),
 });
 
+/** A name pattern with `*` (any characters) as a regular expression matching whole names. */
+export function namePattern(pattern: string): RegExp {
+  const escaped = pattern.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*");
+  return new RegExp(`^${escaped}$`);
+}
+
+/** What the API codecs need of the settings (apis/api.ts). */
+export function apiSettings(config: GatewayConfig): ApiSettings {
+  const rules = Object.entries(config.model_map).map(([k, v]) => ({ match: namePattern(k), to: v }));
+  const cache = new Map<string, string>();
+  return {
+    upstreamModel(agentModel) {
+      let to = cache.get(agentModel);
+      if (to === undefined) {
+        to = rules.find((r) => r.match.test(agentModel))?.to ?? config.model ?? agentModel;
+        if (cache.size < 1024) cache.set(agentModel, to);
+      }
+      return to;
+    },
+    hostedTools: config.hosted_tools,
+    storedResponses: config.stored_responses,
+  };
+}
+
+/**
+ * Whether a call is trained: not when its X-Trajflow-Train header says false, nor when its model matches
+ * `untrained_models`.
+ */
+export function trainRule(
+  config: GatewayConfig,
+): (agentModel: string | undefined, header: string | undefined) => boolean {
+  const untrained = config.untrained_models.map(namePattern);
+  return (agentModel, header) => {
+    if (header !== undefined && /^(false|0|no)$/i.test(header.trim())) return false;
+    return agentModel === undefined || !untrained.some((p) => p.test(agentModel));
+  };
+}
 /** The gateway's config with its engine options checked against the engine's own list. */
 export const checkedGatewayConfigSchema = gatewayConfigSchema.superRefine((c, ctx) => {
   const checked = ENGINE_OPTIONS[c.engine].safeParse(c.engine_options);

@@ -1,5 +1,5 @@
 /**
- * HTTP plumbing the gateway's routes share: JSON answers, errors in OpenAI's shape, and splitting a
+ * HTTP plumbing the gateway's routes share: JSON answers, errors in the agent API's shape, and splitting a
  * server-sent-events stream into its events without copying the bytes more than once.
  */
 import type { ServerResponse } from "node:http";
@@ -36,9 +36,38 @@ export type GatewayErrorCode =
   | "upstream_timeout"
   | "upstream_failed"
   | "not_recorded"
+  | "call_aborted"
   | "not_found";
 
-/** An error answer in OpenAI's shape, so the agent's client raises its usual exception. */
+/** An error body in some agent API's shape (apis/: OpenAI's, Anthropic's). */
+export type ErrorShape = (
+  status: number,
+  code: string,
+  message: string,
+  param?: string | null,
+) => Record<string, unknown>;
+
+/** OpenAI's error `type` for an HTTP status. */
+function openAiErrorType(status: number): string {
+  if (status === 429) return "rate_limit_error";
+  if (status === 401) return "authentication_error";
+  if (status === 403) return "permission_error";
+  return status >= 500 ? "server_error" : "invalid_request_error";
+}
+
+/** OpenAI's error shape (also the gateway's own routes'). */
+export const openAiErrorShape: ErrorShape = (status, code, message, param = null) => ({
+  error: { message, type: openAiErrorType(status), param, code },
+});
+
+/** The error shape an exchange answers in, once its route knows the agent's API (OpenAI's otherwise). */
+const shapes = new WeakMap<ServerResponse, ErrorShape>();
+
+export function useErrorShape(res: ServerResponse, shape: ErrorShape): void {
+  shapes.set(res, shape);
+}
+
+/** An error answer in the shape of the agent's API, so its client raises its usual exception. */
 export function sendError(
   res: ServerResponse,
   status: number,
@@ -46,8 +75,8 @@ export function sendError(
   message: string,
   headers: Record<string, string> = {},
 ): void {
-  const type = status === 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error";
-  sendJson(res, status, { error: { message, type, param: null, code } }, headers);
+  const shape = shapes.get(res) ?? openAiErrorShape;
+  sendJson(res, status, shape(status, code, message), headers);
 }
 
 /** One server-sent event: its raw bytes (up to and including the blank line) and its data, if any. */

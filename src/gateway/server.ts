@@ -5,6 +5,7 @@
  * - path: the agent's base URL is `/sessions/{id}/v1`;
  * - per-session key: `POST /sessions` returns an `api_key`; `Authorization: Bearer <key>` on `/v1/...`;
  * - header: `X-Session-Id` (with `X-Trajflow-Uid`, `X-Trajflow-Sample-Index`, `X-Trajflow-Group-Size`).
+ * Agent APIs under /v1 (apis/): Chat Completions, Completions, Anthropic Messages, OpenAI Responses.
  * Lifecycle: `POST /sessions`, `GET|DELETE /sessions/{id}`, `POST /sessions/{id}/reward`,
  * `POST /sessions/{id}/end`; the trainer's `POST /weights`; `/metrics`, `/healthz`, `/readyz`.
  */
@@ -14,19 +15,22 @@ import type { AddressInfo } from "node:net";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { prometheusText, type Gauge } from "../core/status-server.ts";
+import { ApiProblem, type AgentApi, type ApiSettings } from "./apis/api.ts";
+import { chatApi, completionsApi } from "./apis/chat.ts";
+import { messagesApi } from "./apis/messages.ts";
+import { responsesApi } from "./apis/responses.ts";
 import { endEvent, policyUpdateEvent, rewardEvent, startEvent } from "./call-events.ts";
 import { forwardCall, type CallContext } from "./call.ts";
-import type { GatewayConfig } from "./config.ts";
-import type { AgentRoute, EngineAdapter } from "./engines/engine.ts";
-import { sendError, sendJson } from "./http.ts";
+import { apiSettings, trainRule, type GatewayConfig } from "./config.ts";
+import type { EngineAdapter } from "./engines/engine.ts";
+import { sendError, sendJson, useErrorShape } from "./http.ts";
+import { ModelRoutes } from "./model-routes.ts";
 import type { EventOutput } from "./outputs/output.ts";
 import { Recorder } from "./recorder.ts";
 import { SessionTable, type GatewaySession } from "./sessions.ts";
-import { readAll, UpstreamPool } from "./upstreams.ts";
+import { UpstreamPool } from "./upstreams.ts";
 import {
-  chatProblem,
   checkBody,
-  completionProblem,
   endBody,
   header,
   intHeader,
@@ -39,6 +43,14 @@ import {
 } from "./requests.ts";
 
 const SESSION_PATH = /^\/sessions\/([^/]+)(\/.*)?$/;
+
+/** The agent APIs by their path under /v1 (POST). A new API is one codec and one line here. */
+const APIS: Record<string, AgentApi> = {
+  "/chat/completions": chatApi,
+  "/completions": completionsApi,
+  "/messages": messagesApi,
+  "/responses": responsesApi,
+};
 
 export interface GatewayParts {
   config: GatewayConfig;
@@ -58,6 +70,11 @@ export class GatewayServer {
   private readonly logger: Logger;
   private readonly recorder: Recorder;
   private readonly ctx: CallContext;
+  private readonly apiSettings: ApiSettings;
+  /** Whether a call is trained (untrained_models, X-Trajflow-Train). */
+  private readonly trained: ReturnType<typeof trainRule>;
+  /** The routes beside model calls: models lists, count_tokens, stored responses. */
+  private readonly routes: ModelRoutes;
   private readonly gauges = new Map<string, Gauge>();
   private server: Server | null = null;
   private inFlight = 0;
@@ -91,6 +108,14 @@ export class GatewayServer {
       version: () => this.weightVersion,
       nextCallId: () => `${this.boot}-${++this.callCounter}`,
     };
+    this.apiSettings = apiSettings(parts.config);
+    this.trained = trainRule(parts.config);
+    this.routes = new ModelRoutes({
+      adapter: this.adapter,
+      pool: this.pool,
+      metrics: this.metrics,
+      settings: this.apiSettings,
+    });
     this.gauges.set("gateway_open_sessions", () => this.sessions.size);
     this.gauges.set("gateway_in_flight", () => this.inFlight);
     this.gauges.set("gateway_tips_bytes", () => this.sessions.tipBytes());
@@ -190,16 +215,19 @@ export class GatewayServer {
     return readJsonBody(req, res, this.config.max_body_bytes);
   }
 
-  /** The session a model call belongs to, created when implicit; answers the error itself when none. */
+  /**
+   * The session a model call belongs to, created when implicit (`created`); answers the error itself when
+   * none. `create` false: only a session the gateway holds (reading a stored response starts nothing).
+   */
   private sessionFor(
     req: IncomingMessage,
     res: ServerResponse,
     pathId: string | null,
-  ): GatewaySession | null {
+    create = true,
+  ): { s: GatewaySession; created: boolean } | null {
     let id = pathId;
     if (id === null) {
-      const auth = req.headers.authorization;
-      const key = auth !== undefined && /^Bearer /i.test(auth) ? auth.slice(7).trim() : null;
+      const key = apiKey(req);
       const byKey = key !== null ? this.sessions.byApiKey(key) : undefined;
       if (byKey !== undefined) return this.open(byKey, res);
       const header = req.headers["x-session-id"];
@@ -229,7 +257,7 @@ export class GatewayServer {
       );
       return null;
     }
-    if (!this.config.implicit_sessions) {
+    if (!this.config.implicit_sessions || !create) {
       sendError(res, 404, "unknown_session", `no session ${id}: start it with POST /sessions first`);
       return null;
     }
@@ -240,21 +268,21 @@ export class GatewayServer {
     }
     const sampleIndex = intHeader(req, "x-trajflow-sample-index");
     const groupSize = intHeader(req, "x-trajflow-group-size");
-    this.metrics.inc("gateway_lifecycle", "start");
-    return this.sessions.create({
+    const s = this.sessions.create({
       uid,
       sessionId: id,
       ...(sampleIndex !== undefined ? { sampleIndex } : {}),
       ...(groupSize !== undefined && groupSize > 0 ? { groupSize } : {}),
     });
+    return { s, created: true };
   }
 
-  private open(s: GatewaySession, res: ServerResponse): GatewaySession | null {
+  private open(s: GatewaySession, res: ServerResponse): { s: GatewaySession; created: false } | null {
     if (s.state === "ended") {
       sendError(res, 409, "session_ended", `session ${s.id} has ended (${s.endStatus}); start a new session`);
       return null;
     }
-    return s;
+    return { s, created: false };
   }
 
   private async model(
@@ -264,25 +292,25 @@ export class GatewayServer {
     pathId: string | null,
   ): Promise<void> {
     const method = req.method ?? "GET";
-    if (method === "GET" && path === "/models") return this.models(res);
-    const route: AgentRoute | null =
-      method === "POST" && path === "/chat/completions"
-        ? "chat"
-        : method === "POST" && path === "/completions"
-          ? "completions"
-          : null;
-    if (route === null) return sendError(res, 404, "not_found", `no route ${method} /v1${path}`);
-    this.metrics.inc("gateway_route_calls", route);
+    const api = method === "POST" ? APIS[path] : undefined;
+    if (api === undefined) return this.modelRoute(req, res, method, path, pathId);
+    useErrorShape(res, api.errorBody);
+    this.metrics.inc("gateway_route_calls", api.name);
     if (this.stopping) return this.refuse(res, 503, "output_unavailable", "the gateway is stopping");
     const body = await this.jsonBody(req, res);
     if (body === null) return void this.metrics.inc("gateway_calls", "bad_request");
-    const problem = route === "chat" ? chatProblem(body) : completionProblem(body);
-    if (problem !== null) {
+    const found = this.sessionFor(req, res, pathId);
+    if (found === null) return void this.metrics.inc("gateway_calls", "bad_request");
+    const { s, created } = found;
+    const call = api.request(body, { session: s, settings: this.apiSettings, metrics: this.metrics });
+    if (call instanceof ApiProblem) {
+      // A refused first call leaves no session behind: nothing of it was recorded.
+      if (created) this.sessions.drop(s);
       this.metrics.inc("gateway_calls", "bad_request");
-      return sendError(res, 400, "invalid_request", problem);
+      const shaped = api.errorBody(call.status, call.apiCode ?? call.code, call.message, call.param);
+      return sendJson(res, call.status, shaped);
     }
-    const s = this.sessionFor(req, res, pathId);
-    if (s === null) return void this.metrics.inc("gateway_calls", "bad_request");
+    if (created) this.metrics.inc("gateway_lifecycle", "start");
     if (this.inFlight >= this.config.max_in_flight)
       return this.refuse(
         res,
@@ -309,12 +337,42 @@ export class GatewayServer {
     s.inFlight++;
     this.sessions.touch(s);
     try {
-      await forwardCall(this.ctx, s, route, body, res);
+      const train = this.trained(call.agentModel, header(req, "x-trajflow-train"));
+      await forwardCall(this.ctx, s, call, res, { train });
     } finally {
       this.inFlight--;
       s.inFlight--;
       s.lastActive = Date.now();
     }
+  }
+
+  /** The routes under /v1 that are not model calls: models, count_tokens, stored responses. */
+  private async modelRoute(
+    req: IncomingMessage,
+    res: ServerResponse,
+    method: string,
+    path: string,
+    pathId: string | null,
+  ): Promise<void> {
+    const anthropic = req.headers["anthropic-version"] !== undefined;
+    if (method === "GET" && path === "/models") return this.routes.models(res, anthropic);
+    const model = /^\/models\/([^/]+)$/.exec(path);
+    if (method === "GET" && model !== null)
+      return this.routes.model(res, decodeURIComponent(model[1]!), anthropic);
+    if (method === "POST" && path === "/messages/count_tokens") {
+      useErrorShape(res, messagesApi.errorBody);
+      const body = await this.jsonBody(req, res);
+      if (body !== null) await this.routes.countTokens(res, body);
+      return;
+    }
+    const stored = /^\/responses\/([^/]+)$/.exec(path);
+    if (stored !== null && (method === "GET" || method === "DELETE")) {
+      const found = this.sessionFor(req, res, pathId, false);
+      if (found !== null) this.routes.storedResponse(res, found.s, decodeURIComponent(stored[1]!), method);
+      return;
+    }
+    if (anthropic) useErrorShape(res, messagesApi.errorBody);
+    sendError(res, 404, "not_found", `no route ${method} /v1${path}`);
   }
 
   private refuse(
@@ -325,19 +383,6 @@ export class GatewayServer {
   ): void {
     this.metrics.inc("gateway_calls", status === 429 ? "busy" : "output_unavailable");
     sendError(res, status, code, message, { "retry-after": "1" });
-  }
-
-  private async models(res: ServerResponse): Promise<void> {
-    const upstream = this.pool.pick();
-    if (upstream === null)
-      return sendError(res, 503, "no_upstream", "no inference server answers", { "retry-after": "1" });
-    this.metrics.inc("gateway_route_calls", "models");
-    const answer = await this.pool.send(upstream, "GET", "/v1/models", null, {}, AbortSignal.timeout(10_000));
-    const body = await readAll(answer);
-    res.writeHead(answer.statusCode ?? 502, {
-      "content-type": answer.headers["content-type"] ?? "application/json",
-    });
-    res.end(body);
   }
 
   private async startSession(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -477,4 +522,12 @@ export class GatewayServer {
     this.logger.info({ version: v }, "The policy version is now this one.");
     sendJson(res, 200, { version: v });
   }
+}
+
+/** A session key as clients send it: `Authorization: Bearer <key>`, or Anthropic's `x-api-key`. */
+function apiKey(req: IncomingMessage): string | null {
+  const auth = req.headers.authorization;
+  if (auth !== undefined && /^Bearer /i.test(auth)) return auth.slice(7).trim();
+  const key = req.headers["x-api-key"];
+  return typeof key === "string" && key !== "" ? key : null;
 }

@@ -10,6 +10,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { decodeTokenIds } from "../schemas/tokens.ts";
+import type { ResponseStore } from "./apis/response-store.ts";
 
 export interface Tip {
   callId: string;
@@ -57,6 +58,8 @@ export class GatewaySession {
    * byte for byte, before the session's next events. The pipeline ignores an exact redelivery.
    */
   unsettled: Array<{ key: string; value: string }> = [];
+  /** The Responses this session stored (previous_response_id, GET /v1/responses/{id}); made on first use. */
+  responses: ResponseStore | null = null;
   private readonly tips: Tip[] = [];
   private readonly maxTips: number;
 

@@ -166,6 +166,26 @@ export const requestEvent = z.object({
   type: z.literal("request"),
   call_id: identifier.describe("unique within the session"),
   ...promptFields,
+  api: z
+    .string()
+    .optional()
+    .describe(
+      "the API the agent called: chat, completions, messages (Anthropic) or responses (OpenAI); messages and " +
+        "tools are then the canonical chat form the call was translated to",
+    ),
+  api_details: z
+    .record(z.string(), z.unknown())
+    .optional()
+    .describe(
+      "what the API's request said beyond the messages (Responses: response_id, store, instructions)",
+    ),
+  train: z
+    .boolean()
+    .optional()
+    .describe(
+      "false: recorded but never trained (a side call such as a title or a quota probe): its sampled tokens " +
+        "are context wherever they appear, and a row that would train nothing else is not written",
+    ),
   weight_version: int32Count().optional().describe("the policy version that will sample"),
   sampling: samplingSettings.optional(),
   prompt_routed_experts: routedExperts(
@@ -180,6 +200,13 @@ export const responseEvent = z.object({
   output_ids: tokenIds("the sampled token ids"),
   logprobs: logprobValues("one logprob per output id, of the sampled token").optional(),
   finish_reason: z.string().describe("the backend's raw finish reason: stop, length, tool_calls, abort, ..."),
+  stop_reason: z
+    .string()
+    .optional()
+    .describe(
+      "the stop reason the agent was given in its API's terms (Messages: end_turn, tool_use, max_tokens...; " +
+        "Responses: completed, max_output_tokens...), beside the raw finish_reason",
+    ),
   weight_version: int32Count().optional().describe("the policy version that sampled"),
   output_versions: tokenIds(
     "per output token, the policy version that sampled it (a rollout interrupted by a weight update and " +

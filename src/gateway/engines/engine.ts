@@ -65,6 +65,11 @@ export interface Capture {
   logprobs?: Float32Array;
   /** The engine's raw finish reason (`stop`, `length`, `tool_calls`, `abort`, ...), never normalised. */
   finishReason: string;
+  /**
+   * The stop string that ended the output, when the engine says one did (vLLM's `stop_reason`, SGLang's
+   * `matched_stop`, llama.cpp's `stopping_word`): an API with a stop_sequence reason reports it.
+   */
+  stopSequence?: string;
   /** The policy version the engine reports for this answer, when it reports one. */
   weightVersion?: number;
   /** Per output token versions, when the engine reports spans (a rollout resumed across an update). */
@@ -115,4 +120,9 @@ export interface EngineAdapter {
    * which is not what the model sampled). Call it with the captures `answer` returned. Optional.
    */
   complete?(prepared: PreparedCall, captures: Capture[], upstream: UpstreamJson): Promise<void>;
+  /**
+   * The prompt length the engine renders for a chat body (Anthropic's count_tokens), from the engine's own
+   * tokenizer routes. Optional: without it the gateway asks a one-token call's usage.
+   */
+  countTokens?(body: Record<string, unknown>, upstream: UpstreamJson, signal?: AbortSignal): Promise<number>;
 }

@@ -1,0 +1,344 @@
+/**
+ * Anthropic Messages (`POST /v1/messages`): requests translated in messages-request.ts; answers built
+ * here from the canonical chat answer, whole or streamed in Anthropic's event sequence (message_start,
+ * content_block_start / content_block_delta (text_delta, thinking_delta, signature_delta, input_json_delta)
+ * / content_block_stop, message_delta, message_stop), errors as `{"type": "error", "error": {"type",
+ * "message"}}`.
+ *
+ * Content blocks: thinking (the engine's reasoning output), text, tool_use (each tool call, its arguments
+ * parsed into `input`). Stop reasons from the engine's raw finish reason, which the events keep beside it:
+ * stop → end_turn (stop_sequence when the engine names the stop string that matched), tool_calls → tool_use,
+ * length → max_tokens, content_filter → refusal. `abort` (the engine cut the call short, e.g. for a weight
+ * update) has no Anthropic stop reason and is never passed off as a finished turn: the agent gets an error
+ * (503, overloaded_error) it retries, while the events record what was sampled.
+ */
+import type { Capture } from "../engines/engine.ts";
+import type { GatewayErrorCode } from "../http.ts";
+import {
+  ApiProblem,
+  canonicalChoice,
+  isObject,
+  namedEvent,
+  parseArguments,
+  reasoningOf,
+  usageCounts,
+  type AgentApi,
+  type ApiCall,
+  type ApiStream,
+  type CallOutcome,
+  type Json,
+  type RequestContext,
+  type StreamText,
+} from "./api.ts";
+import { messagesToChat } from "./messages-request.ts";
+
+/** Anthropic's error `type` for an HTTP status. */
+export function anthropicErrorType(status: number): string {
+  switch (status) {
+    case 400:
+    case 409:
+    case 422:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+    case 529:
+      return "overloaded_error";
+    case 504:
+      return "timeout_error";
+    default:
+      return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
+export function anthropicErrorBody(status: number, _code: string, message: string): Json {
+  return { type: "error", error: { type: anthropicErrorType(status), message } };
+}
+
+/** What the gateway signs its thinking blocks with: its own call id (it verifies nothing that comes back). */
+const signature = (callId: string) => `trajflow:${callId}`;
+
+/** The Messages stop reason of a finished call, or null for an abort (the agent gets an error instead). */
+export function messagesStopReason(finish: string, toolUses: number, stopSequence?: string): string | null {
+  switch (finish) {
+    case "abort":
+      return null;
+    case "length":
+      return "max_tokens";
+    case "content_filter":
+      return "refusal";
+    case "tool_calls":
+      return toolUses > 0 ? "tool_use" : "end_turn";
+    default:
+      if (stopSequence !== undefined) return "stop_sequence";
+      return toolUses > 0 ? "tool_use" : "end_turn";
+  }
+}
+
+const ABORTED =
+  "the engine aborted the call before it finished (finish reason abort: preempted, e.g. by a weight update); what it sampled is recorded; retry the call";
+
+/** Anthropic's usage from the engine's: input_tokens without the prefix-cache hits, which are reported apart. */
+function usageOf(usage: unknown, outcome: CallOutcome): Json {
+  const u = usageCounts(usage, outcome);
+  if (u.cached === null) return { input_tokens: u.prompt, output_tokens: u.completion };
+  return {
+    input_tokens: u.prompt - u.cached,
+    output_tokens: u.completion,
+    cache_read_input_tokens: u.cached,
+    cache_creation_input_tokens: 0,
+  };
+}
+
+class MessagesCall implements ApiCall {
+  readonly api = "messages" as const;
+  readonly route = "chat" as const;
+  readonly body: Json;
+  readonly stream: boolean;
+  readonly passesEngineErrors = false;
+  readonly agentModel: string;
+  details(): undefined {
+    return undefined;
+  }
+  readonly ctx: RequestContext;
+
+  constructor(body: Json, chat: Json, ctx: RequestContext) {
+    this.body = chat;
+    this.stream = body.stream === true;
+    this.agentModel = body.model as string;
+    this.ctx = ctx;
+  }
+
+  stopReason(capture: Capture): string {
+    const toolUses = (capture.toolCalls ?? []).filter((t) => {
+      const fn = isObject(t) && isObject(t.function) ? t.function : {};
+      return typeof fn.arguments === "string" && parseArguments(fn.arguments) !== null;
+    }).length;
+    return messagesStopReason(capture.finishReason, toolUses, capture.stopSequence) ?? "error";
+  }
+
+  answer(canonical: Json, outcome: CallOutcome): { status: number; body: Json } {
+    const capture = outcome.captures[0]!;
+    const choice = canonicalChoice(canonical);
+    const stop = messagesStopReason(capture.finishReason, 0, capture.stopSequence);
+    if (stop === null) return { status: 503, body: anthropicErrorBody(503, "call_aborted", ABORTED) };
+    const content: Json[] = [];
+    if (choice.reasoning !== "")
+      content.push({
+        type: "thinking",
+        thinking: choice.reasoning,
+        signature: signature(outcome.callIds[0]!),
+      });
+    if (choice.text !== "") content.push({ type: "text", text: choice.text });
+    let toolUses = 0;
+    for (const call of choice.toolCalls) {
+      const input = parseArguments(call.arguments);
+      if (input === null) {
+        this.ctx.metrics.inc("gateway_malformed_tool_calls", "messages");
+        content.push({ type: "text", text: call.arguments });
+        continue;
+      }
+      toolUses++;
+      content.push({ type: "tool_use", id: call.id, name: call.name, input });
+    }
+    const stopReason = messagesStopReason(capture.finishReason, toolUses, capture.stopSequence)!;
+    return {
+      status: 200,
+      body: {
+        id: `msg_${outcome.callIds[0]}`,
+        type: "message",
+        role: "assistant",
+        model: this.agentModel,
+        content,
+        stop_reason: stopReason,
+        stop_sequence: stopReason === "stop_sequence" ? (capture.stopSequence ?? null) : null,
+        usage: usageOf(canonical.usage, outcome),
+      },
+    };
+  }
+
+  streamer(callId: string): ApiStream {
+    return new MessagesStream(this, callId);
+  }
+}
+
+type Block = { kind: "thinking" | "text" } | { kind: "tool"; toolIndex: number; args: string };
+
+/** Chat chunks → Anthropic's events, one content block open at a time. */
+class MessagesStream implements ApiStream {
+  private readonly call: MessagesCall;
+  private readonly callId: string;
+  private started = false;
+  private index = -1;
+  private open: Block | null = null;
+  private usage: unknown;
+  private toolUses = 0;
+
+  constructor(call: MessagesCall, callId: string) {
+    this.call = call;
+    this.callId = callId;
+  }
+
+  chunk(chunk: Json): StreamText {
+    const out: string[] = [];
+    this.start(out);
+    if (chunk.usage !== undefined && chunk.usage !== null) this.usage = chunk.usage;
+    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+    const choice = choices.find((c) => isObject(c) && (c.index ?? 0) === 0);
+    if (!isObject(choice)) return { text: out.join(""), finishes: false };
+    const delta = isObject(choice.delta) ? choice.delta : {};
+    const reasoning = reasoningOf(delta);
+    if (reasoning !== "")
+      this.delta(out, { kind: "thinking" }, { type: "thinking_delta", thinking: reasoning });
+    if (typeof delta.content === "string" && delta.content !== "")
+      this.delta(out, { kind: "text" }, { type: "text_delta", text: delta.content });
+    if (Array.isArray(delta.tool_calls)) for (const piece of delta.tool_calls) this.toolPiece(out, piece);
+    const finishes = choice.finish_reason !== null && choice.finish_reason !== undefined;
+    if (finishes) this.close(out);
+    return { text: out.join(""), finishes };
+  }
+
+  private start(out: string[]): void {
+    if (this.started) return;
+    this.started = true;
+    out.push(
+      namedEvent("message_start", {
+        type: "message_start",
+        message: {
+          id: `msg_${this.callId}`,
+          type: "message",
+          role: "assistant",
+          model: this.call.agentModel,
+          content: [],
+          stop_reason: null,
+          stop_sequence: null,
+          usage: { input_tokens: 0, output_tokens: 0 },
+        },
+      }),
+    );
+  }
+
+  /** A delta for a thinking or text block, opening one when another kind is open. */
+  private delta(out: string[], block: Block, delta: Json): void {
+    if (this.open?.kind !== block.kind) {
+      this.close(out);
+      this.begin(
+        out,
+        block,
+        block.kind === "text"
+          ? { type: "text", text: "" }
+          : {
+              type: "thinking",
+              thinking: "",
+              signature: "",
+            },
+      );
+    }
+    out.push(namedEvent("content_block_delta", { type: "content_block_delta", index: this.index, delta }));
+  }
+
+  private toolPiece(out: string[], piece: unknown): void {
+    if (!isObject(piece)) return;
+    const toolIndex = typeof piece.index === "number" ? piece.index : 0;
+    const fn = isObject(piece.function) ? piece.function : {};
+    const open = this.open;
+    if (open?.kind !== "tool" || open.toolIndex !== toolIndex) {
+      this.close(out);
+      const id = typeof piece.id === "string" && piece.id !== "" ? piece.id : `call_${toolIndex}`;
+      const name = typeof fn.name === "string" ? fn.name : "";
+      this.begin(out, { kind: "tool", toolIndex, args: "" }, { type: "tool_use", id, name, input: {} });
+    }
+    const args = fn.arguments;
+    if (typeof args === "string" && args !== "") {
+      (this.open as { args: string }).args += args;
+      out.push(
+        namedEvent("content_block_delta", {
+          type: "content_block_delta",
+          index: this.index,
+          delta: { type: "input_json_delta", partial_json: args },
+        }),
+      );
+    }
+  }
+
+  private begin(out: string[], block: Block, contentBlock: Json): void {
+    this.index++;
+    this.open = block;
+    out.push(
+      namedEvent("content_block_start", {
+        type: "content_block_start",
+        index: this.index,
+        content_block: contentBlock,
+      }),
+    );
+  }
+
+  private close(out: string[]): void {
+    const open = this.open;
+    if (open === null) return;
+    if (open.kind === "thinking")
+      out.push(
+        namedEvent("content_block_delta", {
+          type: "content_block_delta",
+          index: this.index,
+          delta: { type: "signature_delta", signature: signature(this.callId) },
+        }),
+      );
+    if (open.kind === "tool") {
+      if (parseArguments(open.args) === null)
+        this.call.ctx.metrics.inc("gateway_malformed_tool_calls", "messages");
+      else this.toolUses++;
+    }
+    out.push(namedEvent("content_block_stop", { type: "content_block_stop", index: this.index }));
+    this.open = null;
+  }
+
+  other(): string {
+    return "";
+  }
+
+  end(outcome: CallOutcome, finished: boolean): string {
+    if (!finished) return "";
+    const out: string[] = [];
+    this.start(out);
+    this.close(out);
+    const capture = outcome.captures[0]!;
+    const stop = messagesStopReason(capture.finishReason, this.toolUses, capture.stopSequence);
+    if (stop === null) return out.join("") + this.error("call_aborted", ABORTED);
+    out.push(
+      namedEvent("message_delta", {
+        type: "message_delta",
+        delta: { stop_reason: stop, stop_sequence: stop === "stop_sequence" ? capture.stopSequence : null },
+        usage: usageOf(this.usage, outcome),
+      }),
+      namedEvent("message_stop", { type: "message_stop" }),
+    );
+    return out.join("");
+  }
+
+  error(code: GatewayErrorCode, message: string): string {
+    const status = code === "call_aborted" || code === "output_unavailable" ? 503 : 500;
+    return namedEvent("error", anthropicErrorBody(status, code, message));
+  }
+}
+
+export const messagesApi: AgentApi = {
+  name: "messages",
+  request(body, ctx) {
+    try {
+      return new MessagesCall(body, messagesToChat(body, ctx), ctx);
+    } catch (err) {
+      if (err instanceof ApiProblem) return err;
+      throw err;
+    }
+  },
+  errorBody: anthropicErrorBody,
+};

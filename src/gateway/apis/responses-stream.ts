@@ -1,0 +1,278 @@
+/**
+ * A streamed Responses answer: canonical chat chunks → the Responses event sequence, one output item open
+ * at a time (reasoning, message, then each tool call), every event numbered by `sequence_number`. The
+ * closing event (response.completed / incomplete / failed) carries the whole Response and is sent once the
+ * call is recorded.
+ */
+import type { GatewayErrorCode } from "../http.ts";
+import {
+  isObject,
+  namedEvent,
+  parseArguments,
+  reasoningOf,
+  type ApiStream,
+  type CallOutcome,
+  type Json,
+  type StreamText,
+} from "./api.ts";
+import { assistantTurn } from "./response-store.ts";
+import {
+  responsesUsage,
+  responseStatus,
+  textLogprobs,
+  toolCallItem,
+  type ResponseBuilder,
+} from "./responses-output.ts";
+
+interface OpenItem {
+  kind: "reasoning" | "message" | "tool";
+  index: number;
+  id: string;
+  text: string;
+  logprobs: Json[];
+  /** A tool call's chat index, id and name. */
+  toolIndex?: number;
+  callId?: string;
+  name?: string;
+}
+
+export class ResponsesStream implements ApiStream {
+  private readonly call: ResponseBuilder;
+  private readonly callId: string;
+  private seq = 0;
+  private started = false;
+  private open: OpenItem | null = null;
+  private readonly output: Json[] = [];
+  private usage: unknown;
+  private text = "";
+  private reasoning = "";
+  private readonly calls: Array<{ id: string; name: string; arguments: string }> = [];
+
+  constructor(call: ResponseBuilder, callId: string) {
+    this.call = call;
+    this.callId = callId;
+  }
+
+  private event(type: string, fields: Json): string {
+    return namedEvent(type, { type, sequence_number: this.seq++, ...fields });
+  }
+
+  chunk(chunk: Json): StreamText {
+    const out: string[] = [];
+    this.start(out);
+    if (chunk.usage !== undefined && chunk.usage !== null) this.usage = chunk.usage;
+    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+    const choice = choices.find((c) => isObject(c) && (c.index ?? 0) === 0);
+    if (!isObject(choice)) return { text: out.join(""), finishes: false };
+    const delta = isObject(choice.delta) ? choice.delta : {};
+    const reasoning = reasoningOf(delta);
+    if (reasoning !== "") this.textDelta(out, "reasoning", reasoning, []);
+    if (typeof delta.content === "string" && delta.content !== "") {
+      const logprobs = this.call.translated.logprobs ? textLogprobs(choice.logprobs) : [];
+      this.textDelta(out, "message", delta.content, logprobs);
+    }
+    if (Array.isArray(delta.tool_calls)) for (const piece of delta.tool_calls) this.toolPiece(out, piece);
+    const finishes = choice.finish_reason !== null && choice.finish_reason !== undefined;
+    if (finishes) this.close(out);
+    return { text: out.join(""), finishes };
+  }
+
+  private start(out: string[]): void {
+    if (this.started) return;
+    this.started = true;
+    const response = this.call.response(this.callId, "in_progress", [], {});
+    out.push(this.event("response.created", { response }), this.event("response.in_progress", { response }));
+  }
+
+  private textDelta(out: string[], kind: "reasoning" | "message", delta: string, logprobs: Json[]): void {
+    if (this.open?.kind !== kind) {
+      this.close(out);
+      const prefix = kind === "reasoning" ? "rs" : "msg";
+      const item = this.begin(out, { kind, id: `${prefix}_${this.callId}`, text: "", logprobs: [] });
+      out.push(
+        this.event("response.content_part.added", {
+          item_id: item.id,
+          output_index: item.index,
+          content_index: 0,
+          part: this.part(item),
+        }),
+      );
+    }
+    const item = this.open!;
+    item.text += delta;
+    item.logprobs.push(...logprobs);
+    const type = kind === "reasoning" ? "response.reasoning_text.delta" : "response.output_text.delta";
+    out.push(
+      this.event(type, {
+        item_id: item.id,
+        output_index: item.index,
+        content_index: 0,
+        delta,
+        ...(kind === "message" ? { logprobs } : {}),
+      }),
+    );
+  }
+
+  private part(item: OpenItem): Json {
+    return item.kind === "reasoning"
+      ? { type: "reasoning_text", text: item.text }
+      : { type: "output_text", text: item.text, annotations: [], logprobs: item.logprobs };
+  }
+
+  private item(item: OpenItem, status: string): Json {
+    if (item.kind === "reasoning")
+      return {
+        type: "reasoning",
+        id: item.id,
+        summary: [],
+        content: status === "in_progress" ? [] : [this.part(item)],
+      };
+    if (item.kind === "message")
+      return {
+        type: "message",
+        id: item.id,
+        status,
+        role: "assistant",
+        content: status === "in_progress" ? [] : [this.part(item)],
+      };
+    const call = { id: item.callId!, name: item.name!, arguments: item.text };
+    return { ...toolCallItem(this.call.translated.tools, `${this.callId}_${item.toolIndex!}`, call), status };
+  }
+
+  private begin(out: string[], fields: Omit<OpenItem, "index">): OpenItem {
+    const item: OpenItem = { ...fields, index: this.output.length };
+    this.output.push({});
+    this.open = item;
+    out.push(
+      this.event("response.output_item.added", {
+        output_index: item.index,
+        item: this.item(item, "in_progress"),
+      }),
+    );
+    return item;
+  }
+
+  private toolPiece(out: string[], piece: unknown): void {
+    if (!isObject(piece)) return;
+    const toolIndex = typeof piece.index === "number" ? piece.index : 0;
+    const fn = isObject(piece.function) ? piece.function : {};
+    if (this.open?.kind !== "tool" || this.open.toolIndex !== toolIndex) {
+      this.close(out);
+      this.begin(out, {
+        kind: "tool",
+        id: `fc_${this.callId}_${toolIndex}`,
+        text: "",
+        logprobs: [],
+        toolIndex,
+        callId: typeof piece.id === "string" && piece.id !== "" ? piece.id : `call_${toolIndex}`,
+        name: typeof fn.name === "string" ? fn.name : "",
+      });
+    }
+    const item = this.open!;
+    if (typeof fn.arguments !== "string" || fn.arguments === "") return;
+    item.text += fn.arguments;
+    // A custom tool's text arrives inside a JSON object: it is given whole when the call is done.
+    if (this.call.translated.tools.custom.has(item.name!)) return;
+    out.push(
+      this.event("response.function_call_arguments.delta", {
+        item_id: item.id,
+        output_index: item.index,
+        delta: fn.arguments,
+      }),
+    );
+  }
+
+  private close(out: string[]): void {
+    const item = this.open;
+    if (item === null) return;
+    this.open = null;
+    if (item.kind === "tool") {
+      const call = { id: item.callId!, name: item.name!, arguments: item.text };
+      this.calls.push(call);
+      const custom = this.call.translated.tools.custom.has(call.name);
+      if (!custom && parseArguments(call.arguments) === null)
+        this.call.ctx.metrics.inc("gateway_malformed_tool_calls", "responses");
+      if (custom) {
+        const done = this.item(item, "completed");
+        out.push(
+          this.event("response.custom_tool_call_input.done", {
+            item_id: item.id,
+            output_index: item.index,
+            input: done.input,
+          }),
+        );
+      } else
+        out.push(
+          this.event("response.function_call_arguments.done", {
+            item_id: item.id,
+            output_index: item.index,
+            arguments: call.arguments,
+            name: call.name,
+          }),
+        );
+    } else {
+      if (item.kind === "message") this.text += item.text;
+      else this.reasoning += item.text;
+      const done = item.kind === "reasoning" ? "response.reasoning_text.done" : "response.output_text.done";
+      out.push(
+        this.event(done, {
+          item_id: item.id,
+          output_index: item.index,
+          content_index: 0,
+          text: item.text,
+          ...(item.kind === "message" ? { logprobs: item.logprobs } : {}),
+        }),
+        this.event("response.content_part.done", {
+          item_id: item.id,
+          output_index: item.index,
+          content_index: 0,
+          part: this.part(item),
+        }),
+      );
+    }
+    const finished = this.item(item, "completed");
+    this.output[item.index] = finished;
+    out.push(this.event("response.output_item.done", { output_index: item.index, item: finished }));
+  }
+
+  other(): string {
+    return "";
+  }
+
+  end(outcome: CallOutcome, finished: boolean): string {
+    if (!finished) return "";
+    const out: string[] = [];
+    this.start(out);
+    this.close(out);
+    const capture = outcome.captures[0]!;
+    const { status } = responseStatus(capture.finishReason);
+    // An answer with nothing in it is still a message, as a whole answer gives it.
+    if (this.output.length === 0 && status !== null) {
+      this.textDelta(out, "message", "", []);
+      this.close(out);
+    }
+    const usage = responsesUsage(this.usage, outcome);
+    const assistant = assistantTurn(
+      this.text,
+      this.reasoning,
+      this.calls.map((c) => ({
+        id: c.id,
+        type: "function",
+        function: { name: c.name, arguments: c.arguments },
+      })),
+    );
+    const response = this.call.finish(this.callId, capture, this.output, usage, assistant);
+    const type =
+      status === null
+        ? "response.failed"
+        : status === "incomplete"
+          ? "response.incomplete"
+          : "response.completed";
+    out.push(this.event(type, { response }));
+    return out.join("");
+  }
+
+  error(code: GatewayErrorCode, message: string): string {
+    return this.event("error", { code, message, param: null });
+  }
+}
