@@ -36,6 +36,14 @@ export const METRICS = {
   drift_detected: { kind: "counter", help: "Prompts that re-rendered a sampled turn into other tokens." },
   history_edited: { kind: "counter", help: "Prompts whose earlier context was edited (compaction, edits)." },
   orphans_dropped: { kind: "counter", help: "Retry orphans dropped (a call nobody continued from)." },
+  calls_untrained: {
+    kind: "counter",
+    help: "Calls recorded with train: false (side calls): their tokens are context (mask 0) in every row.",
+  },
+  untrained_rows_skipped: {
+    kind: "counter",
+    help: "Rows not written because they ended in a train: false call nobody continued (they would train nothing).",
+  },
   duplicate_events_ignored: { kind: "counter", help: "Exact redeliveries of an event (same bytes) ignored." },
   rejected_seqs_forgotten: {
     kind: "counter",

@@ -33,13 +33,24 @@ const PROMPT = ["prompt_ids", "parent_call_id", "prompt_delta_ids", "messages", 
 /** The fields each fast path knows: the test compares them with the zod shapes. */
 export const FAST_FIELDS: Record<EventType, readonly string[]> = {
   "session.start": [...ENVELOPE, "sample_index", "group_size", "metadata"],
-  request: [...ENVELOPE, "call_id", ...PROMPT, "weight_version", "sampling", "prompt_routed_experts"],
+  request: [
+    ...ENVELOPE,
+    "call_id",
+    ...PROMPT,
+    "api",
+    "api_details",
+    "train",
+    "weight_version",
+    "sampling",
+    "prompt_routed_experts",
+  ],
   response: [
     ...ENVELOPE,
     "call_id",
     "output_ids",
     "logprobs",
     "finish_reason",
+    "stop_reason",
     "weight_version",
     "output_versions",
     "routed_experts",
@@ -135,6 +146,9 @@ const PATHS: Record<EventType, (o: Obj) => Obj> = {
     if (!isId(o.call_id)) throw SLOW;
     out.call_id = o.call_id;
     promptFields(out, o);
+    optional(out, o, "api", isString);
+    optional(out, o, "api_details", isObject);
+    optional(out, o, "train", (v) => typeof v === "boolean");
     optional(out, o, "weight_version", isCount32);
     optional(out, o, "sampling", isObject, sampling);
     optional(out, o, "prompt_routed_experts", isObject, routed);
@@ -151,6 +165,7 @@ const PATHS: Record<EventType, (o: Obj) => Obj> = {
       return decoded;
     });
     out.finish_reason = o.finish_reason;
+    optional(out, o, "stop_reason", isString);
     optional(out, o, "weight_version", isCount32);
     optional(out, o, "output_versions", isTokens, tokens);
     optional(out, o, "routed_experts", isObject, routed);

@@ -26,6 +26,8 @@ export const RowFlags = {
   MIXED_SAMPLING: "mixed_sampling",
   /** A turn on this row finished with `length` (cut off by the token limit). */
   LENGTH_TURN: "length_turn",
+  /** A turn on this row was recorded with train: false (a side call): its tokens are context (mask 0). */
+  UNTRAINED_TURN: "untrained_turn",
   /** Events of this session were stranded behind a seq gap and dead-lettered. */
   SEQ_GAP: "seq_gap",
   /** A reward said the episode did not finish. */

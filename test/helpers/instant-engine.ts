@@ -26,6 +26,10 @@ export interface InstantEngineOptions {
   missingLogprobs?: number[];
   /** Answer this status and body instead, for calls whose last message's content equals `trigger`. */
   fail?: { trigger: string; status: number; body: unknown };
+  /** A tool call the answer makes (finish reason tool_calls), when this returns one. */
+  toolCall?: (call: number, body: Record<string, unknown>) => { name: string; arguments: string } | undefined;
+  /** The finish reason (default stop, or tool_calls with a tool call): e.g. abort, as vLLM preempted. */
+  finishReason?: (call: number) => string | undefined;
 }
 
 export interface InstantEngine {
@@ -85,6 +89,10 @@ export async function startInstantEngine(options: InstantEngineOptions = {}): Pr
     }
     const prompt = renderPrompt(messages);
     const reply = options.reply?.(call, body) ?? `ok ${call}`;
+    const tool = options.toolCall?.(call, body);
+    const toolCalls =
+      tool === undefined ? [] : [{ id: `call_${call}`, type: "function", function: { ...tool } }];
+    const finish = options.finishReason?.(call) ?? (tool !== undefined ? "tool_calls" : "stop");
     const out = outputIds(reply);
     const tokenIds = body.return_token_ids === true;
     const logprobs = body.logprobs === true;
@@ -105,9 +113,9 @@ export async function startInstantEngine(options: InstantEngineOptions = {}): Pr
           choices: [
             {
               index: 0,
-              message: { role: "assistant", content: reply, tool_calls: [] },
+              message: { role: "assistant", content: reply, tool_calls: toolCalls },
               logprobs: logprobs ? { content: out.map((_, i) => entry(i)) } : null,
-              finish_reason: "stop",
+              finish_reason: finish,
               stop_reason: null,
               token_ids: tokenIds ? out : null,
             },
@@ -139,6 +147,11 @@ export async function startInstantEngine(options: InstantEngineOptions = {}): Pr
       prompt_token_ids: tokenIds ? prompt : null,
     });
     const text = Buffer.from(reply, "utf8");
+    if (toolCalls.length > 0)
+      send({
+        ...base,
+        choices: [{ index: 0, delta: { tool_calls: [{ index: 0, ...toolCalls[0] }] }, finish_reason: null }],
+      });
     for (let i = 0; i < out.length; i++) {
       if (gone) return;
       if (options.tokenDelayMs) await new Promise((r) => setTimeout(r, options.tokenDelayMs));
@@ -150,7 +163,7 @@ export async function startInstantEngine(options: InstantEngineOptions = {}): Pr
             index: 0,
             delta: { content: isLast ? "" : text.subarray(i, i + 1).toString("latin1") },
             logprobs: logprobs ? { content: [entry(i)] } : null,
-            finish_reason: isLast ? "stop" : null,
+            finish_reason: isLast ? finish : null,
             token_ids: tokenIds ? [out[i]] : null,
           },
         ],

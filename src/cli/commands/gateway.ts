@@ -24,10 +24,11 @@ const { engine: _parquetEngine, ...FILE_FLAGS } = ASSEMBLE_AND_FILE_FLAGS;
 
 export const GATEWAY_HELP = `trajflow gateway --upstream <url> [--upstream <url>]... (--out <dir> | --topic <t>) [options]
 
-Serves agents an OpenAI-compatible API (chat and text completions, streamed or not) in front of one or
-more inference servers, and records every call as protocol-v1 events: the prompt's token ids (in the delta
-form when it extends an earlier call), the sampled ids, their logprobs, the raw finish reason and the
-policy version. A call's answer is released only once its events are durable. docs/gateway.md.
+Serves agents the OpenAI Chat Completions and Completions, Anthropic Messages and OpenAI Responses APIs
+(streamed or not) in front of one or more inference servers, and records every call as protocol-v1 events:
+the prompt's token ids (in the delta form when it extends an earlier call), the sampled ids, their
+logprobs, the raw finish reason and the policy version. A call's answer is released only once its events
+are durable. docs/gateway.md (a section per harness: Claude Code, Codex, the Agents SDKs).
 
 The agent's base URL: http://<listen>/sessions/<session-id>/v1 (or a key from POST /sessions, or an
 X-Session-Id header on /v1). Rewards: POST /sessions/<id>/reward; the end: POST /sessions/<id>/end.
@@ -57,6 +58,14 @@ ${CONNECTION_HELP}
   --segment-bytes <n>       event log: bytes per segment (default 256 MiB)
   --engine-option <k=v>     an engine adapter option (repeatable; docs/engines.md), e.g. streams=relay
                             (llamacpp), routed_experts.layers=48 (sglang)
+  --model <name>            the upstream model every call is sent with, whatever the agent names
+                            (claude-sonnet-4-5, gpt-5-codex); for engines that check names (vLLM, SGLang)
+  --model-map <agent=up>    the upstream model for an agent's model name or pattern with * (repeatable)
+  --untrained-model <name>  calls naming this model (or pattern with *) are recorded with train: false,
+                            never trained: a harness's side calls (repeatable), e.g. 'claude-haiku-*'
+  --hosted-tools <mode>     refuse (default): a hosted tool (web_search...) in a call is answered 400;
+                            drop: it is left out of the tools offered (counted)
+  --stored-responses <n>    Responses kept per session for previous_response_id (default 16)
   --log-level <level>       trace, debug, info (default), warn, error, silent
   $TRAJFLOW_UPSTREAM_API_KEY  sent to every upstream as Authorization: Bearer (engines run with --api-key)
   --parquet-engine <e>      the embedded pipeline's Parquet writer (trajflow, parquet-wasm or parquetjs-lite)
@@ -92,6 +101,11 @@ const GATEWAY_FLAGS = {
   "async-buffer-events": { type: "string" },
   "segment-bytes": { type: "string" },
   "engine-option": { type: "string", multiple: true },
+  model: { type: "string" },
+  "model-map": { type: "string", multiple: true },
+  "untrained-model": { type: "string", multiple: true },
+  "hosted-tools": { type: "string" },
+  "stored-responses": { type: "string" },
   "log-level": { type: "string" },
   "parquet-engine": { type: "string" },
   "max-memory": { type: "string" },
@@ -171,6 +185,11 @@ function gatewayInput(values: GatewayValues): Record<string, unknown> {
     ...(values["engine-option"] !== undefined
       ? { engine_options: engineOptions(values["engine-option"]) }
       : {}),
+    ...(values.model !== undefined ? { model: values.model } : {}),
+    ...(values["model-map"] !== undefined ? { model_map: modelMap(values["model-map"]) } : {}),
+    ...(values["untrained-model"] !== undefined ? { untrained_models: values["untrained-model"] } : {}),
+    ...(values["hosted-tools"] !== undefined ? { hosted_tools: values["hosted-tools"] } : {}),
+    stored_responses: intOption("stored-responses", values["stored-responses"]),
     // Never a flag: command lines are visible to other users of the host.
     ...(process.env.TRAJFLOW_UPSTREAM_API_KEY
       ? { upstream_api_key: process.env.TRAJFLOW_UPSTREAM_API_KEY }
@@ -236,6 +255,18 @@ function engineOptions(pairs: string[]): Record<string, unknown> {
     let node = out;
     for (const k of keys.slice(0, -1)) node = (node[k] ??= {}) as Record<string, unknown>;
     node[keys.at(-1)!] = value;
+  }
+  return out;
+}
+
+/** `--model-map agent=upstream` pairs (the agent's side may hold * patterns), in the order given. */
+function modelMap(pairs: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const pair of pairs) {
+    const at = pair.lastIndexOf("=");
+    if (at <= 0 || at === pair.length - 1)
+      throw usageError(`--model-map takes agent-model=upstream-model, got ${JSON.stringify(pair)}`);
+    out[pair.slice(0, at)] = pair.slice(at + 1);
   }
   return out;
 }

@@ -86,7 +86,7 @@ describe("llama.cpp adapter: prepare", () => {
       n_probs: 1,
       return_tokens: true,
       verbose: true,
-      response_fields: ["tokens", "index"],
+      response_fields: ["tokens", "index", "stop_type", "stopping_word"],
     });
     assert.deepEqual(body, { model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 8 });
     assert.deepEqual(call.asked, { logprobs: false, topLogprobs: 0, tokenIds: false });
@@ -108,7 +108,7 @@ describe("llama.cpp adapter: prepare", () => {
       n_probs: 1,
       return_tokens: true,
       verbose: true,
-      response_fields: ["tokens", "index"],
+      response_fields: ["tokens", "index", "stop_type", "stopping_word"],
     });
     assert.equal(call.wholeAsStream, true);
   });
@@ -127,7 +127,7 @@ describe("llama.cpp adapter: prepare", () => {
       ...body,
       return_tokens: true,
       verbose: true,
-      response_fields: ["tokens", "index"],
+      response_fields: ["tokens", "index", "stop_type", "stopping_word"],
     });
     assert.deepEqual(call.asked, { logprobs: true, topLogprobs: 20, tokenIds: false });
   });

@@ -133,8 +133,9 @@ export class LlamaCppAdapter implements EngineAdapter {
       addedTokensToVerbose = body.verbose === true && body.return_tokens !== true;
       if (body.verbose !== true) {
         out.verbose = true;
-        // Only the ids and the choice they belong to; __verbose would otherwise repeat the prompt as text.
-        out.response_fields = ["tokens", "index"];
+        // Only the ids, the choice they belong to and what stopped it; __verbose would otherwise repeat
+        // the prompt as text.
+        out.response_fields = ["tokens", "index", "stop_type", "stopping_word"];
         addedVerbose = true;
       }
     }
@@ -185,6 +186,13 @@ export class LlamaCppAdapter implements EngineAdapter {
         finishReason: typeof choice.finish_reason === "string" ? choice.finish_reason : "abort",
         ...textAndTools(state.route, choice),
       };
+      // A stop word (the agent's `stop`) ended it: server-task.cpp writes stop_type "word" and the word.
+      if (
+        verbose?.stop_type === "word" &&
+        typeof verbose.stopping_word === "string" &&
+        verbose.stopping_word !== ""
+      )
+        capture.stopSequence = verbose.stopping_word;
       if (positions.includes(-1)) state.unplaced.set(capture, entries);
       const prompt = promptFor(state, index);
       if (prompt !== undefined && promptCount === prompt.length) capture.promptIds = prompt;
@@ -218,6 +226,16 @@ export class LlamaCppAdapter implements EngineAdapter {
 
   stream(prepared: PreparedCall): StreamReader {
     return new LlamaStreamReader(prepared.state as LlamaState);
+  }
+
+  /** The prompt's length as the chat route renders it: /apply-template, then /tokenize (see promptIds). */
+  async countTokens(
+    body: Record<string, unknown>,
+    upstream: UpstreamJson,
+    signal?: AbortSignal,
+  ): Promise<number> {
+    const [ids] = await promptIds("chat", body, upstream, signal);
+    return ids!.length;
   }
 
   /**

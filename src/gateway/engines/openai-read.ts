@@ -171,6 +171,8 @@ export class ChoiceState {
   /** Whether any chunk of this choice carried logprobs (none at all: the capture's logprobs are undefined). */
   sawLogprobs = false;
   finishReason: string | undefined;
+  /** The stop string that ended the choice, where the engine named one. */
+  stopSequence: string | undefined;
   promptIds: Int32Array | undefined;
   private readonly text: string[] = [];
   readonly toolCalls = new ToolCallMerger();
@@ -194,6 +196,7 @@ export class ChoiceState {
       finishReason: this.finishReason ?? "abort",
     };
     if (this.promptIds !== undefined) c.promptIds = this.promptIds;
+    if (this.stopSequence !== undefined) c.stopSequence = this.stopSequence;
     if (this.sawLogprobs) c.logprobs = this.logprobs.take();
     if (this.text.length > 0) c.text = this.text.join("");
     const calls = this.toolCalls.get();
@@ -281,4 +284,13 @@ export function splitRoutedExperts(
   if (p > 0) out.prompt = part(0, p);
   if (tokens > p) out.output = part(p, tokens);
   return out;
+}
+
+/**
+ * The stop string that ended a choice: vLLM's `stop_reason` and SGLang's `matched_stop` are the matched stop
+ * string, or a stop token's id (a number: not a stop sequence), or null (end of sequence).
+ */
+export function stopStringOf(choice: Json): string | undefined {
+  const v = choice.stop_reason ?? choice.matched_stop;
+  return typeof v === "string" ? v : undefined;
 }

@@ -33,6 +33,7 @@ import {
   logprobEntries,
   readIds,
   splitRoutedExperts,
+  stopStringOf,
   type Json,
 } from "./openai-read.ts";
 import type { RoutedExpertDtype } from "../../schemas/routed-experts.ts";
@@ -220,6 +221,7 @@ class SglangStream implements StreamReader {
         s.addText(c.text);
       }
       if (typeof c.finish_reason === "string") s.finishReason = c.finish_reason;
+      s.stopSequence ??= stopStringOf(c);
     }
     return forAgent(this.state, this.prepared.asked, data, true);
   }
@@ -264,6 +266,8 @@ function wholeCapture(
     outputIds: ids,
     finishReason: typeof c.finish_reason === "string" ? c.finish_reason : "abort",
   };
+  const stop = stopStringOf(c);
+  if (stop !== undefined) capture.stopSequence = stop;
   const prompt = (route === "chat" ? inputIds : undefined) ?? readIds(c.prompt_token_ids);
   if (prompt !== undefined) capture.promptIds = prompt;
   const entries = logprobEntries(route, c.logprobs);

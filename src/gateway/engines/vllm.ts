@@ -40,6 +40,7 @@ import {
   logprobEntries,
   readIds,
   splitRoutedExperts,
+  stopStringOf,
   type Json,
 } from "./openai-read.ts";
 
@@ -134,6 +135,8 @@ function wholeCapture(
     // A whole answer always has one; "abort" only if a choice ever comes without.
     finishReason: typeof c.finish_reason === "string" ? c.finish_reason : "abort",
   };
+  const stop = stopStringOf(c);
+  if (stop !== undefined) capture.stopSequence = stop;
   const prompt = route === "chat" ? promptIds : readIds(c.prompt_token_ids);
   if (prompt !== undefined) capture.promptIds = prompt;
   const entries = logprobEntries(route, c.logprobs);
@@ -191,6 +194,7 @@ class VllmStream implements StreamReader {
         s.addText(c.text);
       }
       if (typeof c.finish_reason === "string") s.finishReason = c.finish_reason;
+      s.stopSequence ??= stopStringOf(c);
     }
     return forAgent(route, this.prepared.asked, data, true);
   }
@@ -234,6 +238,25 @@ export function createVllmAdapter(): EngineAdapter {
 
     stream(prepared) {
       return new VllmStream(prepared);
+    },
+
+    // vLLM's /tokenize renders chat messages with the served template (TokenizeChatRequest:
+    // add_generation_prompt defaults to true) and answers { count, max_model_len, tokens }.
+    async countTokens(body, upstream, signal) {
+      const { model, messages, tools, chat_template_kwargs: kwargs } = body;
+      const answer = await upstream(
+        "/tokenize",
+        {
+          model,
+          messages,
+          ...(tools !== undefined ? { tools } : {}),
+          ...(kwargs ? { chat_template_kwargs: kwargs } : {}),
+        },
+        signal,
+      );
+      if (!isRecord(answer) || typeof answer.count !== "number")
+        throw new Error("vLLM /tokenize answered without a count");
+      return answer.count;
     },
   };
 }

@@ -283,6 +283,50 @@ describe("assemble: branches", () => {
   });
 });
 
+describe("assemble: calls recorded with train: false", () => {
+  it("writes no row for a side call nobody continued, and counts it", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, { finish_reason: "tool_calls" })
+      .call("title", [7, 8], [20, 21], {}, { train: false })
+      .call("c2", [...P, ...O1, ...T1], O2)
+      .end();
+    const { rows, metrics, deadLetters } = assemble(s.lines());
+    assert.deepEqual(deadLetters, []);
+    assert.equal(metrics.total("calls_untrained"), 1);
+    assert.equal(metrics.total("untrained_rows_skipped"), 1);
+    assert.deepEqual(rows.map(plain), [
+      row({
+        prompt_ids: P,
+        response_ids: [...O1, ...T1, ...O2],
+        response_mask: [1, 1, 0, 0, 1, 1],
+        num_turns: 2,
+        finish_reasons: ["tool_calls", "stop"],
+        finish_reasons_raw: ["tool_calls", "stop"],
+      }),
+    ]);
+  });
+
+  it("keeps a continued untrained turn as context (mask 0), flagged untrained_turn", () => {
+    const s = new SessionScript()
+      .call("c1", P, O1, {}, { train: false })
+      .call("c2", [...P, ...O1, ...T1], O2)
+      .end();
+    const { rows, metrics } = assemble(s.lines());
+    assert.equal(metrics.total("untrained_rows_skipped"), 0);
+    assert.deepEqual(rows.map(plain), [
+      row({
+        prompt_ids: P,
+        response_ids: [...O1, ...T1, ...O2],
+        response_mask: [0, 0, 0, 0, 1, 1],
+        num_turns: 2,
+        finish_reasons: ["stop", "stop"],
+        finish_reasons_raw: ["stop", "stop"],
+        flags: ["untrained_turn"],
+      }),
+    ]);
+  });
+});
+
 describe("assemble: retries", () => {
   it("drops an earlier attempt nobody continued from", () => {
     const s = new SessionScript()

@@ -4,7 +4,7 @@
  */
 import type { RequestEvent, ResponseEvent, SamplingSettings } from "../../schemas/events.ts";
 import type { RoutedExperts } from "../../schemas/routed-experts.ts";
-import type { FinishReason, RowFlag } from "../../schemas/trajectory.ts";
+import { RowFlags, type FinishReason, type RowFlag } from "../../schemas/trajectory.ts";
 import { normaliseFinishReason } from "./finish-reason.ts";
 import type { CallHandle, TrieNode } from "./trie.ts";
 
@@ -37,7 +37,7 @@ export interface CallState extends CallHandle {
   outputLength: number;
   /** Few and rarely any: an array, not a Set (an open session's every byte counts, issue 27 item 9). */
   flags: RowFlag[];
-  /** Realigned drift: this call's tokens are context (mask 0) in every row. */
+  /** Realigned drift, or a call recorded with train: false: its tokens are context (mask 0) in every row. */
   demoted: boolean;
   hasMessages: boolean;
   /** The decoded output and parsed tool calls, when the gateway sent them (rule and judge stages read them). */
@@ -91,8 +91,9 @@ export function newCall(
     choiceIndex: prompt.choice_index,
     outStart: null,
     outputLength: ev.output_ids.length,
-    flags: [],
-    demoted: false,
+    // A call recorded with train: false (a side call) is context wherever its tokens appear.
+    flags: request?.train === false ? [RowFlags.UNTRAINED_TURN] : [],
+    demoted: request?.train === false,
     hasMessages: prompt.messages !== undefined,
     text: ev.text ?? null,
     toolCalls: ev.tool_calls ?? null,

@@ -400,6 +400,23 @@ export class SessionState {
     }
     this.dropRetryOrphans();
     this.suppressed = this.drift?.resolve(this.calls) ?? null;
+    this.suppressUntrained();
+  }
+
+  /**
+   * A call recorded with train: false that nothing continued from ends a row that would train nothing of
+   * its own: that row is not written (counted as untrained_rows_skipped). One that was continued stays as
+   * context in the continuation's row (flag untrained_turn).
+   */
+  private suppressUntrained(): void {
+    for (const call of this.calls.values()) {
+      if (!call.flags.includes(RowFlags.UNTRAINED_TURN)) continue;
+      this.ctx.metrics.inc("calls_untrained");
+      const end = call.end;
+      if (end === null || end.children.length > 0 || call.outStart === null) continue;
+      (this.suppressed ??= new Set()).add(end);
+      this.ctx.metrics.inc("untrained_rows_skipped");
+    }
   }
 
   /**
