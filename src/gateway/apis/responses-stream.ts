@@ -24,6 +24,10 @@ import {
   type ResponseBuilder,
 } from "./responses-output.ts";
 
+/** A message item's status for a response status: incomplete at the token limit, as a whole answer has it. */
+const messageStatus = (status: string | null): "completed" | "incomplete" =>
+  status === "incomplete" ? "incomplete" : "completed";
+
 interface OpenItem {
   kind: "reasoning" | "message" | "tool";
   index: number;
@@ -73,7 +77,7 @@ export class ResponsesStream implements ApiStream {
     }
     if (Array.isArray(delta.tool_calls)) for (const piece of delta.tool_calls) this.toolPiece(out, piece);
     const finishes = choice.finish_reason !== null && choice.finish_reason !== undefined;
-    if (finishes) this.close(out);
+    if (finishes) this.close(out, messageStatus(responseStatus(String(choice.finish_reason)).status));
     return { text: out.join(""), finishes };
   }
 
@@ -136,7 +140,9 @@ export class ResponsesStream implements ApiStream {
         content: status === "in_progress" ? [] : [this.part(item)],
       };
     const call = { id: item.callId!, name: item.name!, arguments: item.text };
-    return { ...toolCallItem(this.call.translated.tools, `${this.callId}_${item.toolIndex!}`, call), status };
+    const done = toolCallItem(this.call.translated.tools, `${this.callId}_${item.toolIndex!}`, call);
+    // A custom tool call has no status (as the whole answer gives it).
+    return done.type === "function_call" ? { ...done, status } : done;
   }
 
   private begin(out: string[], fields: Omit<OpenItem, "index">): OpenItem {
@@ -158,14 +164,17 @@ export class ResponsesStream implements ApiStream {
     const fn = isObject(piece.function) ? piece.function : {};
     if (this.open?.kind !== "tool" || this.open.toolIndex !== toolIndex) {
       this.close(out);
+      const name = typeof fn.name === "string" ? fn.name : "";
+      // The item's own id, as toolCallItem gives it (ctc_ for a custom tool's call).
+      const prefix = this.call.translated.tools.custom.has(name) ? "ctc" : "fc";
       this.begin(out, {
         kind: "tool",
-        id: `fc_${this.callId}_${toolIndex}`,
+        id: `${prefix}_${this.callId}_${toolIndex}`,
         text: "",
         logprobs: [],
         toolIndex,
         callId: typeof piece.id === "string" && piece.id !== "" ? piece.id : `call_${toolIndex}`,
-        name: typeof fn.name === "string" ? fn.name : "",
+        name,
       });
     }
     const item = this.open!;
@@ -182,7 +191,8 @@ export class ResponsesStream implements ApiStream {
     );
   }
 
-  private close(out: string[]): void {
+  /** Closes the open item; a message closes with `status` (incomplete at the token limit). */
+  private close(out: string[], status: "completed" | "incomplete" = "completed"): void {
     const item = this.open;
     if (item === null) return;
     this.open = null;
@@ -230,7 +240,7 @@ export class ResponsesStream implements ApiStream {
         }),
       );
     }
-    const finished = this.item(item, "completed");
+    const finished = this.item(item, item.kind === "message" ? status : "completed");
     this.output[item.index] = finished;
     out.push(this.event("response.output_item.done", { output_index: item.index, item: finished }));
   }
@@ -243,13 +253,14 @@ export class ResponsesStream implements ApiStream {
     if (!finished) return "";
     const out: string[] = [];
     this.start(out);
-    this.close(out);
     const capture = outcome.captures[0]!;
     const { status } = responseStatus(capture.finishReason);
-    // An answer with nothing in it is still a message, as a whole answer gives it.
-    if (this.output.length === 0 && status !== null) {
+    this.close(out, messageStatus(status));
+    // An answer without text or tool calls (nothing, or reasoning only) still has a message, as a whole
+    // answer gives it.
+    if (status !== null && this.output.every((o) => o.type === "reasoning")) {
       this.textDelta(out, "message", "", []);
-      this.close(out);
+      this.close(out, messageStatus(status));
     }
     const usage = responsesUsage(this.usage, outcome);
     const assistant = assistantTurn(

@@ -143,6 +143,8 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
         content: [{ type: "reasoning_text", text: choice.reasoning }],
       });
     const calls: Json[] = [];
+    // The turn a continuation takes up is the one the agent got: a malformed call is in its text only.
+    const given: typeof choice.toolCalls = [];
     let text = choice.text;
     for (const [i, call] of choice.toolCalls.entries()) {
       if (!this.translated.tools.custom.has(call.name) && parseArguments(call.arguments) === null) {
@@ -150,6 +152,7 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
         text += call.arguments;
         continue;
       }
+      given.push(call);
       calls.push(toolCallItem(this.translated.tools, `${callId}_${i}`, call));
     }
     if (text !== "" || calls.length === 0) {
@@ -165,7 +168,7 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
       });
     }
     output.push(...calls);
-    const assistant = assistantTurn(text, choice.reasoning, toolCallsOf(choice.toolCalls));
+    const assistant = assistantTurn(text, choice.reasoning, toolCallsOf(given));
     const usage = responsesUsage(canonical.usage, outcome);
     return { status: 200, body: this.finish(callId, capture, output, usage, assistant) };
   }
