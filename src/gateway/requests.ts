@@ -1,6 +1,7 @@
 /**
  * What the gateway's routes check of a request before anything is forwarded or recorded: a JSON object
- * body within the size limit, the shape of a chat or completions call, the session headers.
+ * body within the size limit, the session headers, the lifecycle routes' bodies (each API's call shape is
+ * its codec's, apis/).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { z } from "zod";
@@ -56,24 +57,6 @@ export function intHeader(req: IncomingMessage, name: string): number | undefine
   if (v === undefined) return undefined;
   const n = Number(v);
   return Number.isInteger(n) && n >= 0 && n <= 2147483647 ? n : undefined;
-}
-
-export function chatProblem(body: Record<string, unknown>): string | null {
-  if (!Array.isArray(body.messages) || body.messages.length === 0)
-    return "messages must be a non-empty array";
-  for (const [i, m] of body.messages.entries())
-    if (typeof m !== "object" || m === null || typeof (m as { role?: unknown }).role !== "string")
-      return `messages[${i}] must be an object with a role`;
-  if (body.tools !== undefined && !Array.isArray(body.tools)) return "tools must be an array";
-  return null;
-}
-
-export function completionProblem(body: Record<string, unknown>): string | null {
-  const p = body.prompt;
-  if (typeof p === "string") return null;
-  if (Array.isArray(p) && p.length > 0 && p.every((t) => Number.isInteger(t) && (t as number) >= 0))
-    return null;
-  return "prompt must be a string or an array of token ids (one prompt per call)";
 }
 
 /** Session ids and uids: what fits in a URL path, a header and a row key without escaping. */

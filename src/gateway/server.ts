@@ -28,15 +28,14 @@ import { ModelRoutes } from "./model-routes.ts";
 import type { EventOutput } from "./outputs/output.ts";
 import { Recorder } from "./recorder.ts";
 import { SessionTable, type GatewaySession } from "./sessions.ts";
+import { findSession } from "./session-finder.ts";
 import { UpstreamPool } from "./upstreams.ts";
 import {
   checkBody,
   endBody,
   header,
-  intHeader,
   readJsonBody,
   rewardBody,
-  SAFE_ID,
   sendText,
   startSessionBody,
   weightsBody,
@@ -215,74 +214,9 @@ export class GatewayServer {
     return readJsonBody(req, res, this.config.max_body_bytes);
   }
 
-  /**
-   * The session a model call belongs to, created when implicit (`created`); answers the error itself when
-   * none. `create` false: only a session the gateway holds (reading a stored response starts nothing).
-   */
-  private sessionFor(
-    req: IncomingMessage,
-    res: ServerResponse,
-    pathId: string | null,
-    create = true,
-  ): { s: GatewaySession; created: boolean } | null {
-    let id = pathId;
-    if (id === null) {
-      const key = apiKey(req);
-      const byKey = key !== null ? this.sessions.byApiKey(key) : undefined;
-      if (byKey !== undefined) return this.open(byKey, res);
-      const header = req.headers["x-session-id"];
-      id = typeof header === "string" && header !== "" ? header : null;
-      if (id === null) {
-        sendError(
-          res,
-          400,
-          "no_session",
-          "this call names no session: use the base URL /sessions/{id}/v1, a session's API key from POST /sessions, or an X-Session-Id header",
-        );
-        return null;
-      }
-    }
-    if (!SAFE_ID.test(id)) {
-      sendError(res, 400, "invalid_request", "a session id is 1-200 letters, digits and . _ : @ -");
-      return null;
-    }
-    const known = this.sessions.get(id);
-    if (known !== undefined) return this.open(known, res);
-    if (this.sessions.expired(id)) {
-      sendError(
-        res,
-        409,
-        "session_expired",
-        `session ${id} had no call for longer than session_idle_ms and was forgotten (the pipeline has finalized it); start a new session`,
-      );
-      return null;
-    }
-    if (!this.config.implicit_sessions || !create) {
-      sendError(res, 404, "unknown_session", `no session ${id}: start it with POST /sessions first`);
-      return null;
-    }
-    const uid = header(req, "x-trajflow-uid") ?? id;
-    if (!SAFE_ID.test(uid)) {
-      sendError(res, 400, "invalid_request", "X-Trajflow-Uid is 1-200 letters, digits and . _ : @ -");
-      return null;
-    }
-    const sampleIndex = intHeader(req, "x-trajflow-sample-index");
-    const groupSize = intHeader(req, "x-trajflow-group-size");
-    const s = this.sessions.create({
-      uid,
-      sessionId: id,
-      ...(sampleIndex !== undefined ? { sampleIndex } : {}),
-      ...(groupSize !== undefined && groupSize > 0 ? { groupSize } : {}),
-    });
-    return { s, created: true };
-  }
-
-  private open(s: GatewaySession, res: ServerResponse): { s: GatewaySession; created: false } | null {
-    if (s.state === "ended") {
-      sendError(res, 409, "session_ended", `session ${s.id} has ended (${s.endStatus}); start a new session`);
-      return null;
-    }
-    return { s, created: false };
+  /** The session of a model call (created when implicit); answers the error itself when none. */
+  private sessionFor(req: IncomingMessage, res: ServerResponse, pathId: string | null, create = true) {
+    return findSession(req, res, pathId, this.sessions, this.config.implicit_sessions && create);
   }
 
   private async model(
@@ -522,12 +456,4 @@ export class GatewayServer {
     this.logger.info({ version: v }, "The policy version is now this one.");
     sendJson(res, 200, { version: v });
   }
-}
-
-/** A session key as clients send it: `Authorization: Bearer <key>`, or Anthropic's `x-api-key`. */
-function apiKey(req: IncomingMessage): string | null {
-  const auth = req.headers.authorization;
-  if (auth !== undefined && /^Bearer /i.test(auth)) return auth.slice(7).trim();
-  const key = req.headers["x-api-key"];
-  return typeof key === "string" && key !== "" ? key : null;
 }
