@@ -3,7 +3,8 @@
 # trajflow's output (pyarrow, DuckDB), pytest, torch and onnx for the reward server the reward tests score
 # against (test/fixtures/reward_server.py; PyPI's torch brings CUDA's libraries, ~5 GB in all, and runs on
 # CPU where there is no GPU), gguf for the tiny llama.cpp test model (scripts/tiny_llm.py), and the trajflow
-# Python package (python/, installed editable), from PyPI.
+# Python package (python/, installed editable), and the agent SDKs the gateway's harness tests drive (anthropic,
+# openai, openai-agents), from PyPI.
 # Idempotent: a complete environment is reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
