@@ -1,6 +1,7 @@
 /**
  * The load generator of `npm run bench:gateway`, in its own process so that its CPU is not the proxy's:
- * `concurrency` agents, each running multi-turn chat sessions (each turn sends the previous prompt, the
+ * `concurrency` agents, each running multi-turn sessions in Chat Completions, Anthropic Messages or OpenAI
+ * Responses (each turn sends the previous prompt, the
  * answer and a new user message, so a recording gateway exercises the delta form), over keep-alive
  * connections (node:http Agent). Measures each call from the request's first byte to the answer's last (and,
  * streaming, to the first content chunk), after a warm-up. Prints one JSON object: latencies (ms), calls,
@@ -11,8 +12,10 @@
 import { Agent, request } from "node:http";
 
 export interface ClientSpec {
-  /** The chat completions URL; `{sid}` is replaced by the session id. */
+  /** The call's URL (chat completions, messages or responses); `{sid}` is replaced by the session id. */
   url: string;
+  /** The API the agents speak (default chat): the body, the answer and the first content chunk differ. */
+  api?: "chat" | "messages" | "responses";
   model: string;
   concurrency: number;
   /** Stop after this many measured calls (with `seconds`, whichever comes first). */
@@ -49,7 +52,35 @@ const agent = new Agent({ keepAlive: true, maxSockets: spec.concurrency, maxFree
 // About 200 bytes of user text per turn: the instant engine's tokens are bytes.
 const FILLER = "Please continue the task; here is the next observation from the environment. ".repeat(3);
 
-const FIRST_CONTENT = /"content":\s?"[^"]/;
+const api = spec.api ?? "chat";
+/** The first chunk with content, per API (not the role chunk or message_start every server sends first). */
+const FIRST_CONTENT = {
+  chat: /"content":\s?"[^"]/,
+  messages: /"text_delta","text":"[^"]/,
+  responses: /"response\.output_text\.delta"[^\n]*"delta":"[^"]/,
+}[api];
+
+/** One turn's body in the agents' API. */
+function body(messages: Array<{ role: string; content: string }>): string {
+  const [system, ...turns] = messages;
+  const common = { model: spec.model, temperature: 0, ...(spec.stream ? { stream: true } : {}) };
+  if (api === "messages")
+    return JSON.stringify({
+      ...common,
+      max_tokens: spec.maxTokens,
+      system: system!.content,
+      messages: turns,
+    });
+  if (api === "responses")
+    return JSON.stringify({
+      ...common,
+      max_output_tokens: spec.maxTokens,
+      instructions: system!.content,
+      input: turns,
+      store: false,
+    });
+  return JSON.stringify({ ...common, messages, max_tokens: spec.maxTokens });
+}
 
 interface Answer {
   status: number;
@@ -70,6 +101,12 @@ function post(path: string, payload: string, started: number): Promise<Answer> {
           "content-type": "application/json",
           "content-length": Buffer.byteLength(payload),
           ...(spec.apiKey !== undefined ? { authorization: `Bearer ${spec.apiKey}` } : {}),
+          ...(api === "messages"
+            ? {
+                "anthropic-version": "2023-06-01",
+                ...(spec.apiKey !== undefined ? { "x-api-key": spec.apiKey } : {}),
+              }
+            : {}),
         },
       },
       (res) => {
@@ -77,7 +114,7 @@ function post(path: string, payload: string, started: number): Promise<Answer> {
         let ttft = NaN;
         res.on("data", (c: Buffer) => {
           // Streaming: the first content chunk, not the role chunk every server sends first.
-          if (Number.isNaN(ttft) && spec.stream && FIRST_CONTENT.test(c.toString("latin1")))
+          if (Number.isNaN(ttft) && spec.stream && FIRST_CONTENT!.test(c.toString("latin1")))
             ttft = performance.now() - started;
           chunks.push(c);
         });
@@ -100,15 +137,27 @@ function post(path: string, payload: string, started: number): Promise<Answer> {
 }
 
 function replyOf(a: Answer): string {
+  // The answers' shapes are each API's; reading them loosely keeps this short.
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  type Loose = any;
   if (!spec.stream) {
-    const j = JSON.parse(a.body) as { choices: Array<{ message: { content: string | null } }> };
+    const j = JSON.parse(a.body) as Loose;
+    if (api === "messages")
+      return (j.content as Loose[]).map((b) => (b.type === "text" ? b.text : "")).join("");
+    if (api === "responses")
+      return (j.output as Loose[])
+        .flatMap((o) => (o.type === "message" ? (o.content as Loose[]) : []))
+        .map((c) => c.text ?? "")
+        .join("");
     return j.choices[0]?.message.content ?? "";
   }
   let text = "";
   for (const line of a.body.split("\n")) {
     if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
-    const j = JSON.parse(line.slice(6)) as { choices?: Array<{ delta?: { content?: string | null } }> };
-    text += j.choices?.[0]?.delta?.content ?? "";
+    const j = JSON.parse(line.slice(6)) as Loose;
+    if (api === "messages") text += j.type === "content_block_delta" ? (j.delta.text ?? "") : "";
+    else if (api === "responses") text += j.type === "response.output_text.delta" ? j.delta : "";
+    else text += j.choices?.[0]?.delta?.content ?? "";
   }
   return text;
 }
@@ -142,13 +191,7 @@ async function agentLoop(): Promise<void> {
     for (let turn = 0; turn < spec.turns; turn++) {
       if (measured >= spec.calls || performance.now() >= deadline) return;
       messages.push({ role: "user", content: `turn ${turn}: ${FILLER}` });
-      const payload = JSON.stringify({
-        model: spec.model,
-        messages,
-        max_tokens: spec.maxTokens,
-        temperature: 0,
-        ...(spec.stream ? { stream: true } : {}),
-      });
+      const payload = body(messages);
       const measuring =
         issued++ >= spec.warmupCalls || performance.now() - started >= spec.warmupSeconds * 1000;
       if (measuring && Number.isNaN(measuringSince)) begin();

@@ -16,7 +16,7 @@ import { gatewayConfigSchema, type GatewayConfigInput } from "../src/gateway/con
 import { startGateway } from "../src/gateway/gateway.ts";
 import { decodeTokenIds } from "../src/schemas/tokens.ts";
 import { outputIds, renderPrompt, startInstantEngine, type InstantEngine } from "./helpers/instant-engine.ts";
-import { logEvents } from "./helpers/gateway.ts";
+import { logEvents, waitUntil } from "./helpers/gateway.ts";
 
 const logger = createLogger({ level: "silent" });
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-gateway-apis-"));
@@ -223,6 +223,37 @@ describe("gateway: Anthropic Messages", () => {
     }
   });
 
+  it("records a Messages stream the agent leaves as abort, with the tokens sampled so far", async () => {
+    const slow = await startInstantEngine({ tokenDelayMs: 40, reply: () => "a longer reply to leave early" });
+    const { gw, logDir, base } = await gateway(slow);
+    try {
+      const controller = new AbortController();
+      const res = await fetch(`${base}/sessions/m4/v1/messages`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "m",
+          max_tokens: 64,
+          stream: true,
+          messages: [{ role: "user", content: "hi" }],
+        }),
+        signal: controller.signal,
+      });
+      const reader = res.body!.getReader();
+      let seen = "";
+      while (!seen.includes("text_delta")) seen += new TextDecoder().decode((await reader.read()).value);
+      controller.abort();
+      await waitUntil(() => logEvents(logDir).some((e) => e.type === "response"));
+      const response = logEvents(logDir).find((e) => e.type === "response")!;
+      assert.equal(response.finish_reason, "abort");
+      const sampled = ids(response.output_ids);
+      assert.ok(sampled.length > 0 && sampled.length < outputIds("a longer reply to leave early").length);
+    } finally {
+      await gw.close();
+      await slow.close();
+    }
+  });
+
   it("answers an aborted call with an error it retries, never as a finished turn, and records what was sampled", async () => {
     const aborting = await startInstantEngine({ finishReason: () => "abort" });
     const { gw, logDir, base } = await gateway(aborting);
@@ -310,6 +341,42 @@ describe("gateway: OpenAI Responses", () => {
       assert.equal((await fetch(`${base}/sessions/r1/v1/responses/${unstored.body.id}`)).status, 404);
     } finally {
       await gw.close();
+    }
+  });
+
+  it("continues a stored response after a restart, rebuilt from the session's events", async () => {
+    const logDir = join(scratch, `log-${++n}`);
+    const first = await gateway(engine, { output: { type: "log", dir: logDir } });
+    const url = (base: string) => `${base}/sessions/r9/v1/responses`;
+    let a: Loose;
+    try {
+      a = (await post(url(first.base), { model: "m", instructions: "be brief", input: "hi" })).body;
+    } finally {
+      await first.gw.close();
+    }
+    const second = await gateway(engine, { output: { type: "log", dir: logDir } });
+    try {
+      const got = (await (await fetch(`${second.base}/sessions/r9/v1/responses/${a.id}`)).json()) as Loose;
+      assert.equal(got.id, a.id);
+      assert.equal(got.output[0].content[0].text, a.output[0].content[0].text);
+      const b = await post(url(second.base), {
+        model: "m",
+        instructions: "be brief",
+        input: "more",
+        previous_response_id: a.id,
+      });
+      assert.equal(b.status, 200);
+      const requests = logEvents(logDir).filter((e) => e.type === "request");
+      assert.deepEqual(requests[1]!.messages, [
+        { role: "system", content: "be brief" },
+        { role: "user", content: "hi" },
+        { role: "assistant", content: a.output[0].content[0].text },
+        { role: "user", content: "more" },
+      ]);
+      // The restored tip makes it the delta form, as before the restart.
+      assert.equal(requests[1]!.parent_call_id, requests[0]!.call_id);
+    } finally {
+      await second.gw.close();
     }
   });
 

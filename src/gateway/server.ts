@@ -94,6 +94,7 @@ export class GatewayServer {
       maxSessions: parts.config.max_sessions,
       idleMs: parts.config.session_idle_ms,
       maxTips: parts.config.max_tips_per_session,
+      storedResponses: parts.config.stored_responses,
     });
     this.pool = new UpstreamPool(parts.config.upstreams, parts.logger, parts.config.upstream_api_key);
     this.recorder = new Recorder(parts.output, parts.metrics);

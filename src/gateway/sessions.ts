@@ -10,7 +10,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { decodeTokenIds } from "../schemas/tokens.ts";
-import type { ResponseStore } from "./apis/response-store.ts";
+import { ResponseStore, restoredResponse } from "./apis/response-store.ts";
 
 export interface Tip {
   callId: string;
@@ -174,15 +174,17 @@ export class SessionTable {
   private readonly maxSessions: number;
   private readonly idleMs: number;
   private readonly maxTips: number;
+  private readonly storedResponses: number;
   /** Sessions forgotten for idleness. */
   forgotten = 0;
   /** Sessions whose tips were dropped for the size bound. */
   tipsDropped = 0;
 
-  constructor(options: { maxSessions: number; idleMs: number; maxTips: number }) {
+  constructor(options: { maxSessions: number; idleMs: number; maxTips: number; storedResponses?: number }) {
     this.maxSessions = options.maxSessions;
     this.idleMs = options.idleMs;
     this.maxTips = options.maxTips;
+    this.storedResponses = options.storedResponses ?? 0;
   }
 
   get size(): number {
@@ -336,15 +338,32 @@ export class SessionTable {
   /** Prompts of restored requests, until their responses come: call id → prompt tokens. */
   private readonly restoring = new Map<string, { prompt: Int32Array; parent: string | null }>();
 
+  /** Requests of stored Responses, until their responses come: what their conversations are rebuilt from. */
+  private readonly restoringResponses = new Map<string, Record<string, unknown>>();
+
   private restoreRequest(s: GatewaySession, ev: Record<string, unknown>): void {
     if (typeof ev.call_id !== "string") return;
+    const key = `${s.id}\u0000${ev.call_id}`;
     const prompt = this.promptOf(s, ev);
-    if (prompt !== null) this.restoring.set(`${s.id}\u0000${ev.call_id}`, prompt);
+    if (prompt !== null) this.restoring.set(key, prompt);
+    if (ev.api === "responses" && this.storedResponses > 0) this.restoringResponses.set(key, ev);
+  }
+
+  /** A stored Response rebuilt from its request and response events, into its session's store. */
+  private restoreStored(s: GatewaySession, key: string, response: Record<string, unknown>): void {
+    const request = this.restoringResponses.get(key);
+    if (request === undefined) return;
+    this.restoringResponses.delete(key);
+    const restored = restoredResponse(request, response);
+    if (restored === null) return;
+    s.responses ??= new ResponseStore(this.storedResponses);
+    s.responses.put(restored.id, restored.stored);
   }
 
   private restoreResponse(s: GatewaySession, ev: Record<string, unknown>): void {
     if (typeof ev.call_id !== "string") return;
     const key = `${s.id}\u0000${ev.call_id}`;
+    this.restoreStored(s, key, ev);
     const prompt = this.restoring.get(key) ?? this.promptOf(s, ev);
     this.restoring.delete(key);
     const output = decodeTokenIds(ev.output_ids);
@@ -376,6 +395,7 @@ export class SessionTable {
   /** Ends the restore: prompts of requests whose responses never came are dropped. */
   restored(): void {
     this.restoring.clear();
+    this.restoringResponses.clear();
     this.evict();
   }
 }

@@ -19,6 +19,8 @@ export interface ResponseBuilder {
   readonly ctx: RequestContext;
   /** The Response object around `output`. */
   response(callId: string, status: string, output: Json[], extra: Json): Json;
+  /** A Response as JSON text (its repeated request settings serialized once per call). */
+  responseText(response: Json): string;
   /** The finished Response (stored in the session when the agent asked). */
   finish(callId: string, capture: Capture, output: Json[], usage: Json, assistant: Json): Json;
 }

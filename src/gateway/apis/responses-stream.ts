@@ -61,6 +61,12 @@ export class ResponsesStream implements ApiStream {
     return namedEvent(type, { type, sequence_number: this.seq++, ...fields });
   }
 
+  /** An event carrying the whole Response, written with its call's cached settings. */
+  private responseEvent(type: string, response: Json): string {
+    const head = JSON.stringify({ type, sequence_number: this.seq++ });
+    return `event: ${type}\ndata: ${head.slice(0, -1)},"response":${this.call.responseText(response)}}\n\n`;
+  }
+
   chunk(chunk: Json): StreamText {
     const out: string[] = [];
     this.start(out);
@@ -85,7 +91,10 @@ export class ResponsesStream implements ApiStream {
     if (this.started) return;
     this.started = true;
     const response = this.call.response(this.callId, "in_progress", [], {});
-    out.push(this.event("response.created", { response }), this.event("response.in_progress", { response }));
+    out.push(
+      this.responseEvent("response.created", response),
+      this.responseEvent("response.in_progress", response),
+    );
   }
 
   private textDelta(out: string[], kind: "reasoning" | "message", delta: string, logprobs: Json[]): void {
@@ -279,7 +288,7 @@ export class ResponsesStream implements ApiStream {
         : status === "incomplete"
           ? "response.incomplete"
           : "response.completed";
-    out.push(this.event(type, { response }));
+    out.push(this.responseEvent(type, response));
     return out.join("");
   }
 

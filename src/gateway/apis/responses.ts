@@ -84,7 +84,6 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
 
   /** The Response object around `output` (status from the finish reason). */
   response(callId: string, status: string, output: Json[], extra: Json): Json {
-    const r = this.request;
     return {
       id: `resp_${callId}`,
       object: "response",
@@ -92,10 +91,22 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
       status,
       error: null,
       incomplete_details: null,
-      instructions: r.instructions ?? null,
-      max_output_tokens: r.max_output_tokens ?? null,
       model: this.agentModel,
       output,
+      ...this.echo(),
+      ...extra,
+    };
+  }
+
+  /** The request's settings a Response repeats (its instructions and tools among them), made once. */
+  private echoed: Json | undefined;
+  private echoedText: string | undefined;
+
+  private echo(): Json {
+    const r = this.request;
+    this.echoed ??= {
+      instructions: r.instructions ?? null,
+      max_output_tokens: r.max_output_tokens ?? null,
       parallel_tool_calls: r.parallel_tool_calls ?? true,
       previous_response_id: r.previous_response_id ?? null,
       reasoning: { effort: isObject(r.reasoning) ? (r.reasoning.effort ?? null) : null, summary: null },
@@ -107,8 +118,24 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
       top_p: r.top_p ?? null,
       truncation: "disabled",
       metadata: r.metadata ?? {},
-      ...extra,
     };
+    return this.echoed;
+  }
+
+  /**
+   * A Response as JSON text, its repeated request settings serialized once per call: a stream writes the
+   * whole Response three times, and a harness's tools and instructions are tens of KB.
+   */
+  responseText(response: Json): string {
+    const echo = this.echo();
+    this.echoedText ??= JSON.stringify(echo).slice(1, -1);
+    const own: Json = {};
+    for (const k in response) {
+      if (!(k in echo)) own[k] = response[k];
+      else if (response[k] !== echo[k]) return JSON.stringify(response);
+    }
+    const head = JSON.stringify(own);
+    return head === "{}" ? `{${this.echoedText}}` : `${head.slice(0, -1)},${this.echoedText}}`;
   }
 
   /** A finished response: its status and details, and kept in the session's store when stored. */
