@@ -162,10 +162,11 @@ export const gatewayConfigSchema = z.strictObject({
   stored_responses: z
     .int()
     .nonnegative()
-    .default(16)
+    .default(4)
     .describe(
       "OpenAI Responses kept per session (store left true) for previous_response_id and GET " +
-        "/v1/responses/{id}: the latest ones; 0 keeps none.",
+        "/v1/responses/{id}: the latest ones; 0 keeps none. Each holds its conversation and its Response, " +
+        "which repeats the request's tools: memory grows with this times the sessions held.",
     ),
 });
 

@@ -65,7 +65,7 @@ ${CONNECTION_HELP}
                             never trained: a harness's side calls (repeatable), e.g. 'claude-haiku-*'
   --hosted-tools <mode>     refuse (default): a hosted tool (web_search...) in a call is answered 400;
                             drop: it is left out of the tools offered (counted)
-  --stored-responses <n>    Responses kept per session for previous_response_id (default 16)
+  --stored-responses <n>    Responses kept per session for previous_response_id (default 4)
   --log-level <level>       trace, debug, info (default), warn, error, silent
   $TRAJFLOW_UPSTREAM_API_KEY  sent to every upstream as Authorization: Bearer (engines run with --api-key)
   --parquet-engine <e>      the embedded pipeline's Parquet writer (trajflow, parquet-wasm or parquetjs-lite)

@@ -139,6 +139,35 @@ export const ENGINE_EXTRAS = [
   "chat_template_kwargs",
 ] as const;
 
+/** The hosted tools whose drops are counted by name; any other is counted as `other` (labels stay few). */
+const HOSTED_TOOLS = new Set([
+  "web_search",
+  "web_search_preview",
+  "web_fetch",
+  "file_search",
+  "code_interpreter",
+  "code_execution",
+  "image_generation",
+  "computer",
+  "computer_use",
+  "computer_use_preview",
+  "bash",
+  "text_editor",
+  "memory",
+  "mcp",
+  "local_shell",
+  "shell",
+  "apply_patch",
+  "tool_search_tool_regex",
+  "tool_search_tool_bm25",
+]);
+
+/** A dropped hosted tool's metric label: its type without Anthropic's date suffix, if a known one. */
+export function hostedToolLabel(type: unknown): string {
+  const base = String(type).replace(/_\d{8}$/, "");
+  return HOSTED_TOOLS.has(base) ? base : "other";
+}
+
 /** Copies the engine extras `body` has into `into`. */
 export function copyEngineExtras(body: Json, into: Json): void {
   for (const k of ENGINE_EXTRAS) if (body[k] !== undefined) into[k] = body[k];

@@ -6,7 +6,14 @@
  * `stop_sequences` → `stop`; `max_tokens`, temperature, top_p, top_k as they are. Every refusal is an
  * ApiProblem naming the field, answered 400 in Anthropic's error shape.
  */
-import { ApiProblem, copyEngineExtras, isObject, type Json, type RequestContext } from "./api.ts";
+import {
+  ApiProblem,
+  copyEngineExtras,
+  hostedToolLabel,
+  isObject,
+  type Json,
+  type RequestContext,
+} from "./api.ts";
 
 const fail = (message: string, param?: string): never => {
   throw new ApiProblem(message, param === undefined ? {} : { param });
@@ -227,7 +234,7 @@ function translateTools(tools: unknown, ctx: RequestContext): Json[] {
     if (!isObject(t) || typeof t.name !== "string") return fail(`tools[${i}]: a tool has a name`, "tools");
     if (t.type !== undefined && t.type !== "custom") {
       if (ctx.settings.hostedTools === "drop") {
-        ctx.metrics.inc("gateway_hosted_tools_dropped", String(t.type));
+        ctx.metrics.inc("gateway_hosted_tools_dropped", hostedToolLabel(t.type));
         continue;
       }
       return fail(

@@ -9,7 +9,14 @@
  * `reasoning.effort` → `reasoning_effort`. Hosted tools (web_search, file_search, code_interpreter...) are
  * refused with a clear 400, or dropped with `hosted_tools: drop`.
  */
-import { ApiProblem, copyEngineExtras, isObject, type Json, type RequestContext } from "./api.ts";
+import {
+  ApiProblem,
+  copyEngineExtras,
+  hostedToolLabel,
+  isObject,
+  type Json,
+  type RequestContext,
+} from "./api.ts";
 import type { ResponseStore } from "./response-store.ts";
 
 const fail = (message: string, param: string, apiCode?: string): never => {
@@ -292,7 +299,7 @@ function translateTools(tools: unknown, ctx: RequestContext, names: ToolNames): 
         add(inner, `${at}.tools[${j}]`, t.name);
       }
     } else if (ctx.settings.hostedTools === "drop")
-      ctx.metrics.inc("gateway_hosted_tools_dropped", String(t.type));
+      ctx.metrics.inc("gateway_hosted_tools_dropped", hostedToolLabel(t.type));
     else
       fail(
         `${at}: ${JSON.stringify(t.type)} is a hosted tool; the gateway serves an open model that cannot run ` +
