@@ -78,8 +78,9 @@ export function messagesStopReason(finish: string, toolUses: number, stopSequenc
     case "tool_calls":
       return toolUses > 0 ? "tool_use" : "end_turn";
     default:
-      if (stopSequence !== undefined) return "stop_sequence";
-      return toolUses > 0 ? "tool_use" : "end_turn";
+      // A parsed tool call is what the agent must act on, whatever stopped the output after it.
+      if (toolUses > 0) return "tool_use";
+      return stopSequence !== undefined ? "stop_sequence" : "end_turn";
   }
 }
 
