@@ -175,6 +175,15 @@ let cpuAtStart = process.cpuUsage();
 let deadline = Infinity;
 let sessions = 0;
 
+/** Counts a failed call; a path that fails every call ends the phase at once (its report shows why). */
+function failed(message: string): void {
+  errors++;
+  firstError ??= message;
+  if (errors >= 100 && measured === 0) givenUp = true;
+}
+
+let givenUp = false;
+
 function begin(): void {
   measuringSince = performance.now();
   cpuAtStart = process.cpuUsage();
@@ -182,14 +191,14 @@ function begin(): void {
 }
 
 async function agentLoop(): Promise<void> {
-  while (measured < spec.calls && performance.now() < deadline) {
+  while (!givenUp && measured < spec.calls && performance.now() < deadline) {
     const sid = `${spec.sessionPrefix}-${sessions++}`;
     const path = new URL(spec.url.replace("{sid}", sid)).pathname;
     const messages: Array<{ role: string; content: string }> = [
       { role: "system", content: "You are a careful agent." },
     ];
     for (let turn = 0; turn < spec.turns; turn++) {
-      if (measured >= spec.calls || performance.now() >= deadline) return;
+      if (givenUp || measured >= spec.calls || performance.now() >= deadline) return;
       messages.push({ role: "user", content: `turn ${turn}: ${FILLER}` });
       const payload = body(messages);
       const measuring =
@@ -200,17 +209,21 @@ async function agentLoop(): Promise<void> {
       try {
         answer = await post(path, payload, t0);
       } catch (err) {
-        errors++;
-        firstError ??= (err as Error).message;
+        failed((err as Error).message);
         break;
       }
       const ms = performance.now() - t0;
       if (answer.status !== 200) {
-        errors++;
-        firstError ??= `HTTP ${answer.status}: ${answer.body.slice(0, 300)}`;
+        failed(`HTTP ${answer.status}: ${answer.body.slice(0, 300)}`);
         break;
       }
-      const reply = replyOf(answer);
+      let reply: string;
+      try {
+        reply = replyOf(answer);
+      } catch {
+        failed(`HTTP 200 without an answer in the API's shape: ${answer.body.slice(0, 300)}`);
+        break;
+      }
       if (measuring && measuringSince <= t0) {
         measured++;
         latencyMs.push(ms);

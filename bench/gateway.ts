@@ -10,9 +10,10 @@
  * - direct: the client straight to the upstream (the baseline the added latency is taken against);
  * - trajflow, output log: the local event log (group-commit fsync before each answer), no pipeline running;
  * - trajflow, output kafka: a fresh topic, ack all (the in-sync replicas have the events before the answer);
- * - LiteLLM's proxy: a model entry `openai/<model>` with `api_base` the same upstream.
- * trajflow's log path and LiteLLM's proxy are measured in Chat Completions, Anthropic Messages (`<path>
- * messages`) and OpenAI Responses (`<path> responses`), one after another on the same process; the API
+ * - LiteLLM's proxy: a model entry `hosted_vllm/<model>` with `api_base` the same upstream.
+ * trajflow's log path is measured in Chat Completions, Anthropic Messages (`<path> messages`) and OpenAI
+ * Responses (`<path> responses`), LiteLLM's proxy in Chat Completions and Messages (its Anthropic adapter
+ * translates to the engine's chat route), one after another on the same process; the API
  * codecs' own cost per call is measured first, in this process (bench/api-translation.ts).
  *
  * Phases per path: latency (one session at a time, non-streaming, then streaming: time to the first content
@@ -258,7 +259,8 @@ function apiViews(path: Path): Path[] {
     api,
   });
   if (path.name === "trajflow-log") return [path, view("messages"), view("responses")];
-  if (path.name === "litellm") return [path, view("messages"), view("responses")];
+  // LiteLLM passes /v1/responses to the engine's own Responses route (no ids, no translation): not measured.
+  if (path.name === "litellm") return [path, view("messages")];
   return [path];
 }
 
@@ -281,13 +283,18 @@ async function litellm(upstream: string, model: string): Promise<Path> {
       "model_list:",
       `  - model_name: ${MODEL}`,
       "    litellm_params:",
-      `      model: openai/${model}`,
+      // hosted_vllm: an OpenAI-compatible engine; LiteLLM translates /v1/messages to its chat route (with
+      // openai/ it would call the engine's /v1/responses, which records no ids and the instant upstream lacks).
+      `      model: hosted_vllm/${model}`,
       `      api_base: ${upstream}/v1`,
       "      api_key: none",
       "litellm_settings:",
       "  drop_params: true",
       "  turn_off_message_logging: true",
       "  request_timeout: 600",
+      "router_settings:",
+      // One failed call must not take the only deployment out of rotation for the rest of a phase.
+      "  disable_cooldowns: true",
       "general_settings:",
       // LiteLLM refuses to start without one; with no database it is checked in memory.
       `  master_key: ${LITELLM_KEY}`,
@@ -409,7 +416,8 @@ async function phase(path: Path, spec: Omit<ClientSpec, "url" | "sessionPrefix" 
     url: path.url,
     api: path.api ?? "chat",
     ...(path.apiKey !== undefined ? { apiKey: path.apiKey } : {}),
-    sessionPrefix: `${path.name}-${Date.now()}`,
+    // Session ids are letters, digits and . _ : @ - (a path's name has spaces).
+    sessionPrefix: `${path.name.replace(/[^A-Za-z0-9._-]/g, "-")}-${Date.now()}`,
   };
   const t0 = performance.now();
   const { stdout } = await run(

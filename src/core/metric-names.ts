@@ -168,6 +168,11 @@ export const METRICS = {
     label: "api",
     help: "Tool calls whose arguments were not a JSON object (a truncated call): given to the agent as text, by API.",
   },
+  gateway_control_refused: {
+    kind: "counter",
+    label: "route",
+    help: "Control routes refused for want of the control token (401) or with another credential (403), by route.",
+  },
   gateway_untrained_calls: {
     kind: "counter",
     help: "Calls recorded with train: false (an X-Trajflow-Train: false header, or an untrained_models rule).",

@@ -7,6 +7,7 @@ import { kafkaConnectionSchema } from "../kafka/connection.ts";
 import { ENGINE_NAMES } from "./engines/engine.ts";
 import { ENGINE_OPTIONS } from "./engines/index.ts";
 import type { ApiSettings } from "./apis/api.ts";
+import { tokenProblems } from "./control-auth.ts";
 
 const upstreamUrl = z
   .string()
@@ -159,6 +160,28 @@ export const gatewayConfigSchema = z.strictObject({
         "harness's side calls, e.g. Claude Code's small-model calls for titles (['claude-haiku-*']). A call " +
         "can also say so itself with the header X-Trajflow-Train: false.",
     ),
+  control_token: z
+    .string()
+    .min(1)
+    .optional()
+    .describe(
+      "The trainer's token: with it, the control routes (start, read, reward, end, delete sessions; " +
+        "POST /weights) require Authorization: Bearer <token>. Write ${VAR} in a pipeline file; the CLI " +
+        "reads $TRAJFLOW_CONTROL_TOKEN. Never a command-line value, never logged.",
+    ),
+  control_token_file: z
+    .string()
+    .min(1)
+    .optional()
+    .describe("A file whose first line is the control token (a mounted secret), instead of control_token."),
+  control_listen: z
+    .string()
+    .min(1)
+    .optional()
+    .describe(
+      "host:port of a listener for the control routes alone: the agents' listener then answers 404 on them, " +
+        "so the network the agents see has no control routes at all.",
+    ),
   stored_responses: z
     .int()
     .nonnegative()
@@ -209,6 +232,22 @@ export function trainRule(
 }
 /** The gateway's config with its engine options checked against the engine's own list. */
 export const checkedGatewayConfigSchema = gatewayConfigSchema.superRefine((c, ctx) => {
+  if (c.control_token !== undefined) {
+    for (const message of tokenProblems(c.control_token))
+      ctx.addIssue({ code: "custom", message, path: ["control_token"] });
+    if (c.control_token_file !== undefined)
+      ctx.addIssue({
+        code: "custom",
+        message: "set control_token or control_token_file, not both",
+        path: ["control_token_file"],
+      });
+  }
+  if (c.control_listen !== undefined && c.control_listen === c.listen)
+    ctx.addIssue({
+      code: "custom",
+      message: "the control listener needs an address of its own",
+      path: ["control_listen"],
+    });
   const checked = ENGINE_OPTIONS[c.engine].safeParse(c.engine_options);
   if (checked.success) return;
   for (const issue of checked.error.issues) {

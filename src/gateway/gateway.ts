@@ -4,7 +4,9 @@
  */
 import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
+import { TrajflowError } from "../core/errors.ts";
 import type { GatewayConfig } from "./config.ts";
+import { readTokenFile, tokenProblems } from "./control-auth.ts";
 import { createAdapter } from "./engines/index.ts";
 import { KafkaEventOutput } from "./outputs/kafka.ts";
 import { EventLog } from "./outputs/log.ts";
@@ -21,11 +23,39 @@ export interface RunningGateway {
   close(): Promise<void>;
 }
 
+/** The control token: `control_token`, or the first line of `control_token_file`; checked either way. */
+function controlTokenOf(config: GatewayConfig): string | undefined {
+  if (config.control_token !== undefined) return config.control_token;
+  if (config.control_token_file === undefined) return undefined;
+  let token: string;
+  try {
+    token = readTokenFile(config.control_token_file);
+  } catch (err) {
+    throw new TrajflowError(
+      "CONFIG_INVALID",
+      `gateway.control_token_file: ${config.control_token_file} cannot be read (${(err as NodeJS.ErrnoException).code ?? "error"})`,
+      { details: { problems: [`gateway.control_token_file: cannot be read`] } },
+    );
+  }
+  const problems = tokenProblems(token).map((p) => `gateway.control_token_file: ${p}`);
+  if (problems.length > 0)
+    throw new TrajflowError("CONFIG_INVALID", problems.join("; "), { details: { problems } });
+  return token;
+}
+
+/** Whether a bound address is a loopback one (127.0.0.0/8, ::1). */
+function loopback(address: string): boolean {
+  const host = address.slice(0, address.lastIndexOf(":")).replace(/^\[|\]$/g, "");
+  return host.startsWith("127.") || host === "::1" || host === "::ffff:127.0.0.1";
+}
+
 export async function startGateway(
   config: GatewayConfig,
   logger: Logger,
   metrics = new Metrics(),
 ): Promise<RunningGateway> {
+  // Read before anything opens: an unreadable or unusable token file fails the start, every problem listed.
+  const controlToken = controlTokenOf(config);
   const output: EventOutput =
     config.output.type === "log"
       ? await EventLog.open(
@@ -37,6 +67,7 @@ export async function startGateway(
   try {
     const server = new GatewayServer({
       config,
+      ...(controlToken !== undefined ? { controlToken } : {}),
       adapter: await createAdapter(config.engine, config.engine_options),
       output,
       metrics,
@@ -49,11 +80,28 @@ export async function startGateway(
         { events: restoredEvents, sessions: server.sessions.size },
         "Sessions open before the restart were rebuilt from their events.",
       );
+    // The control listener first: the agents' listener must not serve control routes for a moment.
+    const controlAddress =
+      config.control_listen !== undefined ? await server.listenControl(config.control_listen) : undefined;
     const address = await server.listen(config.listen);
     logger.info(
-      { address, upstreams: config.upstreams, engine: config.engine, output: output.where },
+      {
+        address,
+        ...(controlAddress !== undefined ? { control: controlAddress } : {}),
+        control_token: controlToken !== undefined,
+        upstreams: config.upstreams,
+        engine: config.engine,
+        output: output.where,
+      },
       "The gateway serves agents at http://<address>/sessions/{id}/v1.",
     );
+    if (controlToken === undefined && controlAddress === undefined && !loopback(address))
+      logger.warn(
+        { address },
+        "The gateway listens beyond loopback with neither a control token nor a control listener: any agent " +
+          "that reaches it can post rewards, end sessions and set the policy version. Set " +
+          "$TRAJFLOW_CONTROL_TOKEN or --control-listen (docs/gateway.md#security).",
+      );
     let closing: Promise<void> | null = null;
     return {
       address,

@@ -37,6 +37,8 @@ export type GatewayErrorCode =
   | "upstream_failed"
   | "not_recorded"
   | "call_aborted"
+  | "control_token_required"
+  | "control_token_wrong"
   | "not_found";
 
 /** An error body in some agent API's shape (apis/: OpenAI's, Anthropic's). */

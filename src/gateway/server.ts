@@ -12,6 +12,7 @@
 import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { prometheusText, type Gauge } from "../core/status-server.ts";
@@ -19,27 +20,19 @@ import { ApiProblem, type AgentApi, type ApiSettings } from "./apis/api.ts";
 import { chatApi, completionsApi } from "./apis/chat.ts";
 import { messagesApi } from "./apis/messages.ts";
 import { responsesApi } from "./apis/responses.ts";
-import { endEvent, policyUpdateEvent, rewardEvent, startEvent } from "./call-events.ts";
 import { forwardCall, type CallContext } from "./call.ts";
+import { ControlAuth } from "./control-auth.ts";
+import { ControlRoutes } from "./control-routes.ts";
 import { apiSettings, trainRule, type GatewayConfig } from "./config.ts";
 import type { EngineAdapter } from "./engines/engine.ts";
 import { sendError, sendJson, useErrorShape } from "./http.ts";
 import { ModelRoutes } from "./model-routes.ts";
 import type { EventOutput } from "./outputs/output.ts";
 import { Recorder } from "./recorder.ts";
-import { SessionTable, type GatewaySession } from "./sessions.ts";
+import { SessionTable } from "./sessions.ts";
 import { findSession } from "./session-finder.ts";
 import { UpstreamPool } from "./upstreams.ts";
-import {
-  checkBody,
-  endBody,
-  header,
-  readJsonBody,
-  rewardBody,
-  sendText,
-  startSessionBody,
-  weightsBody,
-} from "./requests.ts";
+import { header, readJsonBody, sendText } from "./requests.ts";
 
 const SESSION_PATH = /^\/sessions\/([^/]+)(\/.*)?$/;
 
@@ -53,6 +46,8 @@ const APIS: Record<string, AgentApi> = {
 
 export interface GatewayParts {
   config: GatewayConfig;
+  /** The control token (from the environment or its file), when one is set. */
+  controlToken?: string;
   adapter: EngineAdapter;
   output: EventOutput;
   metrics: Metrics;
@@ -76,6 +71,11 @@ export class GatewayServer {
   private readonly routes: ModelRoutes;
   private readonly gauges = new Map<string, Gauge>();
   private server: Server | null = null;
+  /** The control listener (`control_listen`), when the control routes have one of their own. */
+  private controlServer: Server | null = null;
+  /** Who may use the control routes (`control_token`). */
+  private readonly auth: ControlAuth;
+  private readonly control: ControlRoutes;
   private inFlight = 0;
   private weightVersion: number | undefined;
   private ready = false;
@@ -108,6 +108,17 @@ export class GatewayServer {
       version: () => this.weightVersion,
       nextCallId: () => `${this.boot}-${++this.callCounter}`,
     };
+    this.auth = new ControlAuth(parts.controlToken);
+    this.control = new ControlRoutes({
+      config: parts.config,
+      sessions: this.sessions,
+      recorder: this.recorder,
+      output: this.output,
+      metrics: this.metrics,
+      logger: this.logger,
+      refuse: (res, status, code, message) => this.refuse(res, status, code, message),
+      setVersion: (v) => (this.weightVersion = v),
+    });
     this.apiSettings = apiSettings(parts.config);
     this.trained = trainRule(parts.config);
     this.routes = new ModelRoutes({
@@ -136,26 +147,36 @@ export class GatewayServer {
     return events;
   }
 
-  /** Listens on `host:port`; resolves with the bound address. */
+  /**
+   * Listens on `host:port` for agents (and, without a control listener, the control routes); resolves with
+   * the bound address.
+   */
   async listen(address: string): Promise<string> {
-    const at = address.lastIndexOf(":");
-    const host = address.slice(0, at).replace(/^\[|\]$/g, "");
-    const port = Number(address.slice(at + 1));
-    this.server = createServer((req, res) => void this.handle(req, res));
+    this.server = createServer(
+      (req, res) => void this.handle(req, res, this.controlServer === null ? "both" : "agents"),
+    );
     this.server.keepAliveTimeout = 65_000;
-    await new Promise<void>((resolve, reject) => {
-      this.server!.once("error", reject);
-      this.server!.listen(port, host, () => resolve());
-    });
-    const bound = this.server.address() as AddressInfo;
+    const bound = await bind(this.server, address);
     this.ready = true;
-    return `${bound.family === "IPv6" ? `[${bound.address}]` : bound.address}:${bound.port}`;
+    return bound;
+  }
+
+  /** Listens on `host:port` for the control routes alone; the agents' listener then has none of them. */
+  async listenControl(address: string): Promise<string> {
+    this.controlServer = createServer((req, res) => void this.handle(req, res, "control"));
+    return bind(this.controlServer, address);
   }
 
   /** Stops taking calls, waits for those in flight (and their events), then closes. */
   async close(): Promise<void> {
     this.stopping = true;
     this.ready = false;
+    if (this.controlServer !== null) {
+      const control = this.controlServer;
+      this.controlServer = null;
+      control.closeAllConnections();
+      await new Promise<void>((r) => control.close(() => r()));
+    }
     if (this.server !== null) {
       const closed = new Promise<void>((r) => this.server!.close(() => r()));
       this.server.closeIdleConnections();
@@ -167,9 +188,9 @@ export class GatewayServer {
     this.pool.close();
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private async handle(req: IncomingMessage, res: ServerResponse, listener: Listener): Promise<void> {
     try {
-      await this.route(req, res);
+      await this.route(req, res, listener);
     } catch (err) {
       this.logger.error({ err }, "The gateway failed to handle a request.");
       if (!res.headersSent)
@@ -178,7 +199,7 @@ export class GatewayServer {
     }
   }
 
-  private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private async route(req: IncomingMessage, res: ServerResponse, listener: Listener): Promise<void> {
     const path = (req.url ?? "/").split("?")[0]!;
     const method = req.method ?? "GET";
     if (method === "GET" && path === "/healthz") return sendText(res, 200, "ok\n");
@@ -190,25 +211,57 @@ export class GatewayServer {
       res.writeHead(200, { "content-type": "text/plain; version=0.0.4" });
       return void res.end(prometheusText(this.metrics, this.gauges));
     }
-    if (method === "POST" && path === "/weights") return this.setWeights(req, res);
-    if (method === "POST" && path === "/sessions") return this.startSession(req, res);
-    if (path.startsWith("/v1/")) return this.model(req, res, path.slice(3), null);
-    const m = SESSION_PATH.exec(path);
-    if (m !== null) {
-      const id = decodeURIComponent(m[1]!);
-      const rest = m[2] ?? "";
-      if (rest.startsWith("/v1/")) return this.model(req, res, rest.slice(3), id);
-      if (rest === "" && method === "GET") return this.describe(res, id);
-      if (rest === "" && method === "DELETE") return this.deleteSession(res, id);
-      if (rest === "/reward" && method === "POST") return this.reward(req, res, id);
-      if (rest === "/end" && method === "POST") return this.end(req, res, id);
+    const control = controlRoute(method, path);
+    if (control !== null && listener !== "agents") return this.controlCall(req, res, control);
+    if (listener !== "control") {
+      if (path.startsWith("/v1/")) return this.model(req, res, path.slice(3), null);
+      const m = SESSION_PATH.exec(path);
+      if (m !== null && (m[2] ?? "").startsWith("/v1/"))
+        return this.model(req, res, m[2]!.slice(3), decodeURIComponent(m[1]!));
     }
     sendError(
       res,
       404,
       "not_found",
-      `no route ${method} ${path} (docs/gateway.md lists the gateway's routes)`,
+      `no route ${method} ${path} on this listener (docs/gateway.md lists the gateway's routes)`,
     );
+  }
+
+  /** A control route, once its caller is the trainer: the control token's holder when one is set. */
+  private async controlCall(req: IncomingMessage, res: ServerResponse, route: ControlRoute): Promise<void> {
+    const verdict = this.auth.check(req);
+    if (verdict !== "allowed") {
+      this.metrics.inc("gateway_control_refused", route.name);
+      return verdict === "missing"
+        ? sendError(
+            res,
+            401,
+            "control_token_required",
+            "this route is the trainer's: send Authorization: Bearer <control token>",
+          )
+        : sendError(
+            res,
+            403,
+            "control_token_wrong",
+            "this route is the trainer's, and the credential sent is not its control token",
+          );
+    }
+    const c = this.control;
+    const id = route.session!;
+    switch (route.name) {
+      case "sessions_create":
+        return c.startSession(req, res);
+      case "weights":
+        return c.setWeights(req, res);
+      case "session_read":
+        return c.describe(res, id);
+      case "session_delete":
+        return c.deleteSession(res, id);
+      case "reward":
+        return c.reward(req, res, id);
+      case "end":
+        return c.end(req, res, id);
+    }
   }
 
   private jsonBody(req: IncomingMessage, res: ServerResponse): Promise<Record<string, unknown> | null> {
@@ -319,142 +372,71 @@ export class GatewayServer {
     this.metrics.inc("gateway_calls", status === 429 ? "busy" : "output_unavailable");
     sendError(res, status, code, message, { "retry-after": "1" });
   }
+}
 
-  private async startSession(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const raw = await this.jsonBody(req, res);
-    const body = raw === null ? null : checkBody(startSessionBody, raw, res);
-    if (body === null) return;
-    const id = body.session_id ?? `s-${randomBytes(9).toString("base64url")}`;
-    const uid = body.uid ?? id;
-    const { sample_index: sampleIndex, group_size: groupSize, metadata } = body;
-    if (this.sessions.get(id) !== undefined)
-      return sendError(res, 409, "session_exists", `session ${id} exists already`);
-    // Its events are in the log up to some seq: starting it again would write a second seq 0.
-    if (this.sessions.expired(id))
-      return sendError(res, 409, "session_expired", `session ${id} was forgotten for idleness; use a new id`);
-    if (!this.output.accepting())
-      return this.refuse(
-        res,
-        503,
-        "output_unavailable",
-        `events cannot be recorded now (${this.output.where})`,
-      );
-    const s = this.sessions.create({
-      uid,
-      sessionId: id,
-      ...(sampleIndex !== undefined ? { sampleIndex } : {}),
-      ...(groupSize !== undefined ? { groupSize } : {}),
-      ...(metadata !== undefined ? { metadata } : {}),
-    });
-    const key = this.sessions.issueKey(s);
-    try {
-      await this.recorder.record(s, () => ({ records: [startEvent(s, Date.now())] }));
-    } catch (err) {
-      this.sessions.drop(s);
-      return this.refuse(
-        res,
-        503,
-        "output_unavailable",
-        `the session could not be recorded: ${(err as Error).message}`,
-      );
-    }
-    this.metrics.inc("gateway_lifecycle", "start");
-    const host = req.headers.host ?? "127.0.0.1";
-    sendJson(res, 201, {
-      session_id: s.id,
-      uid: s.uid,
-      base_url: `http://${host}/sessions/${encodeURIComponent(s.id)}/v1`,
-      api_key: key,
-    });
-  }
+/** Which routes a listener serves: agents' model calls, the control routes, or both (no control listener). */
+type Listener = "agents" | "control" | "both";
 
-  private describe(res: ServerResponse, id: string): void {
-    const s = this.sessions.get(id);
-    if (s === undefined)
-      return sendError(res, 404, "unknown_session", `no session ${id} in this gateway's memory`);
-    sendJson(res, 200, s.describe());
-  }
+/** The control routes, as `gateway_control_refused` labels them. */
+interface ControlRoute {
+  name: "sessions_create" | "session_read" | "session_delete" | "reward" | "end" | "weights";
+  session?: string;
+}
 
-  private async reward(req: IncomingMessage, res: ServerResponse, id: string): Promise<void> {
-    const body = await this.jsonBody(req, res);
-    if (body === null) return;
-    const s = this.sessions.get(id);
-    if (s === undefined)
-      return sendError(res, 404, "unknown_session", `no session ${id} in this gateway's memory`);
-    const fields = checkBody(rewardBody, body, res);
-    if (fields === null) return;
-    await this.lifecycle(res, s, "reward", () => rewardEvent(s, Date.now(), fields));
-  }
+function controlRoute(method: string, path: string): ControlRoute | null {
+  if (method === "POST" && path === "/weights") return { name: "weights" };
+  if (method === "POST" && path === "/sessions") return { name: "sessions_create" };
+  const m = SESSION_PATH.exec(path);
+  if (m === null) return null;
+  const session = decodeURIComponent(m[1]!);
+  const rest = m[2] ?? "";
+  if (rest === "" && method === "GET") return { name: "session_read", session };
+  if (rest === "" && method === "DELETE") return { name: "session_delete", session };
+  if (rest === "/reward" && method === "POST") return { name: "reward", session };
+  if (rest === "/end" && method === "POST") return { name: "end", session };
+  return null;
+}
 
-  private async end(req: IncomingMessage, res: ServerResponse, id: string): Promise<void> {
-    const body = await this.jsonBody(req, res);
-    if (body === null) return;
-    const s = this.sessions.get(id);
-    if (s === undefined)
-      return sendError(res, 404, "unknown_session", `no session ${id} in this gateway's memory`);
-    const checked = checkBody(endBody, body, res);
-    if (checked === null) return;
-    const status = checked.status;
-    if (s.state === "ended")
-      return sendError(res, 409, "session_ended", `session ${s.id} has ended already (${s.endStatus})`);
-    s.state = "ended";
-    s.endStatus = status;
-    await this.lifecycle(res, s, "end", () => endEvent(s, Date.now(), status));
-  }
+const refused = new WeakSet<Duplex>();
 
-  private async deleteSession(res: ServerResponse, id: string): Promise<void> {
-    const s = this.sessions.get(id);
-    if (s === undefined)
-      return sendError(res, 404, "unknown_session", `no session ${id} in this gateway's memory`);
-    if (s.state !== "ended") {
-      s.state = "ended";
-      s.endStatus = "aborted";
-      const ok = await this.lifecycle(null, s, "delete", () => endEvent(s, Date.now(), "aborted"));
-      if (!ok) return this.refuse(res, 503, "output_unavailable", "the session's end could not be recorded");
-    }
-    this.sessions.drop(s);
-    sendJson(res, 200, { ...s.describe(), deleted: true });
-  }
+/**
+ * A request Node's HTTP parser refused before any route saw it (a header past 16 KiB, a NUL byte or another
+ * forbidden character in a header): a clean answer, 431 or 400 in OpenAI's error shape, then the connection
+ * closes. What the client still sends is read and dropped first, so closing does not reset the answer away.
+ */
+function refuseUnparsed(err: NodeJS.ErrnoException, socket: Duplex): void {
+  // Node's parser reports each later chunk of the refused request again: answered once, then drained.
+  if (refused.has(socket)) return;
+  refused.add(socket);
+  if (!socket.writable) return void socket.destroy();
+  const large = err.code === "HPE_HEADER_OVERFLOW";
+  const body = JSON.stringify({
+    error: {
+      message: large ? "the request's headers are larger than 16 KiB" : "the request is not valid HTTP",
+      type: "invalid_request_error",
+      param: null,
+      code: large ? "headers_too_large" : "invalid_request",
+    },
+  });
+  const status = large ? "431 Request Header Fields Too Large" : "400 Bad Request";
+  socket.end(
+    `HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+      `connection: close\r\n\r\n${body}`,
+  );
+  socket.resume();
+  setTimeout(() => socket.destroy(), 5_000).unref();
+}
 
-  /** Records a lifecycle change and answers with the session; false (and a 503) when it could not be recorded. */
-  private async lifecycle(
-    res: ServerResponse | null,
-    s: GatewaySession,
-    action: string,
-    build: () => Array<{ key: string; value: string }>,
-  ): Promise<boolean> {
-    try {
-      await this.recorder.record(s, () => ({ records: build() }));
-    } catch (err) {
-      if (res !== null)
-        this.refuse(res, 503, "output_unavailable", `could not be recorded: ${(err as Error).message}`);
-      return false;
-    }
-    this.metrics.inc("gateway_lifecycle", action);
-    if (res !== null) sendJson(res, 200, s.describe());
-    return true;
-  }
-
-  private async setWeights(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = await this.jsonBody(req, res);
-    if (body === null) return;
-    const checked = checkBody(weightsBody, body, res);
-    if (checked === null) return;
-    const v = checked.version;
-    // Recorded as policy.update, so the pipeline's staleness stage and a restarted gateway know it.
-    try {
-      await this.output.broadcast(policyUpdateEvent(v, Date.now()));
-    } catch (err) {
-      return this.refuse(
-        res,
-        503,
-        "output_unavailable",
-        `the version could not be recorded: ${(err as Error).message}`,
-      );
-    }
-    this.weightVersion = v;
-    this.metrics.inc("gateway_lifecycle", "weights");
-    this.logger.info({ version: v }, "The policy version is now this one.");
-    sendJson(res, 200, { version: v });
-  }
+/** Binds `server` to `host:port`; resolves with the bound address. */
+async function bind(server: Server, address: string): Promise<string> {
+  server.on("clientError", refuseUnparsed);
+  const at = address.lastIndexOf(":");
+  const host = address.slice(0, at).replace(/^\[|\]$/g, "");
+  const port = Number(address.slice(at + 1));
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => resolve());
+  });
+  const bound = server.address() as AddressInfo;
+  return `${bound.family === "IPv6" ? `[${bound.address}]` : bound.address}:${bound.port}`;
 }

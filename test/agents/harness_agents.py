@@ -236,7 +236,7 @@ def responses_sessions():
                {"role": "user", "content": "Go on."}])
     for event in stream:
         if event.type in ("response.completed", "response.incomplete"):
-            call_id = event.response.id.removeprefix("resp_")
+            call_id = event.response.id.removeprefix("resp_").rsplit("_", 1)[0]
             record("r-stream", "responses", call_id, event.response.usage.output_tokens, event.response.status)
 
     for attempt in range(4):
@@ -281,7 +281,7 @@ def agents_sdk():
                                                      max_retries=RETRIES))
         result = await Runner.run(agent, prompt, max_turns=10)
         for r in result.raw_responses:
-            record(session, "responses", r.response_id.removeprefix("resp_"), r.usage.output_tokens, None)
+            record(session, "responses", r.response_id.removeprefix("resp_").rsplit("_", 1)[0], r.usage.output_tokens, None)
         return result
 
     forced = Agent(name="calculator", instructions="Use calc.", tools=[calc], model="gpt-5-codex",

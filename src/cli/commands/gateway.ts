@@ -66,8 +66,13 @@ ${CONNECTION_HELP}
   --hosted-tools <mode>     refuse (default): a hosted tool (web_search...) in a call is answered 400;
                             drop: it is left out of the tools offered (counted)
   --stored-responses <n>    Responses kept per session for previous_response_id (default 4)
+  --control-listen <host:port>  serve the control routes (sessions, rewards, ends, /weights) on this
+                            address alone; the agents' listener then answers 404 on them
+  --control-token-file <f>  the control token is this file's first line (or $TRAJFLOW_CONTROL_TOKEN):
+                            the control routes then need Authorization: Bearer <token>
   --log-level <level>       trace, debug, info (default), warn, error, silent
   $TRAJFLOW_UPSTREAM_API_KEY  sent to every upstream as Authorization: Bearer (engines run with --api-key)
+  $TRAJFLOW_CONTROL_TOKEN   the trainer's token for the control routes (never a flag; docs/gateway.md#security)
   --parquet-engine <e>      the embedded pipeline's Parquet writer (trajflow, parquet-wasm or parquetjs-lite)
   --decode-workers, --encode-workers, --max-open-sessions, --max-buffered-bytes, --max-policy-lag,
   --current-policy          the embedded pipeline's, as for consume
@@ -106,6 +111,8 @@ const GATEWAY_FLAGS = {
   "untrained-model": { type: "string", multiple: true },
   "hosted-tools": { type: "string" },
   "stored-responses": { type: "string" },
+  "control-listen": { type: "string" },
+  "control-token-file": { type: "string" },
   "log-level": { type: "string" },
   "parquet-engine": { type: "string" },
   "max-memory": { type: "string" },
@@ -190,6 +197,11 @@ function gatewayInput(values: GatewayValues): Record<string, unknown> {
     ...(values["untrained-model"] !== undefined ? { untrained_models: values["untrained-model"] } : {}),
     ...(values["hosted-tools"] !== undefined ? { hosted_tools: values["hosted-tools"] } : {}),
     stored_responses: intOption("stored-responses", values["stored-responses"]),
+    ...(values["control-listen"] !== undefined ? { control_listen: values["control-listen"] } : {}),
+    ...(values["control-token-file"] !== undefined
+      ? { control_token_file: resolve(values["control-token-file"]) }
+      : {}),
+    ...(process.env.TRAJFLOW_CONTROL_TOKEN ? { control_token: process.env.TRAJFLOW_CONTROL_TOKEN } : {}),
     // Never a flag: command lines are visible to other users of the host.
     ...(process.env.TRAJFLOW_UPSTREAM_API_KEY
       ? { upstream_api_key: process.env.TRAJFLOW_UPSTREAM_API_KEY }

@@ -8,7 +8,7 @@ import { strict as assert } from "node:assert";
 import { it } from "node:test";
 import { Metrics } from "../../core/metrics.ts";
 import { ApiProblem, type ApiCall, type Json, type RequestContext } from "./api.ts";
-import { responsesApi } from "./responses.ts";
+import { responsesApi, responseId } from "./responses.ts";
 
 function context(hostedTools: "refuse" | "drop" = "refuse"): RequestContext {
   return {
@@ -187,7 +187,7 @@ it("translates a Codex turn into the canonical chat body", () => {
     { api: "responses", route: "chat", stream: true, passes: false, model: "gpt-5-codex" },
   );
   assert.deepEqual(c.details("c1"), {
-    response_id: "resp_c1",
+    response_id: responseId("c1"),
     model: "gpt-5-codex",
     store: true,
     instructions: true,

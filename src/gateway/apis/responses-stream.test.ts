@@ -11,7 +11,7 @@ import { afterEach, beforeEach, it, mock } from "node:test";
 import { Metrics } from "../../core/metrics.ts";
 import type { Capture } from "../engines/engine.ts";
 import { ApiProblem, type ApiCall, type CallOutcome, type Json, type RequestContext } from "./api.ts";
-import { responsesApi } from "./responses.ts";
+import { responsesApi, responseId } from "./responses.ts";
 import { wholeAsChunks } from "./whole-as-chunks.ts";
 
 function context(): RequestContext {
@@ -205,7 +205,7 @@ it("opens with an in-progress response and closes with the whole answer's respon
   assert.deepEqual(all[0]!.response, inProgress);
   assert.deepEqual(all[1]!.response, inProgress);
   assert.deepEqual(all.at(-1)!.response, expected);
-  assert.deepEqual(ctx.session.responses?.get("resp_c7"), {
+  assert.deepEqual(ctx.session.responses?.get(responseId("c7")), {
     response: expected,
     conversation: [
       { role: "user", content: "List the files." },

@@ -10,7 +10,7 @@ import { Metrics } from "../../core/metrics.ts";
 import type { Capture } from "../engines/engine.ts";
 import { ApiProblem, type ApiCall, type CallOutcome, type Json, type RequestContext } from "./api.ts";
 import { ResponseStore } from "./response-store.ts";
-import { responsesApi } from "./responses.ts";
+import { responsesApi, responseId } from "./responses.ts";
 
 function context(): RequestContext {
   return {
@@ -92,7 +92,7 @@ const RESPONSES_USAGE = {
 /** The Response object for REQUEST around `output`. */
 function response(output: Json[], extra: Json = {}): Json {
   return {
-    id: "resp_c7",
+    id: responseId("c7"),
     object: "response",
     created_at: 1700000000,
     status: "completed",
@@ -175,7 +175,7 @@ it("gives reasoning, the message and each tool call as output items, and stores 
     },
   ]);
   assert.deepEqual(c.answer(answer, outcome("tool_calls")), { status: 200, body: expected });
-  assert.deepEqual(ctx.session.responses?.get("resp_c7"), {
+  assert.deepEqual(ctx.session.responses?.get(responseId("c7")), {
     response: expected,
     conversation: [
       { role: "user", content: "List the files." },
@@ -266,7 +266,7 @@ it("gives malformed tool arguments as text, counted, and stores the turn as the 
     ]),
   );
   assert.deepEqual(ctx.metrics.byLabel("gateway_malformed_tool_calls"), [["responses", 1]]);
-  assert.deepEqual(ctx.session.responses?.get("resp_c7")?.conversation.at(-1), {
+  assert.deepEqual(ctx.session.responses?.get(responseId("c7"))?.conversation.at(-1), {
     role: "assistant",
     content: 'Run: {"cmd": [',
     tool_calls: [calls[0]],
@@ -289,7 +289,7 @@ it("keeps nothing with store: false", () => {
   const ctx = context();
   const c = call(ctx, { store: false });
   assert.deepEqual(c.details("c7"), {
-    response_id: "resp_c7",
+    response_id: responseId("c7"),
     model: "gpt-5-codex",
     store: false,
     instructions: true,
@@ -313,7 +313,7 @@ it("puts the stored conversation after the new instructions and before the new i
   );
   const next = call(ctx, {
     instructions: "Answer in French.",
-    previous_response_id: "resp_c7",
+    previous_response_id: responseId("c7"),
     input: [{ type: "function_call_output", call_id: "call_a", output: "a.txt" }],
   });
   assert.deepEqual(next.body.messages, [
@@ -328,11 +328,11 @@ it("puts the stored conversation after the new instructions and before the new i
     { role: "tool", tool_call_id: "call_a", content: "a.txt" },
   ]);
   assert.deepEqual(next.details("c8"), {
-    response_id: "resp_c8",
+    response_id: responseId("c8"),
     model: "gpt-5-codex",
     store: true,
     instructions: true,
-    previous_response_id: "resp_c7",
+    previous_response_id: responseId("c7"),
   });
 });
 

@@ -12,6 +12,7 @@
  * content_filter; an `abort` is a failed response (a whole one answers 503), never a completed one.
  * A response with `store` left true is kept in its session (response-store.ts).
  */
+import { createHmac, randomBytes } from "node:crypto";
 import type { Capture } from "../engines/engine.ts";
 import {
   ApiProblem,
@@ -69,7 +70,7 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
   details(callId: string): Json {
     const r = this.request;
     return {
-      response_id: `resp_${callId}`,
+      response_id: responseId(callId),
       model: this.agentModel,
       store: r.store !== false,
       instructions: typeof r.instructions === "string" && r.instructions !== "",
@@ -85,7 +86,7 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
   /** The Response object around `output` (status from the finish reason). */
   response(callId: string, status: string, output: Json[], extra: Json): Json {
     return {
-      id: `resp_${callId}`,
+      id: responseId(callId),
       object: "response",
       created_at: Math.floor(Date.now() / 1000),
       status,
@@ -203,6 +204,18 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
   streamer(callId: string): ApiStream {
     return new ResponsesStream(this, callId);
   }
+}
+
+/** The key response ids are signed with: new at each start (a restored response keeps its recorded id). */
+const ID_KEY = randomBytes(32);
+
+/**
+ * A response's id: the call's id and a tag only this gateway process can make, so an id cannot be guessed
+ * from another (call ids count up): reading a stored response (GET /v1/responses/{id}) takes having been
+ * given its id, whatever session path the reader names.
+ */
+export function responseId(callId: string): string {
+  return `resp_${callId}_${createHmac("sha256", ID_KEY).update(callId).digest("hex").slice(0, 20)}`;
 }
 
 /** The store of a session, made on its first stored response. */

@@ -1,0 +1,55 @@
+import { strict as assert } from "node:assert";
+import type { IncomingMessage } from "node:http";
+import { it } from "node:test";
+import { ControlAuth, tokenProblems } from "./control-auth.ts";
+
+const TOKEN = "tf-control-0123456789abcdefghij";
+const req = (authorization?: string) =>
+  ({ headers: authorization === undefined ? {} : { authorization } }) as IncomingMessage;
+
+it("allows the token as a bearer credential and nothing else", () => {
+  const auth = new ControlAuth(TOKEN);
+  assert.equal(auth.check(req(`Bearer ${TOKEN}`)), "allowed");
+  assert.equal(auth.check(req(`bearer ${TOKEN}`)), "allowed");
+  assert.equal(auth.check(req()), "missing");
+  assert.equal(auth.check(req("")), "missing");
+  assert.equal(auth.check(req(`Bearer ${TOKEN}x`)), "wrong");
+  assert.equal(auth.check(req(`Bearer ${TOKEN.slice(1)}`)), "wrong");
+  assert.equal(auth.check(req(TOKEN)), "wrong");
+  assert.equal(auth.check(req("Bearer ")), "wrong");
+  assert.equal(new ControlAuth(undefined).check(req()), "allowed");
+});
+
+it("refuses tokens that are short, hold control characters or outer whitespace, listing every problem", () => {
+  assert.deepEqual(tokenProblems(TOKEN), []);
+  assert.deepEqual(tokenProblems(" short\u0000"), [
+    "the control token has fewer than 16 characters",
+    "the control token holds a control character",
+    "the control token starts or ends with whitespace",
+  ]);
+});
+
+/** The median time (ns) of `n` checks of `authorization`. */
+function median(auth: ControlAuth, authorization: string, n: number): number {
+  const times: number[] = [];
+  const r = req(authorization);
+  for (let i = 0; i < n; i++) {
+    const t0 = process.hrtime.bigint();
+    auth.check(r);
+    times.push(Number(process.hrtime.bigint() - t0));
+  }
+  return times.sort((a, b) => a - b)[n >> 1]!;
+}
+
+it("takes as long to refuse a guess that is nearly right as one that is all wrong (constant-time compare)", () => {
+  const auth = new ControlAuth(TOKEN);
+  const nearlyRight = `Bearer ${TOKEN.slice(0, -1)}!`;
+  const allWrong = `Bearer ${"!".repeat(TOKEN.length)}`;
+  for (let i = 0; i < 3; i++) median(auth, allWrong, 2_000); // warm up
+  const a = median(auth, nearlyRight, 20_000);
+  const b = median(auth, allWrong, 20_000);
+  const right = median(auth, `Bearer ${TOKEN}`, 20_000);
+  // The presented token is hashed, then compared whole: no early exit a timing could show.
+  const spread = Math.max(a, b, right) / Math.min(a, b, right);
+  assert.ok(spread < 1.5, `medians ${a} / ${b} / ${right} ns`);
+});
