@@ -210,6 +210,44 @@ export function reasoningOf(m: Json): string {
   return "";
 }
 
+/** Throws the ApiProblem a request translator refuses with, naming the field (its codec answers it 400). */
+export function refuseRequest(message: string, param?: string, apiCode?: string): never {
+  throw new ApiProblem(message, {
+    ...(param !== undefined ? { param } : {}),
+    ...(apiCode !== undefined ? { apiCode } : {}),
+  });
+}
+
+/** What a streamed canonical chunk holds for choice 0 (the only one the Messages and Responses APIs have). */
+export interface ChunkPart {
+  /** The chunk's usage (the last chunk of a stream with include_usage), when it has one. */
+  usage: unknown;
+  /** Choice 0, or null for a chunk without it (the usage chunk). */
+  choice: Json | null;
+  reasoning: string;
+  content: string;
+  toolPieces: unknown[];
+  /** The choice's finish reason came in this chunk. */
+  finishes: boolean;
+}
+
+export function chunkPart(chunk: Json): ChunkPart {
+  const usage = chunk.usage === null ? undefined : chunk.usage;
+  const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+  const choice = choices.find((c) => isObject(c) && (c.index ?? 0) === 0);
+  if (!isObject(choice))
+    return { usage, choice: null, reasoning: "", content: "", toolPieces: [], finishes: false };
+  const delta = isObject(choice.delta) ? choice.delta : {};
+  return {
+    usage,
+    choice,
+    reasoning: reasoningOf(delta),
+    content: typeof delta.content === "string" ? delta.content : "",
+    toolPieces: Array.isArray(delta.tool_calls) ? delta.tool_calls : [],
+    finishes: choice.finish_reason !== null && choice.finish_reason !== undefined,
+  };
+}
+
 /** Token counts of a canonical answer's `usage` (what the engine reported). */
 export interface UsageCounts {
   prompt: number;

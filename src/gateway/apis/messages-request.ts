@@ -7,17 +7,15 @@
  * ApiProblem naming the field, answered 400 in Anthropic's error shape.
  */
 import {
-  ApiProblem,
   copyEngineExtras,
   hostedToolLabel,
   isObject,
+  refuseRequest,
   type Json,
   type RequestContext,
 } from "./api.ts";
 
-const fail = (message: string, param?: string): never => {
-  throw new ApiProblem(message, param === undefined ? {} : { param });
-};
+const fail = refuseRequest;
 
 /** Anthropic's `effort` (Claude Code's output_config.effort) as the chat routes' `reasoning_effort`. */
 const EFFORT: Record<string, string> = { low: "low", medium: "medium", high: "high", max: "high" };

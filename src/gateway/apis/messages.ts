@@ -17,10 +17,10 @@ import type { GatewayErrorCode } from "../http.ts";
 import {
   ApiProblem,
   canonicalChoice,
+  chunkPart,
   isObject,
   namedEvent,
   parseArguments,
-  reasoningOf,
   usageCounts,
   type AgentApi,
   type ApiCall,
@@ -191,20 +191,14 @@ class MessagesStream implements ApiStream {
   chunk(chunk: Json): StreamText {
     const out: string[] = [];
     this.start(out);
-    if (chunk.usage !== undefined && chunk.usage !== null) this.usage = chunk.usage;
-    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
-    const choice = choices.find((c) => isObject(c) && (c.index ?? 0) === 0);
-    if (!isObject(choice)) return { text: out.join(""), finishes: false };
-    const delta = isObject(choice.delta) ? choice.delta : {};
-    const reasoning = reasoningOf(delta);
-    if (reasoning !== "")
-      this.delta(out, { kind: "thinking" }, { type: "thinking_delta", thinking: reasoning });
-    if (typeof delta.content === "string" && delta.content !== "")
-      this.delta(out, { kind: "text" }, { type: "text_delta", text: delta.content });
-    if (Array.isArray(delta.tool_calls)) for (const piece of delta.tool_calls) this.toolPiece(out, piece);
-    const finishes = choice.finish_reason !== null && choice.finish_reason !== undefined;
-    if (finishes) this.close(out);
-    return { text: out.join(""), finishes };
+    const part = chunkPart(chunk);
+    if (part.usage !== undefined) this.usage = part.usage;
+    if (part.reasoning !== "")
+      this.delta(out, { kind: "thinking" }, { type: "thinking_delta", thinking: part.reasoning });
+    if (part.content !== "") this.delta(out, { kind: "text" }, { type: "text_delta", text: part.content });
+    for (const piece of part.toolPieces) this.toolPiece(out, piece);
+    if (part.finishes) this.close(out);
+    return { text: out.join(""), finishes: part.finishes };
   }
 
   private start(out: string[]): void {

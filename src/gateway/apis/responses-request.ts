@@ -10,18 +10,16 @@
  * refused with a clear 400, or dropped with `hosted_tools: drop`.
  */
 import {
-  ApiProblem,
   copyEngineExtras,
   hostedToolLabel,
   isObject,
+  refuseRequest,
   type Json,
   type RequestContext,
 } from "./api.ts";
 import type { ResponseStore } from "./response-store.ts";
 
-const fail = (message: string, param: string, apiCode?: string): never => {
-  throw new ApiProblem(message, apiCode === undefined ? { param } : { param, apiCode });
-};
+const fail = refuseRequest;
 
 /** How the answer's tool calls map back to the agent's tools. */
 export interface ToolNames {

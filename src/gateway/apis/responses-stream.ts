@@ -9,7 +9,7 @@ import {
   isObject,
   namedEvent,
   parseArguments,
-  reasoningOf,
+  chunkPart,
   type ApiStream,
   type CallOutcome,
   type Json,
@@ -70,21 +70,17 @@ export class ResponsesStream implements ApiStream {
   chunk(chunk: Json): StreamText {
     const out: string[] = [];
     this.start(out);
-    if (chunk.usage !== undefined && chunk.usage !== null) this.usage = chunk.usage;
-    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
-    const choice = choices.find((c) => isObject(c) && (c.index ?? 0) === 0);
-    if (!isObject(choice)) return { text: out.join(""), finishes: false };
-    const delta = isObject(choice.delta) ? choice.delta : {};
-    const reasoning = reasoningOf(delta);
-    if (reasoning !== "") this.textDelta(out, "reasoning", reasoning, []);
-    if (typeof delta.content === "string" && delta.content !== "") {
-      const logprobs = this.call.translated.logprobs ? textLogprobs(choice.logprobs) : [];
-      this.textDelta(out, "message", delta.content, logprobs);
+    const part = chunkPart(chunk);
+    if (part.usage !== undefined) this.usage = part.usage;
+    if (part.reasoning !== "") this.textDelta(out, "reasoning", part.reasoning, []);
+    if (part.content !== "") {
+      const logprobs = this.call.translated.logprobs ? textLogprobs(part.choice?.logprobs) : [];
+      this.textDelta(out, "message", part.content, logprobs);
     }
-    if (Array.isArray(delta.tool_calls)) for (const piece of delta.tool_calls) this.toolPiece(out, piece);
-    const finishes = choice.finish_reason !== null && choice.finish_reason !== undefined;
-    if (finishes) this.close(out, messageStatus(responseStatus(String(choice.finish_reason)).status));
-    return { text: out.join(""), finishes };
+    for (const piece of part.toolPieces) this.toolPiece(out, piece);
+    if (part.finishes)
+      this.close(out, messageStatus(responseStatus(String(part.choice!.finish_reason)).status));
+    return { text: out.join(""), finishes: part.finishes };
   }
 
   private start(out: string[]): void {
