@@ -56,7 +56,8 @@ const api = spec.api ?? "chat";
 /** The first chunk with content, per API (not the role chunk or message_start every server sends first). */
 const FIRST_CONTENT = {
   chat: /"content":\s?"[^"]/,
-  messages: /"text_delta","text":"[^"]/,
+  // Either key order, with or without spaces (LiteLLM writes them with spaces, trajflow without).
+  messages: /"type":\s?"text_delta",\s?"text":\s?"[^"]|"text":\s?"[^"][^}]*"type":\s?"text_delta"/,
   responses: /"response\.output_text\.delta"[^\n]*"delta":"[^"]/,
 }[api];
 

@@ -511,6 +511,65 @@ describe("gateway: names, side calls and hostile bodies", () => {
     }
   });
 
+  it("says a prompt past the engine's context in the words each harness acts on", async () => {
+    const full = await startInstantEngine({
+      fail: {
+        trigger: "too long",
+        status: 400,
+        body: {
+          object: "error",
+          message:
+            "This model's maximum context length is 32768 tokens. However, you requested 40000 tokens.",
+          type: "BadRequestError",
+          code: 400,
+        },
+      },
+    });
+    const { gw, logDir, base } = await gateway(full);
+    try {
+      const m = await post(`${base}/sessions/o1/v1/messages`, {
+        model: "m",
+        max_tokens: 8,
+        messages: [{ role: "user", content: "too long" }],
+      });
+      assert.equal(m.status, 400);
+      assert.equal(m.body.error.type, "invalid_request_error");
+      assert.match(
+        m.body.error.message,
+        /^prompt is too long: This model's maximum context length is 32768 tokens/,
+      );
+      const r = await post(`${base}/sessions/o2/v1/responses`, { model: "m", input: "too long" });
+      assert.equal(r.status, 400);
+      assert.equal(r.body.error.code, "context_length_exceeded");
+      assert.deepEqual(logEvents(logDir), []);
+    } finally {
+      await gw.close();
+      await full.close();
+    }
+  });
+
+  it("refuses a model name past 256 characters, in each API's shape", async () => {
+    const { gw, base } = await gateway(engine);
+    try {
+      const name = "m".repeat(257);
+      const m = await post(`${base}/sessions/n1/v1/messages`, {
+        model: name,
+        max_tokens: 8,
+        messages: [{ role: "user", content: "x" }],
+      });
+      assert.deepEqual([m.status, m.body.error.type], [400, "invalid_request_error"]);
+      const r = await post(`${base}/sessions/n2/v1/responses`, { model: name, input: "x" });
+      assert.deepEqual([r.status, r.body.error.param], [400, "model"]);
+      const c = await post(`${base}/sessions/n3/v1/chat/completions`, {
+        model: name,
+        messages: [{ role: "user", content: "x" }],
+      });
+      assert.equal(c.status, 400);
+    } finally {
+      await gw.close();
+    }
+  });
+
   it("drops hosted tools when told to, and counts them", async () => {
     const { gw, base } = await gateway(engine, { hosted_tools: "drop" });
     try {

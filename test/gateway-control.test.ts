@@ -174,6 +174,11 @@ it("with a control listener, the agents' listener has no control routes; the con
     }
     assert.equal((await chat(`${base}/sessions/c1/v1/chat/completions`)).status, 200);
     assert.equal((await chat(`${controlBase}/sessions/c1/v1/chat/completions`)).status, 404);
+    // A session the trainer starts on the control listener gets the agents' base URL, not the control one.
+    const started = await call(controlBase, CONTROL[0]!, { authorization: `Bearer ${TOKEN}` });
+    const { base_url: baseUrl } = (await started.json()) as { base_url: string };
+    assert.equal(new URL(baseUrl).port, new URL(base).port);
+    assert.equal((await chat(`${baseUrl}/chat/completions`)).status, 200);
     const reward = await call(controlBase, ["POST", "/sessions/c1/reward", { value: 1 }], {
       authorization: `Bearer ${TOKEN}`,
     });

@@ -259,14 +259,31 @@ function passRefusal(
   s.failedCalls++;
   ctx.metrics.inc("gateway_calls", "upstream_error");
   if (!api.passesEngineErrors) {
-    const message = `the inference server refused the call (${refused.status}): ${engineMessage(refused.body)}`;
-    return sendError(res, refused.status, "upstream_failed", message);
+    const said = engineMessage(refused.body);
+    // A prompt past the engine's context: in the words the harnesses act on (Claude Code compacts on
+    // "prompt is too long"; Responses clients read context_length_exceeded).
+    if (refused.status === 400 && contextOverflow(refused.body, said))
+      return sendError(res, 400, "context_length_exceeded", `prompt is too long: ${said}`);
+    return sendError(
+      res,
+      refused.status,
+      "upstream_failed",
+      `the inference server refused the call (${refused.status}): ${said}`,
+    );
   }
   res.writeHead(refused.status, {
     "content-type": refused.contentType,
     "content-length": String(refused.body.length),
   });
   res.end(refused.body);
+}
+
+/**
+ * Whether an engine's 400 says the prompt is longer than its context: llama.cpp's `exceed_context_size_error`,
+ * vLLM's "maximum context length is", SGLang's "longer than the model's context length".
+ */
+function contextOverflow(body: Buffer, message: string): boolean {
+  return body.includes("exceed_context_size_error") || /context (length|size|window)/i.test(message);
 }
 
 /** The message of an engine's error body (vLLM's `message`, llama.cpp's and SGLang's `error.message`). */
@@ -385,8 +402,9 @@ async function pumpStream(
     const out = relayEvent(reader, stream, raw, data);
     if (out === null) return;
     if (out.done) finished = true;
-    if (out.text === "") return;
+    // Set before anything is skipped: a finishing chunk that writes nothing still starts the hold.
     if (out.finishes) holding = true;
+    if (out.text === "") return;
     if (holding || atEnd) held.push(out.text);
     else res.write(out.text);
   };

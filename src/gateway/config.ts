@@ -208,6 +208,7 @@ export function apiSettings(config: GatewayConfig): ApiSettings {
       let to = cache.get(agentModel);
       if (to === undefined) {
         to = rules.find((r) => r.match.test(agentModel))?.to ?? config.model ?? agentModel;
+        // Bounded: the codecs refuse names past 256 characters, and the cache holds 1,024 of them.
         if (cache.size < 1024) cache.set(agentModel, to);
       }
       return to;

@@ -31,6 +31,8 @@ export interface ControlParts {
   ): void;
   /** Sets the policy version the gateway stamps on calls. */
   setVersion(version: number): void;
+  /** The host:port agents reach, for a session's base URL, from the Host the trainer used. */
+  agentsHost(host: string | undefined): string;
 }
 
 export class ControlRoutes {
@@ -79,7 +81,7 @@ export class ControlRoutes {
       );
     }
     this.parts.metrics.inc("gateway_lifecycle", "start");
-    const host = req.headers.host ?? "127.0.0.1";
+    const host = this.parts.agentsHost(req.headers.host);
     sendJson(res, 201, {
       session_id: s.id,
       uid: s.uid,

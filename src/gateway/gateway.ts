@@ -95,6 +95,13 @@ export async function startGateway(
       },
       "The gateway serves agents at http://<address>/sessions/{id}/v1.",
     );
+    if (controlToken === undefined && controlAddress !== undefined && !loopback(controlAddress))
+      logger.warn(
+        { control: controlAddress },
+        "The control listener listens beyond loopback without a control token: whoever reaches it can post " +
+          "rewards, end sessions and set the policy version. Set $TRAJFLOW_CONTROL_TOKEN, or keep it off the " +
+          "agents' network (docs/gateway.md#security).",
+      );
     if (controlToken === undefined && controlAddress === undefined && !loopback(address))
       logger.warn(
         { address },

@@ -37,6 +37,7 @@ export type GatewayErrorCode =
   | "upstream_failed"
   | "not_recorded"
   | "call_aborted"
+  | "context_length_exceeded"
   | "control_token_required"
   | "control_token_wrong"
   | "not_found";

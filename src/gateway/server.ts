@@ -118,6 +118,7 @@ export class GatewayServer {
       logger: this.logger,
       refuse: (res, status, code, message) => this.refuse(res, status, code, message),
       setVersion: (v) => (this.weightVersion = v),
+      agentsHost: (host) => this.agentsHost(host),
     });
     this.apiSettings = apiSettings(parts.config);
     this.trained = trainRule(parts.config);
@@ -152,13 +153,26 @@ export class GatewayServer {
    * the bound address.
    */
   async listen(address: string): Promise<string> {
-    this.server = createServer(
-      (req, res) => void this.handle(req, res, this.controlServer === null ? "both" : "agents"),
-    );
+    // Decided once: closing the control listener must never open the control routes to agents.
+    const mode: Listener = this.controlServer === null ? "both" : "agents";
+    this.server = createServer((req, res) => void this.handle(req, res, mode));
     this.server.keepAliveTimeout = 65_000;
     const bound = await bind(this.server, address);
     this.ready = true;
     return bound;
+  }
+
+  /**
+   * The host:port agents reach, from the Host a trainer used: the same, or with a control listener (which
+   * has no model routes) the same host at the agents' port.
+   */
+  private agentsHost(host: string | undefined): string {
+    const given = host ?? "127.0.0.1";
+    if (this.controlServer === null || this.server === null) return given;
+    const port = (this.server.address() as AddressInfo).port;
+    const at = given.lastIndexOf(":");
+    const name = at > given.lastIndexOf("]") ? given.slice(0, at) : given;
+    return `${name}:${port}`;
   }
 
   /** Listens on `host:port` for the control routes alone; the agents' listener then has none of them. */
@@ -343,14 +357,15 @@ export class GatewayServer {
     pathId: string | null,
   ): Promise<void> {
     const anthropic = req.headers["anthropic-version"] !== undefined;
-    if (method === "GET" && path === "/models") return this.routes.models(res, anthropic);
+    if (method === "GET" && path === "/models")
+      return this.bounded(res, () => this.routes.models(res, anthropic));
     const model = /^\/models\/([^/]+)$/.exec(path);
     if (method === "GET" && model !== null)
       return this.routes.model(res, decodeURIComponent(model[1]!), anthropic);
     if (method === "POST" && path === "/messages/count_tokens") {
       useErrorShape(res, messagesApi.errorBody);
       const body = await this.jsonBody(req, res);
-      if (body !== null) await this.routes.countTokens(res, body);
+      if (body !== null) await this.bounded(res, () => this.routes.countTokens(res, body));
       return;
     }
     const stored = /^\/responses\/([^/]+)$/.exec(path);
@@ -361,6 +376,27 @@ export class GatewayServer {
     }
     if (anthropic) useErrorShape(res, messagesApi.errorBody);
     sendError(res, 404, "not_found", `no route ${method} /v1${path}`);
+  }
+
+  /**
+   * A call upstream beside a model call (a model list, a token count: each can reach the engine), under the
+   * same bounds: refused while stopping or past max_in_flight, counted in flight until done.
+   */
+  private async bounded(res: ServerResponse, work: () => Promise<void>): Promise<void> {
+    if (this.stopping) return this.refuse(res, 503, "output_unavailable", "the gateway is stopping");
+    if (this.inFlight >= this.config.max_in_flight)
+      return this.refuse(
+        res,
+        429,
+        "too_many_calls",
+        `${this.inFlight} calls are in flight (max_in_flight); retry shortly`,
+      );
+    this.inFlight++;
+    try {
+      await work();
+    } finally {
+      this.inFlight--;
+    }
   }
 
   private refuse(

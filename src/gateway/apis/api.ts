@@ -210,6 +210,16 @@ export function reasoningOf(m: Json): string {
   return "";
 }
 
+/** The longest model name an agent may send (a longer one is refused: names are kept in a cache). */
+export const MAX_MODEL_NAME = 256;
+
+/** The problem with an agent's model name, or null (absent is fine for Chat; each codec says if it needs one). */
+export function modelNameProblem(model: unknown): string | null {
+  if (model === undefined) return null;
+  if (typeof model !== "string" || model === "") return "model: a model name is required";
+  return model.length > MAX_MODEL_NAME ? `model: at most ${MAX_MODEL_NAME} characters` : null;
+}
+
 /** Throws the ApiProblem a request translator refuses with, naming the field (its codec answers it 400). */
 export function refuseRequest(message: string, param?: string, apiCode?: string): never {
   throw new ApiProblem(message, {

@@ -10,6 +10,7 @@ import { openAiErrorShape, sseData, type GatewayErrorCode } from "../http.ts";
 import {
   ApiProblem,
   isObject,
+  modelNameProblem,
   type AgentApi,
   type ApiCall,
   type ApiName,
@@ -24,6 +25,8 @@ import {
 export const openAiErrorBody = openAiErrorShape;
 
 function chatProblem(body: Json): string | null {
+  const model = modelNameProblem(body.model);
+  if (model !== null) return model;
   if (!Array.isArray(body.messages) || body.messages.length === 0)
     return "messages must be a non-empty array";
   for (const [i, m] of body.messages.entries())
@@ -33,6 +36,8 @@ function chatProblem(body: Json): string | null {
 }
 
 function completionProblem(body: Json): string | null {
+  const model = modelNameProblem(body.model);
+  if (model !== null) return model;
   const p = body.prompt;
   if (typeof p === "string") return null;
   if (Array.isArray(p) && p.length > 0 && p.every((t) => Number.isInteger(t) && (t as number) >= 0))

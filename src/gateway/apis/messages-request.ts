@@ -10,6 +10,7 @@ import {
   copyEngineExtras,
   hostedToolLabel,
   isObject,
+  modelNameProblem,
   refuseRequest,
   type Json,
   type RequestContext,
@@ -26,7 +27,8 @@ const EFFORT: Record<string, string> = { low: "low", medium: "medium", high: "hi
  * translate faithfully.
  */
 export function messagesToChat(body: Json, ctx: RequestContext, forCount = false): Json {
-  if (typeof body.model !== "string" || body.model === "") fail("model: a model name is required", "model");
+  const modelProblem = modelNameProblem(body.model ?? "");
+  if (modelProblem !== null) fail(modelProblem, "model");
   const model = body.model as string;
   if (!forCount && !(Number.isInteger(body.max_tokens) && (body.max_tokens as number) >= 1))
     fail("max_tokens: an integer of at least 1 is required", "max_tokens");

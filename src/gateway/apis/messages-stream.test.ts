@@ -13,12 +13,13 @@ import { ApiProblem, type ApiCall, type CallOutcome, type Json, type RequestCont
 import { messagesApi } from "./messages.ts";
 import { wholeAsChunks } from "./whole-as-chunks.ts";
 
-function call(ctx: RequestContext = context()): ApiCall {
+function call(ctx: RequestContext = context(), extra: Json = {}): ApiCall {
   const body = {
     model: "claude-sonnet-4-5",
     max_tokens: 256,
     stream: true,
     messages: [{ role: "user", content: "ls" }],
+    ...extra,
   };
   const c = messagesApi.request(body, ctx);
   if (c instanceof ApiProblem) assert.fail(c.message);
@@ -132,12 +133,14 @@ function assemble(evs: Json[]): Json {
   return msg;
 }
 
-it("sends Anthropic's event sequence for thinking, text and a tool call", () => {
+it("sends Anthropic's event sequence for thinking, text and a tool call, the call held and whole", () => {
   const stream = call().streamer("c7");
   const parts = CHUNKS.map((c) => stream.chunk(c));
+  // From the tool call's first piece on, everything is held until the call is recorded: an agent acts on a
+  // tool_use as soon as its block closes.
   assert.deepEqual(
     parts.map((p) => p.finishes),
-    [false, false, false, false, false, false, false, false, true, false],
+    [false, false, false, false, false, true, true, true, true, true],
   );
   const end = stream.end(outcome("tool_calls"), true);
   assert.deepEqual(events(parts.map((p) => p.text).join("") + end), [
@@ -152,13 +155,18 @@ it("sends Anthropic's event sequence for thinking, text and a tool call", () => 
     delta(1, { type: "text_delta", text: " are." }),
     stop(1),
     start(2, { type: "tool_use", id: "chatcmpl-tool-5b1", name: "ls", input: {} }),
-    delta(2, { type: "input_json_delta", partial_json: '{"path": ' }),
-    delta(2, { type: "input_json_delta", partial_json: '"."}' }),
+    delta(2, { type: "input_json_delta", partial_json: '{"path":"."}' }),
     stop(2),
     { type: "message_delta", delta: { stop_reason: "tool_use", stop_sequence: null }, usage: CACHED },
     { type: "message_stop" },
   ]);
-  assert.deepEqual(events(parts[8]!.text), [stop(2)]);
+  // The text block closes when the call begins; the call is written whole when it closes.
+  assert.deepEqual(events(parts[5]!.text), [stop(1)]);
+  assert.equal(parts[6]!.text + parts[7]!.text, "");
+  assert.deepEqual(
+    events(parts[8]!.text).map((e) => e.type),
+    ["content_block_start", "content_block_delta", "content_block_stop"],
+  );
   assert.equal(parts[9]!.text, "");
 });
 
@@ -201,13 +209,15 @@ it("assembles to the whole answer for the same content", () => {
   assert.deepEqual(assemble(events(replayed)), expected);
 });
 
-it("gives a stop sequence and max_tokens in message_delta", () => {
+it("gives a stop sequence the agent asked for and max_tokens in message_delta", () => {
   for (const [finish, extra, want] of [
     ["stop", { stopSequence: "</done>" }, { stop_reason: "stop_sequence", stop_sequence: "</done>" }],
+    // A stop string of the engine's own (a chat template's end token) is not the agent's stop sequence.
+    ["stop", { stopSequence: "<|eom_id|>" }, { stop_reason: "end_turn", stop_sequence: null }],
     ["length", {}, { stop_reason: "max_tokens", stop_sequence: null }],
     ["stop", {}, { stop_reason: "end_turn", stop_sequence: null }],
   ] as const) {
-    const stream = call().streamer("c7");
+    const stream = call(context(), { stop_sequences: ["</done>"] }).streamer("c7");
     const text =
       stream.chunk(chunk({ content: "ok" }, finish)).text + stream.end(outcome(finish, extra), true);
     assert.deepEqual(events(text).slice(-2), [
@@ -217,7 +227,7 @@ it("gives a stop sequence and max_tokens in message_delta", () => {
   }
 });
 
-it("counts a malformed tool call and gives end_turn when it was the only one", () => {
+it("gives a malformed tool call as text, as a whole answer does, counted, and end_turn when it was the only one", () => {
   const ctx = context();
   const stream = call(ctx).streamer("c7");
   const text =
@@ -226,8 +236,8 @@ it("counts a malformed tool call and gives end_turn when it was the only one", (
     stream.end(outcome("tool_calls"), true);
   assert.deepEqual(events(text), [
     MESSAGE_START,
-    start(0, { type: "tool_use", id: "call_1", name: "ls", input: {} }),
-    delta(0, { type: "input_json_delta", partial_json: '{"pa' }),
+    start(0, { type: "text", text: "" }),
+    delta(0, { type: "text_delta", text: '{"pa' }),
     stop(0),
     {
       type: "message_delta",
@@ -271,7 +281,7 @@ it("ends an empty stream with message_start, message_delta and message_stop", ()
   ]);
 });
 
-it("ends an aborted call with an error event, and a broken stream with nothing", () => {
+it("ends an aborted call, and a stream that broke before its end, with an error event", () => {
   const stream = call().streamer("c7");
   const first = stream.chunk(chunk({ content: "Half" })).text;
   assert.deepEqual(events(first + stream.end(outcome("abort"), true)), [
@@ -288,9 +298,13 @@ it("ends an aborted call with an error event, and a broken stream with nothing",
       },
     },
   ]);
+  // The engine's stream ended without its end: never a finished turn (the call is recorded as an abort).
   const broken = call().streamer("c7");
   broken.chunk(chunk({ content: "Half" }));
-  assert.equal(broken.end(outcome("abort"), false), "");
+  assert.deepEqual(
+    events(broken.end(outcome("abort"), false)).map((e) => [e.type, (e.error as Json).type]),
+    [["error", "overloaded_error"]],
+  );
 });
 
 it("writes errors as error events and drops what is not JSON", () => {

@@ -18,9 +18,14 @@ function context(): RequestContext {
   };
 }
 
-function call(ctx = context()): ApiCall {
+function call(ctx = context(), extra: Json = {}): ApiCall {
   const c = messagesApi.request(
-    { model: "claude-sonnet-4-5", max_tokens: 256, messages: [{ role: "user", content: "List the files." }] },
+    {
+      model: "claude-sonnet-4-5",
+      max_tokens: 256,
+      messages: [{ role: "user", content: "List the files." }],
+      ...extra,
+    },
     ctx,
   );
   if (c instanceof ApiProblem) assert.fail(c.message);
@@ -143,14 +148,18 @@ it("counts from the outcome when the engine gave no usage", () => {
   );
 });
 
-it("names the stop sequence the engine matched", () => {
-  const c = call();
+it("names the stop sequence the engine matched when the agent asked for it, never the engine's own", () => {
+  const c = call(context(), { stop_sequences: ["</done>"] });
   const cap = capture("stop", { stopSequence: "</done>" });
   assert.deepEqual(
     c.answer(canonical({ content: "All done" }, "stop"), outcome(cap)).body,
     message([{ type: "text", text: "All done" }], "stop_sequence", CACHED_USAGE, "</done>"),
   );
   assert.equal(c.stopReason(cap), "stop_sequence");
+  // llama.cpp adds its chat template's stop strings and reports the one that matched.
+  const own = capture("stop", { stopSequence: "<|eom_id|>" });
+  assert.equal(c.stopReason(own), "end_turn");
+  assert.equal(call().stopReason(cap), "end_turn");
 });
 
 it("maps length to max_tokens and content_filter to refusal", () => {

@@ -111,11 +111,20 @@ class MessagesCall implements ApiCall {
   }
   readonly ctx: RequestContext;
 
+  /** The stop strings the agent asked for (the engine may stop on its template's own, never reported). */
+  private readonly stops: readonly string[];
+
   constructor(body: Json, chat: Json, ctx: RequestContext) {
     this.body = chat;
+    this.stops = Array.isArray(body.stop_sequences) ? (body.stop_sequences as string[]) : [];
     this.stream = body.stream === true;
     this.agentModel = body.model as string;
     this.ctx = ctx;
+  }
+
+  /** The stop string that ended the output, if it is one the agent asked for. */
+  asked(stopSequence: string | undefined): string | undefined {
+    return stopSequence !== undefined && this.stops.includes(stopSequence) ? stopSequence : undefined;
   }
 
   stopReason(capture: Capture): string {
@@ -123,13 +132,14 @@ class MessagesCall implements ApiCall {
       const fn = isObject(t) && isObject(t.function) ? t.function : {};
       return typeof fn.arguments === "string" && parseArguments(fn.arguments) !== null;
     }).length;
-    return messagesStopReason(capture.finishReason, toolUses, capture.stopSequence) ?? "error";
+    return messagesStopReason(capture.finishReason, toolUses, this.asked(capture.stopSequence)) ?? "error";
   }
 
   answer(canonical: Json, outcome: CallOutcome): { status: number; body: Json } {
     const capture = outcome.captures[0]!;
     const choice = canonicalChoice(canonical);
-    const stop = messagesStopReason(capture.finishReason, 0, capture.stopSequence);
+    const stopSequence = this.asked(capture.stopSequence);
+    const stop = messagesStopReason(capture.finishReason, 0, stopSequence);
     if (stop === null) return { status: 503, body: anthropicErrorBody(503, "call_aborted", ABORTED) };
     const content: Json[] = [];
     if (choice.reasoning !== "")
@@ -150,7 +160,7 @@ class MessagesCall implements ApiCall {
       toolUses++;
       content.push({ type: "tool_use", id: call.id, name: call.name, input });
     }
-    const stopReason = messagesStopReason(capture.finishReason, toolUses, capture.stopSequence)!;
+    const stopReason = messagesStopReason(capture.finishReason, toolUses, stopSequence)!;
     return {
       status: 200,
       body: {
@@ -160,7 +170,7 @@ class MessagesCall implements ApiCall {
         model: this.agentModel,
         content,
         stop_reason: stopReason,
-        stop_sequence: stopReason === "stop_sequence" ? (capture.stopSequence ?? null) : null,
+        stop_sequence: stopReason === "stop_sequence" ? (stopSequence ?? null) : null,
         usage: usageOf(canonical.usage, outcome),
       },
     };
@@ -171,17 +181,27 @@ class MessagesCall implements ApiCall {
   }
 }
 
-type Block = { kind: "thinking" | "text" } | { kind: "tool"; toolIndex: number; args: string };
+type Block = { kind: "thinking" | "text" | "tool" };
 
 /** Chat chunks → Anthropic's events, one content block open at a time. */
+/**
+ * Chat chunks → Anthropic's events, one content block open at a time. Thinking and text stream as they
+ * come. A tool call is an action the agent may take as soon as its block closes, so from its first piece on
+ * everything is held until the call is recorded (`finishes`), and the call is sent whole when it closes:
+ * a tool_use block with its input, or, if its arguments are not a JSON object (cut off), a text block, as
+ * a whole answer gives it.
+ */
 class MessagesStream implements ApiStream {
   private readonly call: MessagesCall;
   private readonly callId: string;
   private started = false;
   private index = -1;
   private open: Block | null = null;
+  /** The tool call being gathered (sent when it closes). */
+  private tool: { toolIndex: number; id: string; name: string; args: string } | null = null;
   private usage: unknown;
   private toolUses = 0;
+  private acting = false;
 
   constructor(call: MessagesCall, callId: string) {
     this.call = call;
@@ -198,7 +218,7 @@ class MessagesStream implements ApiStream {
     if (part.content !== "") this.delta(out, { kind: "text" }, { type: "text_delta", text: part.content });
     for (const piece of part.toolPieces) this.toolPiece(out, piece);
     if (part.finishes) this.close(out);
-    return { text: out.join(""), finishes: part.finishes };
+    return { text: out.join(""), finishes: part.finishes || this.acting };
   }
 
   private start(out: string[]): void {
@@ -225,17 +245,11 @@ class MessagesStream implements ApiStream {
   private delta(out: string[], block: Block, delta: Json): void {
     if (this.open?.kind !== block.kind) {
       this.close(out);
-      this.begin(
-        out,
-        block,
+      const start =
         block.kind === "text"
           ? { type: "text", text: "" }
-          : {
-              type: "thinking",
-              thinking: "",
-              signature: "",
-            },
-      );
+          : { type: "thinking", thinking: "", signature: "" };
+      this.begin(out, block, start);
     }
     out.push(namedEvent("content_block_delta", { type: "content_block_delta", index: this.index, delta }));
   }
@@ -244,24 +258,13 @@ class MessagesStream implements ApiStream {
     if (!isObject(piece)) return;
     const toolIndex = typeof piece.index === "number" ? piece.index : 0;
     const fn = isObject(piece.function) ? piece.function : {};
-    const open = this.open;
-    if (open?.kind !== "tool" || open.toolIndex !== toolIndex) {
+    if (this.tool === null || this.tool.toolIndex !== toolIndex) {
       this.close(out);
+      this.acting = true;
       const id = typeof piece.id === "string" && piece.id !== "" ? piece.id : `call_${toolIndex}`;
-      const name = typeof fn.name === "string" ? fn.name : "";
-      this.begin(out, { kind: "tool", toolIndex, args: "" }, { type: "tool_use", id, name, input: {} });
+      this.tool = { toolIndex, id, name: typeof fn.name === "string" ? fn.name : "", args: "" };
     }
-    const args = fn.arguments;
-    if (typeof args === "string" && args !== "") {
-      (this.open as { args: string }).args += args;
-      out.push(
-        namedEvent("content_block_delta", {
-          type: "content_block_delta",
-          index: this.index,
-          delta: { type: "input_json_delta", partial_json: args },
-        }),
-      );
-    }
+    if (typeof fn.arguments === "string") this.tool.args += fn.arguments;
   }
 
   private begin(out: string[], block: Block, contentBlock: Json): void {
@@ -277,6 +280,30 @@ class MessagesStream implements ApiStream {
   }
 
   private close(out: string[]): void {
+    this.closeBlock(out);
+    const tool = this.tool;
+    if (tool === null) return;
+    this.tool = null;
+    const input = parseArguments(tool.args);
+    if (input === null) {
+      this.call.ctx.metrics.inc("gateway_malformed_tool_calls", "messages");
+      this.delta(out, { kind: "text" }, { type: "text_delta", text: tool.args });
+      this.closeBlock(out);
+      return;
+    }
+    this.toolUses++;
+    this.begin(out, { kind: "tool" }, { type: "tool_use", id: tool.id, name: tool.name, input: {} });
+    out.push(
+      namedEvent("content_block_delta", {
+        type: "content_block_delta",
+        index: this.index,
+        delta: { type: "input_json_delta", partial_json: JSON.stringify(input) },
+      }),
+    );
+    this.closeBlock(out);
+  }
+
+  private closeBlock(out: string[]): void {
     const open = this.open;
     if (open === null) return;
     if (open.kind === "thinking")
@@ -287,11 +314,6 @@ class MessagesStream implements ApiStream {
           delta: { type: "signature_delta", signature: signature(this.callId) },
         }),
       );
-    if (open.kind === "tool") {
-      if (parseArguments(open.args) === null)
-        this.call.ctx.metrics.inc("gateway_malformed_tool_calls", "messages");
-      else this.toolUses++;
-    }
     out.push(namedEvent("content_block_stop", { type: "content_block_stop", index: this.index }));
     this.open = null;
   }
@@ -301,17 +323,19 @@ class MessagesStream implements ApiStream {
   }
 
   end(outcome: CallOutcome, finished: boolean): string {
-    if (!finished) return "";
+    // The engine's stream ended without its end: the call is recorded as an abort, never a finished turn.
+    if (!finished) return this.error("call_aborted", ABORTED);
     const out: string[] = [];
     this.start(out);
     this.close(out);
     const capture = outcome.captures[0]!;
-    const stop = messagesStopReason(capture.finishReason, this.toolUses, capture.stopSequence);
+    const stopSequence = this.call.asked(capture.stopSequence);
+    const stop = messagesStopReason(capture.finishReason, this.toolUses, stopSequence);
     if (stop === null) return out.join("") + this.error("call_aborted", ABORTED);
     out.push(
       namedEvent("message_delta", {
         type: "message_delta",
-        delta: { stop_reason: stop, stop_sequence: stop === "stop_sequence" ? capture.stopSequence : null },
+        delta: { stop_reason: stop, stop_sequence: stop === "stop_sequence" ? stopSequence : null },
         usage: usageOf(this.usage, outcome),
       }),
       namedEvent("message_stop", { type: "message_stop" }),

@@ -13,6 +13,7 @@ import {
   copyEngineExtras,
   hostedToolLabel,
   isObject,
+  modelNameProblem,
   refuseRequest,
   type Json,
   type RequestContext,
@@ -51,7 +52,8 @@ export function responsesToChat(
   ctx: RequestContext,
   store: ResponseStore | null,
 ): TranslatedResponses {
-  if (typeof body.model !== "string" || body.model === "") fail("model: a model name is required", "model");
+  const modelProblem = modelNameProblem(body.model ?? "");
+  if (modelProblem !== null) fail(modelProblem, "model");
   for (const k of ["background", "conversation", "prompt"] as const)
     if (body[k] !== undefined && body[k] !== null && body[k] !== false)
       fail(`${k} is not supported by this gateway (it serves calls as they come, from its own sessions)`, k);
@@ -177,7 +179,7 @@ function inputMessages(input: unknown, known: Set<string>): Json[] {
       const a = openAssistant();
       const call = toolCallOf(item, at);
       known.add(call.id as string);
-      a.tool_calls = [...((a.tool_calls as Json[] | undefined) ?? []), call];
+      ((a.tool_calls as Json[] | undefined) ?? (a.tool_calls = [])).push(call);
     } else if (type === "function_call_output" || type === "custom_tool_call_output") {
       flush();
       out.push(toolOutput(item, at, known));

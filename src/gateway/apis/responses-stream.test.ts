@@ -149,11 +149,13 @@ function run(
 beforeEach(() => mock.timers.enable({ apis: ["Date"], now: 1_700_000_000_000 }));
 afterEach(() => mock.timers.reset());
 
-it("sends the Responses event sequence for reasoning, text and a function call", () => {
+it("sends the Responses event sequence for reasoning, text and a function call, the call held and whole", () => {
   const { parts, all } = run(call(), CHUNKS, outcome("tool_calls"));
+  // From the call's first piece on, everything is held until the call is recorded: Codex runs a function
+  // call as soon as its item is done.
   assert.deepEqual(
     parts.map((p) => p.finishes),
-    [false, false, false, false, false, false, false, false, true, false],
+    [false, false, false, false, false, true, true, true, true, true],
   );
   const rs = at(0, "rs_c7");
   const msg = at(1, "msg_c7");
@@ -187,8 +189,7 @@ it("sends the Responses event sequence for reasoning, text and a function call",
     { type: "response.content_part.done", ...msg, content_index: 0, part: part("Here they are.") },
     { type: "response.output_item.done", output_index: 1, item: messageItem("Here they are.") },
     { type: "response.output_item.added", output_index: 2, item: shell("", "in_progress") },
-    { type: "response.function_call_arguments.delta", ...fc, delta: '{"cmd": ' },
-    { type: "response.function_call_arguments.delta", ...fc, delta: '["ls"]}' },
+    { type: "response.function_call_arguments.delta", ...fc, delta: '{"cmd": ["ls"]}' },
     { type: "response.function_call_arguments.done", ...fc, arguments: '{"cmd": ["ls"]}', name: "shell" },
     { type: "response.output_item.done", output_index: 2, item: shell('{"cmd": ["ls"]}', "completed") },
     { type: "response.completed" },
@@ -323,7 +324,7 @@ it("gives reasoning-only and empty answers an empty message, as the whole answer
   assert.deepEqual((empty.at(-1)!.response as Json).output, [messageItem("")]);
 });
 
-it("ends an aborted call with response.failed and stores nothing; a broken stream ends with nothing", () => {
+it("ends an aborted call with response.failed and stores nothing; a broken stream with an error event", () => {
   const ctx = context();
   const { all } = run(call(ctx), [chunk({ content: "Half" })], outcome("abort"));
   const failed = all.at(-1)!;
@@ -346,8 +347,11 @@ it("ends an aborted call with response.failed and stores nothing; a broken strea
   );
   assert.equal(ctx.session.responses?.size, 0);
   const broken = call().streamer("c7");
-  broken.chunk(chunk({ content: "Half" }));
-  assert.equal(broken.end(outcome("abort"), false), "");
+  const sent = events(broken.chunk(chunk({ content: "Half" })).text).length;
+  assert.deepEqual(
+    events(broken.end(outcome("abort"), false), sent).map((e) => [e.type, e.code]),
+    [["error", "call_aborted"]],
+  );
 });
 
 it("gives logprobs on text deltas when asked, and errors as numbered error events", () => {

@@ -17,6 +17,7 @@ import {
 } from "./api.ts";
 import { assistantTurn } from "./response-store.ts";
 import {
+  ABORTED_MESSAGE,
   responsesUsage,
   responseStatus,
   textLogprobs,
@@ -51,6 +52,10 @@ export class ResponsesStream implements ApiStream {
   private text = "";
   private reasoning = "";
   private readonly calls: Array<{ id: string; name: string; arguments: string }> = [];
+  /** The tool call being gathered: sent whole when it closes (an agent acts on an item as soon as it is done). */
+  private pending: OpenItem | null = null;
+  /** A tool call began: everything from then on is held until the call is recorded. */
+  private acting = false;
 
   constructor(call: ResponseBuilder, callId: string) {
     this.call = call;
@@ -80,7 +85,7 @@ export class ResponsesStream implements ApiStream {
     for (const piece of part.toolPieces) this.toolPiece(out, piece);
     if (part.finishes)
       this.close(out, messageStatus(responseStatus(String(part.choice!.finish_reason)).status));
-    return { text: out.join(""), finishes: part.finishes };
+    return { text: out.join(""), finishes: part.finishes || this.acting };
   }
 
   private start(out: string[]): void {
@@ -167,37 +172,63 @@ export class ResponsesStream implements ApiStream {
     if (!isObject(piece)) return;
     const toolIndex = typeof piece.index === "number" ? piece.index : 0;
     const fn = isObject(piece.function) ? piece.function : {};
-    if (this.open?.kind !== "tool" || this.open.toolIndex !== toolIndex) {
+    if (this.pending?.toolIndex !== toolIndex) {
       this.close(out);
+      this.acting = true;
       const name = typeof fn.name === "string" ? fn.name : "";
       // The item's own id, as toolCallItem gives it (ctc_ for a custom tool's call).
       const prefix = this.call.translated.tools.custom.has(name) ? "ctc" : "fc";
-      this.begin(out, {
+      this.pending = {
         kind: "tool",
+        index: -1,
         id: `${prefix}_${this.callId}_${toolIndex}`,
         text: "",
         logprobs: [],
         toolIndex,
         callId: typeof piece.id === "string" && piece.id !== "" ? piece.id : `call_${toolIndex}`,
         name,
-      });
+      };
     }
-    const item = this.open!;
-    if (typeof fn.arguments !== "string" || fn.arguments === "") return;
-    item.text += fn.arguments;
-    // A custom tool's text arrives inside a JSON object: it is given whole when the call is done.
-    if (this.call.translated.tools.custom.has(item.name!)) return;
-    out.push(
-      this.event("response.function_call_arguments.delta", {
-        item_id: item.id,
-        output_index: item.index,
-        delta: fn.arguments,
-      }),
-    );
+    if (typeof fn.arguments === "string") this.pending!.text += fn.arguments;
+  }
+
+  /**
+   * Sends the gathered tool call whole: its item, arguments and done events; or, when its arguments are
+   * not a JSON object (a call cut off), its text as a message, counted, as a whole answer gives it.
+   */
+  private flushTool(out: string[], status: "completed" | "incomplete"): void {
+    const tool = this.pending;
+    if (tool === null) return;
+    this.pending = null;
+    const custom = this.call.translated.tools.custom.has(tool.name!);
+    if (!custom && parseArguments(tool.text) === null) {
+      this.call.ctx.metrics.inc("gateway_malformed_tool_calls", "responses");
+      this.textDelta(out, "message", tool.text, []);
+      this.closeItem(out, status);
+      return;
+    }
+    // Added as the API adds an item (its arguments empty), then given whole.
+    const item = this.begin(out, { ...tool, text: "" });
+    item.text = tool.text;
+    if (!custom && item.text !== "")
+      out.push(
+        this.event("response.function_call_arguments.delta", {
+          item_id: item.id,
+          output_index: item.index,
+          delta: item.text,
+        }),
+      );
+    this.closeItem(out, status);
+  }
+
+  /** Closes the open item, then sends a gathered tool call. */
+  private close(out: string[], status: "completed" | "incomplete" = "completed"): void {
+    this.closeItem(out, status);
+    this.flushTool(out, status);
   }
 
   /** Closes the open item; a message closes with `status` (incomplete at the token limit). */
-  private close(out: string[], status: "completed" | "incomplete" = "completed"): void {
+  private closeItem(out: string[], status: "completed" | "incomplete" = "completed"): void {
     const item = this.open;
     if (item === null) return;
     this.open = null;
@@ -205,8 +236,6 @@ export class ResponsesStream implements ApiStream {
       const call = { id: item.callId!, name: item.name!, arguments: item.text };
       this.calls.push(call);
       const custom = this.call.translated.tools.custom.has(call.name);
-      if (!custom && parseArguments(call.arguments) === null)
-        this.call.ctx.metrics.inc("gateway_malformed_tool_calls", "responses");
       if (custom) {
         const done = this.item(item, "completed");
         out.push(
@@ -255,7 +284,8 @@ export class ResponsesStream implements ApiStream {
   }
 
   end(outcome: CallOutcome, finished: boolean): string {
-    if (!finished) return "";
+    // The engine's stream ended without its end: the call is recorded as an abort, never a completed one.
+    if (!finished) return this.error("call_aborted", ABORTED_MESSAGE);
     const out: string[] = [];
     this.start(out);
     const capture = outcome.captures[0]!;

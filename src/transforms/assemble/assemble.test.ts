@@ -306,6 +306,20 @@ describe("assemble: calls recorded with train: false", () => {
     ]);
   });
 
+  // Regression: a chain of untrained calls (a small-model sub-agent's tool loop) wrote a row that trained
+  // nothing: only the last call's end was suppressed, the earlier one stayed a leaf.
+  it("writes no row for a chain of untrained calls, one continuing another", () => {
+    const s = new SessionScript()
+      .call("u1", [7, 8], [20, 21], {}, { train: false })
+      .call("u2", [7, 8, 20, 21, 9], [22], {}, { train: false })
+      .call("c1", P, O1)
+      .end();
+    const { rows, metrics } = assemble(s.lines());
+    assert.equal(metrics.total("calls_untrained"), 2);
+    assert.equal(metrics.total("untrained_rows_skipped"), 1);
+    assert.deepEqual(rows.map(plain), [row({ prompt_ids: P, response_ids: O1, response_mask: [1, 1] })]);
+  });
+
   it("keeps a continued untrained turn as context (mask 0), flagged untrained_turn", () => {
     const s = new SessionScript()
       .call("c1", P, O1, {}, { train: false })

@@ -24,7 +24,8 @@ import { rowRouting, type RowRouting } from "./routing.ts";
 import type { TrieNode } from "./trie.ts";
 
 /**
- * Marks live nodes: a sampled node with no live child is a row's leaf (unless suppressed); a node with a
+ * Marks live nodes: a sampled node with no live child is a row's leaf (unless suppressed or its call
+ * demoted to context); a node with a
  * live child is live. A context-only tail produces no row (it holds nothing to train) unless a call with
  * an empty output ends there: that call is a turn (a `length` cut at the context limit, an `abort`), and
  * its prompt proves the tail was sent.
@@ -43,7 +44,8 @@ function markLive(root: TrieNode, suppressed: Set<TrieNode> | null): void {
     for (const child of node.children) if (child.live) liveChild = true;
     node.live =
       liveChild ||
-      (node.call !== null && suppressed?.has(node) !== true) ||
+      // A demoted call's tokens (train: false, realigned drift) are context: they end no row of their own.
+      (node.call !== null && !(node.call as CallState).demoted && suppressed?.has(node) !== true) ||
       (node.parent !== null && emptyTurnsAt(node) !== null);
   }
 }

@@ -400,22 +400,20 @@ export class SessionState {
     }
     this.dropRetryOrphans();
     this.suppressed = this.drift?.resolve(this.calls) ?? null;
-    this.suppressUntrained();
+    this.countUntrained();
   }
 
   /**
-   * A call recorded with train: false that nothing continued from ends a row that would train nothing of
-   * its own: that row is not written (counted as untrained_rows_skipped). One that was continued stays as
-   * context in the continuation's row (flag untrained_turn).
+   * Counts the calls recorded with train: false, and the rows they would have ended: a row that ends in one
+   * trains nothing of its own and is not written (rows.ts, markLive: a demoted call ends no row); one that
+   * was continued stays as context in the continuation's row (flag untrained_turn).
    */
-  private suppressUntrained(): void {
+  private countUntrained(): void {
     for (const call of this.calls.values()) {
       if (!call.flags.includes(RowFlags.UNTRAINED_TURN)) continue;
       this.ctx.metrics.inc("calls_untrained");
-      const end = call.end;
-      if (end === null || end.children.length > 0 || call.outStart === null) continue;
-      (this.suppressed ??= new Set()).add(end);
-      this.ctx.metrics.inc("untrained_rows_skipped");
+      if (call.end !== null && call.end.children.length === 0 && call.outStart !== null)
+        this.ctx.metrics.inc("untrained_rows_skipped");
     }
   }
 
