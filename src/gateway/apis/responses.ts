@@ -12,7 +12,7 @@
  * content_filter; an `abort` is a failed response (a whole one answers 503), never a completed one.
  * A response with `store` left true is kept in its session (response-store.ts).
  */
-import { createHmac, randomBytes } from "node:crypto";
+import { createHmac, createSecretKey, randomBytes } from "node:crypto";
 import type { Capture } from "../engines/engine.ts";
 import {
   ApiProblem,
@@ -67,10 +67,18 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
     this.store = request.store === false ? null : store;
   }
 
+  /** The response id of this call (made once: a stream writes it in several events). */
+  private id: { callId: string; id: string } | undefined;
+
+  private idOf(callId: string): string {
+    if (this.id?.callId !== callId) this.id = { callId, id: responseId(callId) };
+    return this.id.id;
+  }
+
   details(callId: string): Json {
     const r = this.request;
     return {
-      response_id: responseId(callId),
+      response_id: this.idOf(callId),
       model: this.agentModel,
       store: r.store !== false,
       instructions: typeof r.instructions === "string" && r.instructions !== "",
@@ -86,7 +94,7 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
   /** The Response object around `output` (status from the finish reason). */
   response(callId: string, status: string, output: Json[], extra: Json): Json {
     return {
-      id: responseId(callId),
+      id: this.idOf(callId),
       object: "response",
       created_at: Math.floor(Date.now() / 1000),
       status,
@@ -207,7 +215,7 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
 }
 
 /** The key response ids are signed with: new at each start (a restored response keeps its recorded id). */
-const ID_KEY = randomBytes(32);
+const ID_KEY = createSecretKey(randomBytes(32));
 
 /**
  * A response's id: the call's id and a tag only this gateway process can make, so an id cannot be guessed
