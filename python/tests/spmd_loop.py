@@ -1,13 +1,15 @@
 """One rank of an SPMD trainer loop (torchrun-style, gloo on CPU), for the multi-rank tests.
 
     python spmd_loop.py OUT CKPT_DIR RANK WORLD_SIZE INIT_FILE [--follow] [--idle S] [--batch-units N]
-        [--micro-tokens N] [--step S]
+        [--micro-tokens N] [--step S] [--pause-at N]
 
 Every step does what a data-parallel trainer does between reading and committing: a real all_reduce
 (of the step's token count, standing in for the gradients). The "model" is the list of row keys trained
 on, gathered to rank 0 and saved there with the reader's cursor in one checkpoint file after each step.
 Each rank logs every batch it receives (seq, keys, tokens, the all-reduced sum, the balance figures) to
-CKPT_DIR/rank-<world>-<rank>.log before training on it.
+CKPT_DIR/rank-<world>-<rank>.log before training on it. With --pause-at N, rank 0 stops after logging its
+N-th batch, before training on it, until it is killed: a test's kill then lands inside that step for sure,
+on a slow machine too (a step of --step seconds was sometimes over before the test's kill arrived).
 """
 import argparse
 import datetime
@@ -34,6 +36,7 @@ def main():
     ap.add_argument("--batch-units", type=int, default=8)
     ap.add_argument("--micro-tokens", type=int, default=None)
     ap.add_argument("--step", type=float, default=0.0)
+    ap.add_argument("--pause-at", type=int, default=0)
     args = ap.parse_args()
     # A rank that never reaches a collective fails the others after 30 s instead of hanging the test.
     dist.init_process_group(
@@ -54,6 +57,7 @@ def main():
     with open(os.path.join(args.ckpt, f"ready-{args.world}-{args.rank}"), "w"):
         pass
     log = open(os.path.join(args.ckpt, f"rank-{args.world}-{args.rank}.log"), "a")
+    received = 0
     for batch in reader.batches(follow=args.follow, poll_interval=0.05, idle_timeout=args.idle):
         tokens = torch.tensor([batch.stats["tokens"]], dtype=torch.int64)
         dist.all_reduce(tokens)  # the gradient all-reduce: every rank must reach it at every step
@@ -66,6 +70,10 @@ def main():
             entry["micro"] = [m.column("key").to_pylist() for m in batch.micro_batches]
         log.write(json.dumps(entry) + "\n")
         log.flush()
+        received += 1
+        if args.rank == 0 and received == args.pause_at:
+            while True:  # killed here, inside the step: delivered, not committed
+                time.sleep(1)
         time.sleep(args.step)  # the forward and backward pass
         gathered = [None] * args.world
         dist.all_gather_object(gathered, batch.keys)

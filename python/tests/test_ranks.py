@@ -322,7 +322,10 @@ def test_four_ranks_follow_a_live_output_then_two_resume_after_all_are_killed(tm
     kill_at = rng.randrange(2, 6)
 
     # Killed while rank 0 trains on step kill_at (delivered, not yet committed): the restart gets it again.
-    four = start_ranks(out, ckpt, 4, "--follow", "--idle", "60", "--batch-units", "8", "--micro-tokens", "200", "--step", "0.3")
+    # Rank 0 stops inside step kill_at until killed: the kill lands there however slow the machine (a fixed
+    # step time was sometimes over before the kill arrived on a loaded CI host: "no kill landed inside a step").
+    four = start_ranks(out, ckpt, 4, "--follow", "--idle", "60", "--batch-units", "8", "--micro-tokens", "200",
+                       "--step", "0.3", "--pause-at", str(kill_at))
     stop = threading.Event()
 
     def publish():
