@@ -163,6 +163,11 @@ export const METRICS = {
     label: "tool",
     help: "Hosted tools (web search, code execution...) left out of a Messages or Responses call (hosted_tools: drop).",
   },
+  gateway_blocks_left_out: {
+    kind: "counter",
+    label: "type",
+    help: "Content blocks of a Messages call the engine cannot read and the gateway left out (redacted_thinking).",
+  },
   gateway_malformed_tool_calls: {
     kind: "counter",
     label: "api",

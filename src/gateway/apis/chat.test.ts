@@ -3,18 +3,12 @@
  * answers and chunks through, renaming the model where model_map mapped it, and writes OpenAI's errors.
  */
 import { strict as assert } from "node:assert";
+import { codecContext } from "../../../test/helpers/api-codecs.ts";
 import { it } from "node:test";
-import { Metrics } from "../../core/metrics.ts";
-import { ApiProblem, type ApiCall, type CallOutcome, type Json, type RequestContext } from "./api.ts";
+import { ApiProblem, type ApiCall, type CallOutcome, type Json } from "./api.ts";
 import { chatApi, completionsApi, finishesAChoice } from "./chat.ts";
 
-function context(upstream = (m: string) => m): RequestContext {
-  return {
-    session: { responses: null },
-    settings: { upstreamModel: upstream, hostedTools: "refuse", storedResponses: 16 },
-    metrics: new Metrics(),
-  };
-}
+const context = (upstreamModel = (m: string) => m) => codecContext({ upstreamModel });
 
 function call(body: Json, ctx = context()): ApiCall {
   const c = chatApi.request(body, ctx);

@@ -21,9 +21,6 @@ import {
   type StreamText,
 } from "./api.ts";
 
-/** OpenAI's error shape: `{"error": {"message", "type", "param", "code"}}`. */
-export const openAiErrorBody = openAiErrorShape;
-
 function chatProblem(body: Json): string | null {
   const model = modelNameProblem(body.model);
   if (model !== null) return model;
@@ -113,7 +110,7 @@ class OpenAiStream implements ApiStream {
   }
 
   error(code: GatewayErrorCode, message: string): string {
-    return sseData(JSON.stringify(openAiErrorBody(500, code, message)));
+    return sseData(JSON.stringify(openAiErrorShape(500, code, message)));
   }
 }
 
@@ -124,7 +121,7 @@ function openAiApi(name: ApiName, route: AgentRoute, problem: (body: Json) => st
       const p = problem(body);
       return p === null ? new OpenAiCall(name, route, body, ctx) : new ApiProblem(p);
     },
-    errorBody: openAiErrorBody,
+    errorBody: openAiErrorShape,
   };
 }
 

@@ -5,19 +5,14 @@
  * ToolChoice*Param, ThinkingConfigDisabledParam), as Claude Code sends them.
  */
 import { strict as assert } from "node:assert";
+import { codecContext } from "../../../test/helpers/api-codecs.ts";
 import { it } from "node:test";
-import { Metrics } from "../../core/metrics.ts";
-import { ApiProblem, type ApiCall, type Json, type RequestContext } from "./api.ts";
+import { ApiProblem, type ApiCall, type Json } from "./api.ts";
 import { messagesApi } from "./messages.ts";
 import { messagesToChat } from "./messages-request.ts";
 
-function context(hostedTools: "refuse" | "drop" = "refuse", upstream = (m: string) => m): RequestContext {
-  return {
-    session: { responses: null },
-    settings: { upstreamModel: upstream, hostedTools, storedResponses: 16 },
-    metrics: new Metrics(),
-  };
-}
+const context = (hostedTools: "refuse" | "drop" = "refuse", upstreamModel = (m: string) => m) =>
+  codecContext({ hostedTools, upstreamModel });
 
 function call(body: Json, ctx = context()): ApiCall {
   const c = messagesApi.request(body, ctx);
@@ -94,7 +89,9 @@ const CLAUDE_CODE: Json = {
 };
 
 it("translates a Claude Code turn into the canonical chat body", () => {
-  const c = call(CLAUDE_CODE);
+  const ctx = context();
+  const c = call(CLAUDE_CODE, ctx);
+  assert.deepEqual(ctx.metrics.byLabel("gateway_blocks_left_out"), [["redacted_thinking", 1]]);
   assert.deepEqual(c.body, {
     model: "claude-sonnet-4-5",
     logit_bias: { "42": 5 },

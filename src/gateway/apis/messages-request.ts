@@ -40,7 +40,8 @@ export function messagesToChat(body: Json, ctx: RequestContext, forCount = false
   const system = systemText(body.system);
   if (system !== null) messages.push({ role: "system", content: system });
   const toolUses = new Set<string>();
-  for (const [i, m] of (body.messages as unknown[]).entries()) translateMessage(m, i, toolUses, messages);
+  for (const [i, m] of (body.messages as unknown[]).entries())
+    translateMessage(m, i, toolUses, messages, ctx);
   chat.messages = messages;
   const tools = translateTools(body.tools, ctx);
   if (tools.length > 0) {
@@ -100,7 +101,13 @@ function textParts(blocks: unknown[], where: string): Json[] {
   });
 }
 
-function translateMessage(m: unknown, i: number, toolUses: Set<string>, out: Json[]): void {
+function translateMessage(
+  m: unknown,
+  i: number,
+  toolUses: Set<string>,
+  out: Json[],
+  ctx: RequestContext,
+): void {
   const at = `messages[${i}]`;
   if (!isObject(m)) return fail(`${at}: an object with role and content is expected`, "messages");
   const { role, content } = m;
@@ -111,7 +118,7 @@ function translateMessage(m: unknown, i: number, toolUses: Set<string>, out: Jso
     return;
   }
   if (!Array.isArray(content)) return fail(`${at}.content: a string or an array of blocks`, "messages");
-  if (role === "assistant") return void out.push(assistantMessage(content, at, toolUses));
+  if (role === "assistant") return void out.push(assistantMessage(content, at, toolUses, ctx));
   if (role === "system") {
     // A system turn mid-conversation (Claude Code's per-turn control): only its text; empty ones say nothing.
     const parts = textParts(content, `${at}.content`);
@@ -196,7 +203,7 @@ function toolMessage(b: Json, where: string, toolUses: Set<string>): Json {
 }
 
 /** An assistant turn: text joined, thinking as reasoning_content, tool_use blocks as tool_calls. */
-function assistantMessage(content: unknown[], at: string, toolUses: Set<string>): Json {
+function assistantMessage(content: unknown[], at: string, toolUses: Set<string>, ctx: RequestContext): Json {
   const text: string[] = [];
   const reasoning: string[] = [];
   const calls: Json[] = [];
@@ -205,8 +212,9 @@ function assistantMessage(content: unknown[], at: string, toolUses: Set<string>)
     if (!isObject(b)) return fail(`${where}: a content block is expected`, "messages");
     if (b.type === "text" && typeof b.text === "string") text.push(b.text);
     else if (b.type === "thinking" && typeof b.thinking === "string") reasoning.push(b.thinking);
-    // Anthropic's encrypted reasoning: nothing an open model could read; it is left out of the prompt.
-    else if (b.type === "redacted_thinking") continue;
+    // Anthropic's encrypted reasoning: nothing an open model could read; it is left out of the prompt
+    // (counted: what the agent sent and the engine did not see is never dropped silently).
+    else if (b.type === "redacted_thinking") ctx.metrics.inc("gateway_blocks_left_out", "redacted_thinking");
     else if (b.type === "tool_use") {
       if (typeof b.id !== "string" || typeof b.name !== "string" || !isObject(b.input))
         return fail(`${where}: a tool_use block has a string id and name and an object input`, "messages");

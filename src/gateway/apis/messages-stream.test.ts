@@ -7,10 +7,17 @@
  */
 import { strict as assert } from "node:assert";
 import { it } from "node:test";
-import { Metrics } from "../../core/metrics.ts";
-import type { Capture } from "../engines/engine.ts";
-import { ApiProblem, type ApiCall, type CallOutcome, type Json, type RequestContext } from "./api.ts";
+import { ApiProblem, type ApiCall, type Json, type RequestContext } from "./api.ts";
 import { messagesApi } from "./messages.ts";
+import {
+  CACHED_USAGE as USAGE,
+  chunk,
+  codecContext,
+  outcomeOf as outcome,
+  piece,
+  usageChunk,
+} from "../../../test/helpers/api-codecs.ts";
+
 import { wholeAsChunks } from "./whole-as-chunks.ts";
 
 function call(ctx: RequestContext = context(), extra: Json = {}): ApiCall {
@@ -26,19 +33,7 @@ function call(ctx: RequestContext = context(), extra: Json = {}): ApiCall {
   return c;
 }
 
-function context(): RequestContext {
-  return {
-    session: { responses: null },
-    settings: { upstreamModel: (m) => m, hostedTools: "refuse", storedResponses: 16 },
-    metrics: new Metrics(),
-  };
-}
-
-const outcome = (finishReason: string, extra: Partial<Capture> = {}): CallOutcome => ({
-  callIds: ["c7"],
-  captures: [{ choiceIndex: 0, outputIds: Int32Array.from([1, 2, 3, 4, 5]), finishReason, ...extra }],
-  promptLengths: [20],
-});
+const context = codecContext;
 
 /** Named SSE events (`event: X\ndata: {...}\n\n`) as their data, checking each name is its data's type. */
 function events(text: string): Json[] {
@@ -56,21 +51,6 @@ function events(text: string): Json[] {
     });
 }
 
-const base = { id: "chatcmpl-8f2", object: "chat.completion.chunk", created: 1700000000, model: "qwen3-8b" };
-const chunk = (delta: Json, finish: string | null = null): Json => ({
-  ...base,
-  choices: [
-    { index: 0, delta, logprobs: null, finish_reason: finish, ...(finish ? { stop_reason: null } : {}) },
-  ],
-});
-const piece = (p: Json) => chunk({ tool_calls: [p] });
-const USAGE = {
-  prompt_tokens: 20,
-  total_tokens: 25,
-  completion_tokens: 5,
-  prompt_tokens_details: { cached_tokens: 16 },
-};
-
 /** A vLLM stream: thinking, text, one tool call in three pieces, the finish, the usage. */
 const CHUNKS: Json[] = [
   chunk({ role: "assistant", content: "" }),
@@ -82,7 +62,7 @@ const CHUNKS: Json[] = [
   piece({ index: 0, function: { arguments: '{"path": ' } }),
   piece({ index: 0, function: { arguments: '"."}' } }),
   chunk({}, "tool_calls"),
-  { ...base, choices: [], usage: USAGE },
+  usageChunk(USAGE),
 ];
 
 const delta = (index: number, d: Json) => ({ type: "content_block_delta", index, delta: d });

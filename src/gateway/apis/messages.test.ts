@@ -4,19 +4,13 @@
  * reference documents (anthropic SDK types: Message, ContentBlock, StopReason, Usage), and the error shape.
  */
 import { strict as assert } from "node:assert";
+import { codecContext } from "../../../test/helpers/api-codecs.ts";
 import { it } from "node:test";
-import { Metrics } from "../../core/metrics.ts";
 import type { Capture } from "../engines/engine.ts";
-import { ApiProblem, type ApiCall, type CallOutcome, type Json, type RequestContext } from "./api.ts";
+import { ApiProblem, type ApiCall, type CallOutcome, type Json } from "./api.ts";
 import { anthropicErrorBody, messagesApi, messagesStopReason } from "./messages.ts";
 
-function context(): RequestContext {
-  return {
-    session: { responses: null },
-    settings: { upstreamModel: (m) => m, hostedTools: "refuse", storedResponses: 16 },
-    metrics: new Metrics(),
-  };
-}
+const context = codecContext;
 
 function call(ctx = context(), extra: Json = {}): ApiCall {
   const c = messagesApi.request(

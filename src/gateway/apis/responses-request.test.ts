@@ -5,18 +5,12 @@
  * FunctionCallOutput, CustomToolCallOutput, FunctionTool, CustomTool, NamespaceTool), as Codex sends them.
  */
 import { strict as assert } from "node:assert";
+import { codecContext } from "../../../test/helpers/api-codecs.ts";
 import { it } from "node:test";
-import { Metrics } from "../../core/metrics.ts";
-import { ApiProblem, type ApiCall, type Json, type RequestContext } from "./api.ts";
+import { ApiProblem, type ApiCall, type Json } from "./api.ts";
 import { responsesApi, responseId } from "./responses.ts";
 
-function context(hostedTools: "refuse" | "drop" = "refuse"): RequestContext {
-  return {
-    session: { responses: null },
-    settings: { upstreamModel: (m) => m, hostedTools, storedResponses: 16 },
-    metrics: new Metrics(),
-  };
-}
+const context = (hostedTools: "refuse" | "drop" = "refuse") => codecContext({ hostedTools });
 
 function call(body: Json, ctx = context()): ApiCall {
   const c = responsesApi.request(body, ctx);
@@ -357,4 +351,21 @@ it("refuses a tool_choice for a tool not offered and a bad max_output_tokens", (
     "max_output_tokens: an integer of at least 1 is expected",
     "max_output_tokens",
   );
+});
+
+// Regression: a reasoning item that no message or call followed was dropped from the prompt.
+it("keeps reasoning that nothing followed as the model's turn, before the next user message", () => {
+  const c = call({
+    model: "gpt-5-codex",
+    input: [
+      { role: "user", content: "Think." },
+      { type: "reasoning", id: "rs_1", summary: [], content: [{ type: "reasoning_text", text: "Hmm." }] },
+      { role: "user", content: "Go on." },
+    ],
+  });
+  assert.deepEqual(c.body.messages, [
+    { role: "user", content: "Think." },
+    { role: "assistant", content: "", reasoning_content: "Hmm." },
+    { role: "user", content: "Go on." },
+  ]);
 });

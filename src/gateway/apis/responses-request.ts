@@ -147,10 +147,6 @@ function inputMessages(input: unknown, known: Set<string>): Json[] {
   const out: Json[] = [];
   let assistant: Json | null = null;
   let reasoning = "";
-  const flush = () => {
-    if (assistant !== null) out.push(assistant);
-    assistant = null;
-  };
   const openAssistant = (): Json => {
     if (assistant === null) {
       assistant = { role: "assistant", content: null };
@@ -158,6 +154,12 @@ function inputMessages(input: unknown, known: Set<string>): Json[] {
       reasoning = "";
     }
     return assistant;
+  };
+  const flush = () => {
+    // Reasoning no message or call followed is still the model's turn: kept as one, never dropped.
+    if (assistant === null && reasoning !== "") openAssistant();
+    if (assistant !== null) out.push(assistant);
+    assistant = null;
   };
   for (const [i, item] of input.entries()) {
     const at = `input[${i}]`;
@@ -173,7 +175,7 @@ function inputMessages(input: unknown, known: Set<string>): Json[] {
       const a = openAssistant();
       a.content = a.content === null ? m.content : `${a.content as string}${m.content as string}`;
     } else if (type === "reasoning") {
-      flush();
+      if (assistant !== null) flush();
       reasoning += reasoningText(item);
     } else if (type === "function_call" || type === "custom_tool_call") {
       const a = openAssistant();

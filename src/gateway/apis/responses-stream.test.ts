@@ -8,19 +8,19 @@
  */
 import { strict as assert } from "node:assert";
 import { afterEach, beforeEach, it, mock } from "node:test";
-import { Metrics } from "../../core/metrics.ts";
-import type { Capture } from "../engines/engine.ts";
-import { ApiProblem, type ApiCall, type CallOutcome, type Json, type RequestContext } from "./api.ts";
+import { ApiProblem, type ApiCall, type CallOutcome, type Json } from "./api.ts";
 import { responsesApi, responseId } from "./responses.ts";
+import {
+  CACHED_USAGE as USAGE,
+  chunk,
+  codecContext,
+  outcomeOf as outcome,
+  piece,
+  usageChunk,
+} from "../../../test/helpers/api-codecs.ts";
 import { wholeAsChunks } from "./whole-as-chunks.ts";
 
-function context(): RequestContext {
-  return {
-    session: { responses: null },
-    settings: { upstreamModel: (m) => m, hostedTools: "refuse", storedResponses: 16 },
-    metrics: new Metrics(),
-  };
-}
+const context = codecContext;
 
 const TOOLS = [
   { type: "function", name: "shell", parameters: { type: "object", properties: {} } },
@@ -33,12 +33,6 @@ function call(ctx = context(), extra: Json = {}): ApiCall {
   if (c instanceof ApiProblem) assert.fail(c.message);
   return c;
 }
-
-const outcome = (finishReason: string, extra: Partial<Capture> = {}): CallOutcome => ({
-  callIds: ["c7"],
-  captures: [{ choiceIndex: 0, outputIds: Int32Array.from([1, 2, 3, 4, 5]), finishReason, ...extra }],
-  promptLengths: [20],
-});
 
 /** Named SSE events as their data; each name is its data's type, sequence numbers count up from `from`. */
 function events(text: string, from = 0): Json[] {
@@ -60,19 +54,6 @@ function events(text: string, from = 0): Json[] {
   return out;
 }
 
-const base = { id: "chatcmpl-8f2", object: "chat.completion.chunk", created: 1700000000, model: "qwen3-8b" };
-const chunk = (delta: Json, finish: string | null = null, logprobs: Json | null = null): Json => ({
-  ...base,
-  choices: [{ index: 0, delta, logprobs, finish_reason: finish }],
-});
-const piece = (p: Json) => chunk({ tool_calls: [p] });
-const USAGE = {
-  prompt_tokens: 20,
-  total_tokens: 25,
-  completion_tokens: 5,
-  prompt_tokens_details: { cached_tokens: 16 },
-};
-
 const CHUNKS: Json[] = [
   chunk({ role: "assistant", content: "" }),
   chunk({ reasoning_content: "The user " }),
@@ -83,12 +64,14 @@ const CHUNKS: Json[] = [
   piece({ index: 0, function: { arguments: '{"cmd": ' } }),
   piece({ index: 0, function: { arguments: '["ls"]}' } }),
   chunk({}, "tool_calls"),
-  { ...base, choices: [], usage: USAGE },
+  usageChunk(USAGE),
 ];
 
 const WHOLE: Json = {
-  ...base,
+  id: "chatcmpl-8f2",
   object: "chat.completion",
+  created: 1700000000,
+  model: "qwen3-8b",
   choices: [
     {
       index: 0,
@@ -266,7 +249,7 @@ it("gives a custom tool's input whole, under the item's own id", () => {
 
 it("ends incomplete at the token limit, as the whole answer does", () => {
   const c = call(context(), { max_output_tokens: 2 });
-  const chunks = [chunk({ content: "Part" }), chunk({}, "length"), { ...base, choices: [], usage: USAGE }];
+  const chunks = [chunk({ content: "Part" }), chunk({}, "length"), usageChunk(USAGE)];
   const { all } = run(c, chunks, outcome("length"));
   const whole = {
     ...WHOLE,

@@ -5,20 +5,14 @@
  * ResponseFunctionToolCall, ResponseCustomToolCall, ResponseUsage), stored for previous_response_id.
  */
 import { strict as assert } from "node:assert";
+import { codecContext } from "../../../test/helpers/api-codecs.ts";
 import { afterEach, beforeEach, it, mock } from "node:test";
-import { Metrics } from "../../core/metrics.ts";
 import type { Capture } from "../engines/engine.ts";
 import { ApiProblem, type ApiCall, type CallOutcome, type Json, type RequestContext } from "./api.ts";
 import { ResponseStore } from "./response-store.ts";
 import { responsesApi, responseId } from "./responses.ts";
 
-function context(): RequestContext {
-  return {
-    session: { responses: null },
-    settings: { upstreamModel: (m) => m, hostedTools: "refuse", storedResponses: 16 },
-    metrics: new Metrics(),
-  };
-}
+const context = codecContext;
 
 const TOOLS = [
   { type: "function", name: "shell", parameters: { type: "object", properties: {} }, strict: false },

@@ -26,7 +26,7 @@ import {
   type Json,
   type RequestContext,
 } from "./api.ts";
-import { openAiErrorBody } from "./chat.ts";
+import { openAiErrorShape } from "../http.ts";
 import { ResponseStore, assistantTurn } from "./response-store.ts";
 import { responsesToChat, type TranslatedResponses } from "./responses-request.ts";
 import {
@@ -167,7 +167,7 @@ export class ResponsesCall implements ApiCall, ResponseBuilder {
     const callId = outcome.callIds[0]!;
     const capture = outcome.captures[0]!;
     if (capture.finishReason === "abort")
-      return { status: 503, body: openAiErrorBody(503, "call_aborted", ABORTED_MESSAGE) };
+      return { status: 503, body: openAiErrorShape(503, "call_aborted", ABORTED_MESSAGE) };
     const choice = canonicalChoice(canonical);
     const { status } = responseStatus(capture.finishReason);
     const output: Json[] = [];
@@ -244,5 +244,5 @@ export const responsesApi: AgentApi = {
       throw err;
     }
   },
-  errorBody: openAiErrorBody,
+  errorBody: openAiErrorShape,
 };
