@@ -171,12 +171,27 @@ export const METRICS = {
   gateway_malformed_tool_calls: {
     kind: "counter",
     label: "api",
-    help: "Tool calls whose arguments were not a JSON object (a truncated call): given to the agent as text, by API.",
+    help: "Tool calls whose arguments were not a JSON object (a truncated call): given to the agent as text, by API (tokens: parsed from the output in prompt mode tokens).",
   },
   gateway_control_refused: {
     kind: "counter",
     label: "route",
     help: "Control routes refused for want of the control token (401) or with another credential (403), by route.",
+  },
+  gateway_prompt_modes: {
+    kind: "counter",
+    label: "mode",
+    help: "Prompt mode tokens: calls by how their prompt was made (continued, rendered, engine).",
+  },
+  gateway_prompt_renders: {
+    kind: "counter",
+    label: "reason",
+    help: "Prompt mode tokens: calls rendered whole, by why (first_call, no_branch: the history was edited or compacted, answer_last, template_marker).",
+  },
+  gateway_chat_route_calls: {
+    kind: "counter",
+    label: "reason",
+    help: "Prompt mode tokens: calls sent to the engine's chat route because they need it (response_format, logprobs, tool_choice).",
   },
   gateway_untrained_calls: {
     kind: "counter",

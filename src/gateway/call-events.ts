@@ -9,7 +9,8 @@
 import type { SamplingSettings } from "../schemas/events.ts";
 import { encodeRoutedExperts } from "../schemas/routed-experts.ts";
 import { packLogprobs, packTokenIds } from "../schemas/tokens.ts";
-import type { Capture } from "./engines/engine.ts";
+import { withAnswer } from "./continuation/history.ts";
+import type { Capture, ContinuationRecord } from "./engines/engine.ts";
 import type { EventRecord } from "./outputs/output.ts";
 import type { GatewaySession } from "./sessions.ts";
 
@@ -34,6 +35,8 @@ export interface RecordedCall {
   dispatchVersion?: number;
   /** The policy version when its answer came back (the engine's own, where it reports one). */
   completionVersion?: number;
+  /** Prompt mode tokens: how the prompt was made, and the conversation's digest (continuation/plan.ts). */
+  continuation?: ContinuationRecord;
   /** When the call was sent upstream and when it came back (ms since the epoch). */
   sentAt: number;
   doneAt: number;
@@ -88,6 +91,10 @@ export function callEvents(s: GatewaySession, call: RecordedCall): CallEvents {
           parent_call_id: parent.callId,
           prompt_delta_ids: packTokenIds(call.prompt.subarray(parent.tokens.length)),
         };
+  const k = call.continuation;
+  // A continued call's messages in the delta form too: only those after the parent branch's (whose tools
+  // they share), so a long session's requests stay small.
+  const offset = k?.parent !== undefined && k.parent === parent?.callId ? k.messagesOffset : undefined;
   records.push(
     record(s, {
       ...base(s, "request", call.sentAt),
@@ -96,8 +103,13 @@ export function callEvents(s: GatewaySession, call: RecordedCall): CallEvents {
       ...(call.api !== undefined ? { api: call.api } : {}),
       ...(call.apiDetails !== undefined ? { api_details: call.apiDetails } : {}),
       ...(call.train === false ? { train: false } : {}),
-      ...(call.messages !== undefined ? { messages: call.messages } : {}),
-      ...(call.tools !== undefined ? { tools: call.tools } : {}),
+      ...(k !== undefined ? { prompt_mode: k.form } : {}),
+      ...(call.messages !== undefined
+        ? offset !== undefined
+          ? { messages: call.messages.slice(offset), messages_offset: offset }
+          : { messages: call.messages }
+        : {}),
+      ...(call.tools !== undefined && offset === undefined ? { tools: call.tools } : {}),
       ...(call.choiceIndex !== undefined ? { choice_index: call.choiceIndex } : {}),
       ...(call.dispatchVersion !== undefined ? { weight_version: call.dispatchVersion } : {}),
       ...(call.sampling !== undefined ? { sampling: call.sampling } : {}),
@@ -119,6 +131,7 @@ export function callEvents(s: GatewaySession, call: RecordedCall): CallEvents {
       ...logprobs,
       finish_reason: c.finishReason,
       ...(call.stopReason !== undefined ? { stop_reason: call.stopReason } : {}),
+      ...(c.malformedToolCalls !== undefined ? { malformed_tool_calls: c.malformedToolCalls } : {}),
       ...(version !== undefined ? { weight_version: version } : {}),
       ...(c.outputVersions !== undefined ? { output_versions: packTokenIds(c.outputVersions) } : {}),
       ...(c.routedExperts !== undefined ? { routed_experts: encodeRoutedExperts(c.routedExperts) } : {}),
@@ -126,7 +139,15 @@ export function callEvents(s: GatewaySession, call: RecordedCall): CallEvents {
       ...(c.toolCalls !== undefined && c.toolCalls.length > 0 ? { tool_calls: c.toolCalls } : {}),
     }),
   );
-  s.addTip(call.callId, call.prompt, c.outputIds, parent?.callId ?? null);
+  const history =
+    k === undefined
+      ? undefined
+      : {
+          digest: withAnswer(k.promptDigest, c.text, c.toolCalls),
+          count: k.messageCount + 1,
+          promptDigest: k.promptDigest,
+        };
+  s.addTip(call.callId, call.prompt, c.outputIds, parent?.callId ?? null, history);
   s.calls++;
   s.sampledTokens += c.outputIds.length;
   return {

@@ -14,8 +14,10 @@ import type { ApiCall, ApiStream, CallOutcome } from "./apis/api.ts";
 import { wholeAsChunks } from "./apis/whole-as-chunks.ts";
 import { callEvents, samplingOf, type RecordedCall } from "./call-events.ts";
 import type { Capture, EngineAdapter, PreparedCall, UpstreamJson } from "./engines/engine.ts";
+import { contextOverflow, engineMessage } from "./engine-errors.ts";
 import { sendError, sendJson, SseSplitter } from "./http.ts";
 import type { Recorder } from "./recorder.ts";
+import type { TokenPrompts } from "./continuation/token-adapter.ts";
 import type { GatewaySession } from "./sessions.ts";
 import { ConnectFailed, readAll, UpstreamRefused, type Upstream, type UpstreamPool } from "./upstreams.ts";
 
@@ -31,6 +33,8 @@ export interface CallContext {
   version(): number | undefined;
   /** A fresh call id, unique across the gateway's restarts. */
   nextCallId(): string;
+  /** Prompt mode tokens: the adapter a session's calls go through (continuation/token-adapter.ts). */
+  tokenPrompts?: TokenPrompts;
 }
 
 const ADDED_BUCKETS = [0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
@@ -43,13 +47,14 @@ export interface CallOptions {
 
 /** Forwards one agent call of session `s`, translated by its API's codec into `api.body`. */
 export async function forwardCall(
-  ctx: CallContext,
+  gateway: CallContext,
   s: GatewaySession,
   api: ApiCall,
   res: ServerResponse,
   options: CallOptions,
 ): Promise<void> {
   const body = api.body;
+  const ctx = gateway.tokenPrompts ? { ...gateway, adapter: gateway.tokenPrompts.adapterFor(s) } : gateway;
   const began = performance.now();
   const controller = new AbortController();
   const deadline = AbortSignal.timeout(ctx.upstreamTimeoutMs);
@@ -278,28 +283,6 @@ function passRefusal(
   res.end(refused.body);
 }
 
-/**
- * Whether an engine's 400 says the prompt is longer than its context: llama.cpp's `exceed_context_size_error`,
- * vLLM's "maximum context length is", SGLang's "longer than the model's context length".
- */
-function contextOverflow(body: Buffer, message: string): boolean {
-  return body.includes("exceed_context_size_error") || /context (length|size|window)/i.test(message);
-}
-
-/** The message of an engine's error body (vLLM's `message`, llama.cpp's and SGLang's `error.message`). */
-function engineMessage(body: Buffer): string {
-  const text = body.toString("utf8");
-  try {
-    const v = JSON.parse(text) as { message?: unknown; error?: { message?: unknown } | string };
-    if (typeof v.error === "object" && typeof v.error?.message === "string") return v.error.message;
-    if (typeof v.error === "string") return v.error;
-    if (typeof v.message === "string") return v.message;
-  } catch {
-    // not JSON: the text as it is
-  }
-  return text.slice(0, 2000);
-}
-
 interface Timing {
   began: number;
   sendStart: number;
@@ -465,6 +448,7 @@ async function record(x: Exchange, captures: Capture[]): Promise<CallOutcome | n
       doneAt,
       ...(stopReason !== undefined ? { stopReason } : {}),
       ...(completionVersion !== undefined ? { completionVersion } : {}),
+      ...(prepared.continuation !== undefined ? { continuation: prepared.continuation } : {}),
     });
   }
   if (calls.length === 0) return null;

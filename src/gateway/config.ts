@@ -8,6 +8,7 @@ import { ENGINE_NAMES } from "./engines/engine.ts";
 import { ENGINE_OPTIONS } from "./engines/index.ts";
 import type { ApiSettings } from "./apis/api.ts";
 import { tokenProblems } from "./control-auth.ts";
+import { REASONING_PARSERS, TOOL_PARSERS } from "./parsers/parser.ts";
 
 const upstreamUrl = z
   .string()
@@ -182,6 +183,25 @@ export const gatewayConfigSchema = z.strictObject({
       "host:port of a listener for the control routes alone: the agents' listener then answers 404 on them, " +
         "so the network the agents see has no control routes at all.",
     ),
+  prompt_mode: z
+    .enum(["engine", "tokens"])
+    .default("engine")
+    .describe(
+      "engine: each call's messages go to the engine's chat route, which renders and tokenizes the whole " +
+        "history again. tokens: a call that extends a branch of its session is sent as ids, the branch's " +
+        "sampled tokens plus only the new messages rendered (docs/gateway.md#prompt-modes); needs tool_parser.",
+    ),
+  tool_parser: z
+    .enum(TOOL_PARSERS)
+    .optional()
+    .describe(
+      "Prompt mode tokens: the model family's tool-call format the output is parsed in (vLLM's names): " +
+        "hermes (Hermes, Qwen2.5, Qwen3), qwen3_coder, llama3_json, mistral, openai (gpt-oss harmony), none.",
+    ),
+  reasoning_parser: z
+    .enum(REASONING_PARSERS)
+    .default("none")
+    .describe("Prompt mode tokens: think reads <think>...</think> reasoning (Qwen3, DeepSeek-R1); none."),
   stored_responses: z
     .int()
     .nonnegative()
@@ -192,6 +212,9 @@ export const gatewayConfigSchema = z.strictObject({
         "which repeats the request's tools: memory grows with this times the sessions held.",
     ),
 });
+
+/** Engines whose adapters render prompts through the engine's own routes (engines/engine.ts PromptRenderer). */
+const TOKEN_PROMPT_ENGINES: readonly string[] = ["llamacpp", "vllm"];
 
 /** A name pattern with `*` (any characters) as a regular expression matching whole names. */
 export function namePattern(pattern: string): RegExp {
@@ -249,6 +272,20 @@ export const checkedGatewayConfigSchema = gatewayConfigSchema.superRefine((c, ct
       message: "the control listener needs an address of its own",
       path: ["control_listen"],
     });
+  if (c.prompt_mode === "tokens") {
+    if (c.tool_parser === undefined)
+      ctx.addIssue({
+        code: "custom",
+        message: `prompt_mode tokens reads tool calls from the sampled text: set tool_parser to the model family's format (${TOOL_PARSERS.join(", ")})`,
+        path: ["tool_parser"],
+      });
+    if (!TOKEN_PROMPT_ENGINES.includes(c.engine))
+      ctx.addIssue({
+        code: "custom",
+        message: `prompt_mode tokens needs the engine's template routes, which ${c.engine}'s adapter does not have yet: use ${TOKEN_PROMPT_ENGINES.join(" or ")}, or prompt_mode engine`,
+        path: ["prompt_mode"],
+      });
+  }
   const checked = ENGINE_OPTIONS[c.engine].safeParse(c.engine_options);
   if (checked.success) return;
   for (const issue of checked.error.issues) {

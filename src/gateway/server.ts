@@ -28,6 +28,7 @@ import type { EngineAdapter } from "./engines/engine.ts";
 import { sendError, sendJson, useErrorShape } from "./http.ts";
 import { ModelRoutes } from "./model-routes.ts";
 import type { EventOutput } from "./outputs/output.ts";
+import { tokenPrompts } from "./continuation/token-adapter.ts";
 import { Recorder } from "./recorder.ts";
 import { SessionTable } from "./sessions.ts";
 import { findSession } from "./session-finder.ts";
@@ -107,6 +108,9 @@ export class GatewayServer {
       upstreamTimeoutMs: parts.config.upstream_timeout_ms,
       version: () => this.weightVersion,
       nextCallId: () => `${this.boot}-${++this.callCounter}`,
+      ...(parts.config.prompt_mode === "tokens"
+        ? { tokenPrompts: tokenPrompts(parts.config, this.adapter, this.metrics, this.logger) }
+        : {}),
     };
     this.auth = new ControlAuth(parts.controlToken);
     this.control = new ControlRoutes({

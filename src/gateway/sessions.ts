@@ -14,7 +14,22 @@ import { ResponseStore, restoredResponse } from "./apis/response-store.ts";
 
 export interface Tip {
   callId: string;
+  /** The call's prompt ++ output. */
   tokens: Int32Array;
+  /** The prompt's length within `tokens`. */
+  promptLength: number;
+  /** Prompt mode tokens: the conversation this tip ends (continuation/history.ts). */
+  history?: TipHistory;
+}
+
+/** A tip's conversation, as digests (continuation/history.ts): what a later call's messages are matched to. */
+export interface TipHistory {
+  /** The digest of the call's messages (and tools) plus the answer it was given. */
+  digest: string;
+  /** How many messages that is (the call's messages, and its answer). */
+  count: number;
+  /** The digest of the call's messages alone: a call with the same messages is the same prompt again. */
+  promptDigest: string;
 }
 
 export type SessionState = "open" | "ended";
@@ -91,7 +106,13 @@ export class GatewaySession {
   }
 
   /** Records a call's prompt ++ output as a tip, replacing the tip it extended. */
-  addTip(callId: string, prompt: Int32Array, output: Int32Array, parent: string | null): void {
+  addTip(
+    callId: string,
+    prompt: Int32Array,
+    output: Int32Array,
+    parent: string | null,
+    history?: TipHistory,
+  ): void {
     const tokens = new Int32Array(prompt.length + output.length);
     tokens.set(prompt, 0);
     tokens.set(output, prompt.length);
@@ -99,8 +120,18 @@ export class GatewaySession {
       const at = this.tips.findIndex((t) => t.callId === parent);
       if (at >= 0) this.tips.splice(at, 1);
     }
-    this.tips.push({ callId, tokens });
+    this.tips.push({
+      callId,
+      tokens,
+      promptLength: prompt.length,
+      ...(history !== undefined ? { history } : {}),
+    });
     if (this.tips.length > this.maxTips) this.tips.shift();
+  }
+
+  /** The remembered tips (newest last), for matching a call's messages (continuation/plan.ts). */
+  branches(): readonly Tip[] {
+    return this.tips;
   }
 
   /** Forgets every tip (the size bound): the next call goes in the full prompt form. */
@@ -111,6 +142,11 @@ export class GatewaySession {
   /** The tokens of a remembered tip. */
   tipOf(callId: string): Int32Array | undefined {
     return this.tips.find((t) => t.callId === callId)?.tokens;
+  }
+
+  /** A remembered tip. */
+  tip(callId: string): Tip | undefined {
+    return this.tips.find((t) => t.callId === callId);
   }
 
   tipCallIds(): string[] {

@@ -186,6 +186,20 @@ export const requestEvent = z.object({
       "false: recorded but never trained (a side call such as a title or a quota probe): its sampled tokens " +
         "are context wherever they appear, and a row that would train nothing else is not written",
     ),
+  prompt_mode: z
+    .enum(["continued", "rendered", "engine"])
+    .optional()
+    .describe(
+      "how the gateway made the prompt in prompt mode tokens: continued (the parent branch's sampled tokens " +
+        "plus the new messages rendered as a continuation), rendered (the whole conversation rendered by the " +
+        "engine's template), engine (sent to the engine's chat route); absent: the engine's chat route",
+    ),
+  messages_offset: int32Count()
+    .optional()
+    .describe(
+      "with parent_call_id: `messages` are the conversation's messages from this index on; the earlier ones " +
+        "(and the tools) are the parent call's, followed by its answer",
+    ),
   weight_version: int32Count().optional().describe("the policy version that will sample"),
   sampling: samplingSettings.optional(),
   prompt_routed_experts: routedExperts(
@@ -206,6 +220,12 @@ export const responseEvent = z.object({
     .describe(
       "the stop reason the agent was given in its API's terms (Messages: end_turn, tool_use, max_tokens...; " +
         "Responses: completed, max_output_tokens...), beside the raw finish_reason",
+    ),
+  malformed_tool_calls: int32Count()
+    .optional()
+    .describe(
+      "prompt mode tokens: tool-call blocks in the output that could not be parsed; their text was given to " +
+        "the agent as content",
     ),
   weight_version: int32Count().optional().describe("the policy version that sampled"),
   output_versions: tokenIds(

@@ -40,6 +40,8 @@ export const FAST_FIELDS: Record<EventType, readonly string[]> = {
     "api",
     "api_details",
     "train",
+    "prompt_mode",
+    "messages_offset",
     "weight_version",
     "sampling",
     "prompt_routed_experts",
@@ -51,6 +53,7 @@ export const FAST_FIELDS: Record<EventType, readonly string[]> = {
     "logprobs",
     "finish_reason",
     "stop_reason",
+    "malformed_tool_calls",
     "weight_version",
     "output_versions",
     "routed_experts",
@@ -149,6 +152,8 @@ const PATHS: Record<EventType, (o: Obj) => Obj> = {
     optional(out, o, "api", isString);
     optional(out, o, "api_details", isObject);
     optional(out, o, "train", (v) => typeof v === "boolean");
+    optional(out, o, "prompt_mode", (v) => v === "continued" || v === "rendered" || v === "engine");
+    optional(out, o, "messages_offset", isCount32);
     optional(out, o, "weight_version", isCount32);
     optional(out, o, "sampling", isObject, sampling);
     optional(out, o, "prompt_routed_experts", isObject, routed);
@@ -166,6 +171,7 @@ const PATHS: Record<EventType, (o: Obj) => Obj> = {
     });
     out.finish_reason = o.finish_reason;
     optional(out, o, "stop_reason", isString);
+    optional(out, o, "malformed_tool_calls", isCount32);
     optional(out, o, "weight_version", isCount32);
     optional(out, o, "output_versions", isTokens, tokens);
     optional(out, o, "routed_experts", isObject, routed);

@@ -66,6 +66,11 @@ ${CONNECTION_HELP}
   --hosted-tools <mode>     refuse (default): a hosted tool (web_search...) in a call is answered 400;
                             drop: it is left out of the tools offered (counted)
   --stored-responses <n>    Responses kept per session for previous_response_id (default 4)
+  --prompt-mode <mode>      engine (default): the engine renders each call's whole history; tokens: a
+                            call continuing a branch is sent as its sampled ids plus the new messages
+  --tool-parser <name>      prompt mode tokens: the tool-call format (hermes, qwen3_coder, llama3_json,
+                            mistral, openai, none)
+  --reasoning-parser <name> prompt mode tokens: think (<think>...</think>) or none (default)
   --control-listen <host:port>  serve the control routes (sessions, rewards, ends, /weights) on this
                             address alone; the agents' listener then answers 404 on them
   --control-token-file <f>  the control token is this file's first line (or $TRAJFLOW_CONTROL_TOKEN):
@@ -111,6 +116,9 @@ const GATEWAY_FLAGS = {
   "untrained-model": { type: "string", multiple: true },
   "hosted-tools": { type: "string" },
   "stored-responses": { type: "string" },
+  "prompt-mode": { type: "string" },
+  "tool-parser": { type: "string" },
+  "reasoning-parser": { type: "string" },
   "control-listen": { type: "string" },
   "control-token-file": { type: "string" },
   "log-level": { type: "string" },
@@ -197,6 +205,9 @@ function gatewayInput(values: GatewayValues): Record<string, unknown> {
     ...(values["untrained-model"] !== undefined ? { untrained_models: values["untrained-model"] } : {}),
     ...(values["hosted-tools"] !== undefined ? { hosted_tools: values["hosted-tools"] } : {}),
     stored_responses: intOption("stored-responses", values["stored-responses"]),
+    ...(values["prompt-mode"] !== undefined ? { prompt_mode: values["prompt-mode"] } : {}),
+    ...(values["tool-parser"] !== undefined ? { tool_parser: values["tool-parser"] } : {}),
+    ...(values["reasoning-parser"] !== undefined ? { reasoning_parser: values["reasoning-parser"] } : {}),
     ...(values["control-listen"] !== undefined ? { control_listen: values["control-listen"] } : {}),
     ...(values["control-token-file"] !== undefined
       ? { control_token_file: resolve(values["control-token-file"]) }

@@ -43,6 +43,39 @@ export interface PreparedCall {
   wholeAsStream?: boolean;
   /** Adapter-private state carried from `prepare` to reading the answer. */
   state?: unknown;
+  /** Prompt mode tokens: how the prompt was made and which branch it continues (continuation/plan.ts). */
+  continuation?: ContinuationRecord;
+}
+
+/** How a call's prompt ids were made in prompt mode tokens, as its request event records it. */
+export interface ContinuationRecord {
+  /**
+   * continued: the branch's sampled tokens plus the new messages rendered as a continuation; rendered: the
+   * whole conversation rendered by the engine's template (no branch matched); engine: sent to the engine's
+   * chat route, which rendered it (a call needing the chat route's features, e.g. response_format).
+   */
+  form: "continued" | "rendered" | "engine";
+  /** continued: the branch's call, and how many of the call's messages its history covers. */
+  parent?: string;
+  messagesOffset?: number;
+  /** The digest of the call's messages (and tools), and how many there are (continuation/history.ts). */
+  promptDigest: string;
+  messageCount: number;
+}
+
+/**
+ * The engine's own chat template and tokenizer, through its HTTP routes: what prompt mode tokens renders
+ * with. Every method makes one or two round trips to the upstream.
+ */
+export interface PromptRenderer {
+  /** The prompt ids the engine's chat route would render for a chat body (generation prompt added). */
+  renderIds(body: Record<string, unknown>, upstream: UpstreamJson, signal?: AbortSignal): Promise<Int32Array>;
+  /** The text the chat template renders for a chat body, generation prompt added. */
+  renderText(body: Record<string, unknown>, upstream: UpstreamJson, signal?: AbortSignal): Promise<string>;
+  /** The ids of a text, special tokens' text read as those tokens, nothing added (no BOS). */
+  tokenize(text: string, upstream: UpstreamJson, signal?: AbortSignal): Promise<Int32Array>;
+  /** One token's text, a special token's written out (`<|im_end|>`). */
+  piece(id: number, upstream: UpstreamJson, signal?: AbortSignal): Promise<string>;
 }
 
 /** What one choice of one call sampled, as the engine reported it. */
@@ -79,6 +112,8 @@ export interface Capture {
   /** The decoded output text and parsed tool calls, as the agent sees them. */
   text?: string;
   toolCalls?: unknown[];
+  /** Prompt mode tokens: tool-call blocks the parser could not read (their text went to the agent as content). */
+  malformedToolCalls?: number;
 }
 
 /** Reads a streamed answer chunk by chunk. */
@@ -125,4 +160,6 @@ export interface EngineAdapter {
    * tokenizer routes. Optional: without it the gateway asks a one-token call's usage.
    */
   countTokens?(body: Record<string, unknown>, upstream: UpstreamJson, signal?: AbortSignal): Promise<number>;
+  /** The engine's template and tokenizer routes (prompt mode tokens); absent: the engine cannot serve it. */
+  readonly renderer?: PromptRenderer;
 }

@@ -63,6 +63,7 @@ import {
   textAndTools,
 } from "./llamacpp-read.ts";
 import { LlamaStreamReader } from "./llamacpp-stream.ts";
+import { llamaRenderer, promptIds } from "./llamacpp-render.ts";
 
 export interface LlamaCppAdapterOptions {
   /**
@@ -238,6 +239,8 @@ export class LlamaCppAdapter implements EngineAdapter {
     return ids!.length;
   }
 
+  readonly renderer = llamaRenderer;
+
   /**
    * Places the logprob entries `answer` could not place from ids alone: one `/tokenize` round trip with the
    * sampled ids as content (`tokenize_mixed` keeps numbers as they are) and `with_pieces`, which gives each
@@ -264,46 +267,4 @@ export class LlamaCppAdapter implements EngineAdapter {
       if (positions !== undefined) capture.logprobs = alignedLogprobs(capture.outputIds, entries, positions);
     }
   }
-}
-
-/**
- * The prompt ids of the call, by prompt. Chat: `/apply-template` renders exactly what the chat route will
- * (same parser, same template), `/tokenize` with the chat route's flags. Completions: a prompt of ids is
- * used as it is; text (or text mixed with ids) goes through `/tokenize` with the same flags.
- */
-async function promptIds(
-  route: AgentRoute,
-  body: Json,
-  upstream: UpstreamJson,
-  signal?: AbortSignal,
-): Promise<Int32Array[]> {
-  const tokenize = async (content: unknown): Promise<Int32Array> => {
-    const answer = asObject(
-      await upstream("/tokenize", { content, add_special: true, parse_special: true }, signal),
-    );
-    const ids = int32(answer?.tokens);
-    if (ids === undefined) throw new Error("llama.cpp /tokenize answered without a tokens array");
-    return ids;
-  };
-  if (route === "chat") {
-    const rendered = asObject(await upstream("/apply-template", body, signal));
-    if (typeof rendered?.prompt !== "string")
-      throw new Error("llama.cpp /apply-template answered without a prompt");
-    return [await tokenize(rendered.prompt)];
-  }
-  const prompt = body.prompt;
-  if (typeof prompt === "string") return [await tokenize(prompt)];
-  if (Array.isArray(prompt)) {
-    const ids = int32(prompt);
-    if (ids !== undefined) return [ids];
-    // Numbers mixed with text are one prompt (json_is_array_and_contains_numbers); otherwise one per item.
-    if (prompt.some((p) => typeof p === "number")) return [await tokenize(prompt)];
-    const out: Int32Array[] = [];
-    for (const p of prompt as unknown[]) {
-      const one = int32(p);
-      out.push(one ?? (await tokenize(p)));
-    }
-    return out;
-  }
-  return [];
 }

@@ -7,7 +7,7 @@
 import type { ChatMessage, ResponseEvent } from "../../schemas/events.ts";
 import { RowFlags } from "../../schemas/trajectory.ts";
 import { addFlag, type CallState } from "./call-state.ts";
-import { canonicalMessage, extendDigest } from "./messages.ts";
+import { canonicalMessage, extendDigest } from "../../schemas/canonical-messages.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import type { AssembleConfig } from "./config.ts";
 import { TokenTrie, type TrieNode } from "./trie.ts";

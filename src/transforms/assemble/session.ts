@@ -19,7 +19,7 @@ import { addFlag, newCall, type CallState, type PromptSource } from "./call-stat
 import type { DecodedEvent, RejectedEnvelope } from "./decode/decode.ts";
 import type { AssembleConfig } from "./config.ts";
 import { DriftTracker } from "./drift.ts";
-import { canonicalMessage, messagePrefixDigests } from "./messages.ts";
+import { canonicalMessage, messagePrefixDigests } from "../../schemas/canonical-messages.ts";
 import { TokenTrie, type TrieNode, type Position, type WalkResult } from "./trie.ts";
 
 export const COMPONENT = "assemble";

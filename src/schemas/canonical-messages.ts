@@ -7,9 +7,10 @@
  * content (reasoning templates drop earlier thinking when re-rendering).
  */
 import { hash } from "node:crypto";
-import type { ChatMessage } from "../../schemas/events.ts";
+import type { ChatMessage } from "./events.ts";
 
-function stableStringify(value: unknown): string {
+/** JSON with object keys sorted: equal values give equal text. */
+export function stableStringify(value: unknown): string {
   if (value === null || typeof value !== "object") return JSON.stringify(value) ?? "null";
   if (Array.isArray(value)) return `[${value.map(stableStringify).join(",")}]`;
   const keys = Object.keys(value as Record<string, unknown>).sort();

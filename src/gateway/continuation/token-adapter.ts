@@ -1,0 +1,340 @@
+/**
+ * Prompt mode tokens: an engine adapter wrapped so a chat call goes to the engine as token ids. `prepare`
+ * makes the prompt ids (plan.ts) and sends them to the engine's completions route through the engine's own
+ * adapter, which reports every sampled id and logprob as it does for any completions call; the answer's
+ * text is then parsed in the model family's format (parsers/) into the chat answer every API codec
+ * translates: content, reasoning, tool calls. A call that needs what only the engine's chat route does
+ * (response_format, logprobs for the agent, a forced tool call without a grammar for the format) goes to
+ * the chat route as in prompt mode engine, counted.
+ */
+import { randomBytes } from "node:crypto";
+import type { Logger } from "../../core/logger.ts";
+import type { Metrics } from "../../core/metrics.ts";
+import type {
+  Capture,
+  ContinuationRecord,
+  EngineAdapter,
+  PreparedCall,
+  StreamReader,
+  UpstreamJson,
+} from "../engines/engine.ts";
+import {
+  outputParser,
+  type OutputParser,
+  type ParsedDelta,
+  type ParsedOutput,
+  type ReasoningParserName,
+  type StreamingParser,
+  type ToolParserName,
+} from "../parsers/parser.ts";
+import type { GatewaySession } from "../sessions.ts";
+import { historyDigests, seedDigest } from "./history.ts";
+import { Continuations } from "./plan.ts";
+import { CALL_LAYOUTS, forcedTools, forcesToolCall, toolCallGrammar } from "./tool-grammar.ts";
+
+type Json = Record<string, unknown>;
+
+/** Chat fields the completions route does not take: the prompt is the ids, tools are in them. */
+const CHAT_ONLY = [
+  "messages",
+  "tools",
+  "tool_choice",
+  "parallel_tool_calls",
+  "chat_template_kwargs",
+  "reasoning_effort",
+  "max_completion_tokens",
+  "logprobs",
+  "top_logprobs",
+];
+
+/** Text a format's markers are written in, which llama.cpp hides when they are control tokens. */
+const MARKERS: Record<string, string[]> = {
+  hermes: ["<tool_call>", "</tool_call>"],
+  qwen3_coder: ["<tool_call>", "</tool_call>"],
+  llama3_json: ["<|python_tag|>"],
+  mistral: ["[TOOL_CALLS]", "[ARGS]"],
+  openai: ["<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>"],
+  think: ["<think>", "</think>"],
+};
+
+export interface TokenPromptSettings {
+  toolParser: string;
+  reasoningParser: string;
+  parser: OutputParser;
+}
+
+/** What `prepare` carries to reading the answer of a call sent as ids. */
+class TokenCall {
+  readonly inner: PreparedCall;
+  /** Tool-call ids are `call_<nonce>_<n>`: the same in a stream and in the recorded answer. */
+  readonly nonce = randomBytes(6).toString("hex");
+  constructor(inner: PreparedCall) {
+    this.inner = inner;
+  }
+}
+
+export class TokenPrompts {
+  private readonly inner: EngineAdapter;
+  private readonly continuations: Continuations;
+  private readonly settings: TokenPromptSettings;
+  private readonly metrics: Metrics;
+  private readonly markers: string[];
+
+  constructor(inner: EngineAdapter, settings: TokenPromptSettings, metrics: Metrics, logger: Logger) {
+    if (inner.renderer === undefined) throw new Error(`engine ${inner.name} has no template routes`);
+    this.inner = inner;
+    this.continuations = new Continuations(inner.renderer);
+    this.settings = settings;
+    this.metrics = metrics;
+    this.markers = [...(MARKERS[settings.toolParser] ?? []), ...(MARKERS[settings.reasoningParser] ?? [])];
+    logger.info(
+      { tool_parser: settings.toolParser, reasoning_parser: settings.reasoningParser },
+      "Prompt mode tokens: a session's calls continue its sampled tokens.",
+    );
+  }
+
+  /** The adapter the calls of session `s` go through. */
+  adapterFor(s: GatewaySession): EngineAdapter {
+    const inner = this.inner;
+    const unwrap = (p: PreparedCall) => (p.state instanceof TokenCall ? p.state.inner : p);
+    return {
+      name: inner.name,
+      prepare: (route, body, upstream, signal) => this.prepare(s, route, body, upstream, signal),
+      answer: (prepared, json) =>
+        prepared.state instanceof TokenCall
+          ? this.answer(prepared.state, json)
+          : inner.answer(prepared, json),
+      stream: (prepared) =>
+        prepared.state instanceof TokenCall
+          ? new TokenStreamReader(
+              inner.stream(prepared.state.inner),
+              this.settings.parser,
+              prepared.state,
+              this,
+            )
+          : inner.stream(prepared),
+      ...(inner.complete !== undefined
+        ? {
+            complete: (prepared, captures, upstream) => inner.complete!(unwrap(prepared), captures, upstream),
+          }
+        : {}),
+      ...(inner.countTokens !== undefined ? { countTokens: inner.countTokens.bind(inner) } : {}),
+      ...(inner.renderer !== undefined ? { renderer: inner.renderer } : {}),
+    };
+  }
+
+  private async prepare(
+    s: GatewaySession,
+    route: "chat" | "completions",
+    body: Json,
+    upstream: UpstreamJson,
+    signal?: AbortSignal,
+  ): Promise<PreparedCall> {
+    if (route !== "chat") return this.inner.prepare(route, body, upstream, signal);
+    const chatRoute = this.chatRouteNeed(body);
+    if (chatRoute !== null) {
+      this.metrics.inc("gateway_prompt_modes", "engine");
+      this.metrics.inc("gateway_chat_route_calls", chatRoute);
+      const messages = Array.isArray(body.messages) ? body.messages : [];
+      const digests = historyDigests(seedDigest(body), messages);
+      const prepared = await this.inner.prepare(route, body, upstream, signal);
+      const continuation: ContinuationRecord = {
+        form: "engine",
+        promptDigest: digests[messages.length]!,
+        messageCount: messages.length,
+      };
+      return { ...prepared, continuation };
+    }
+    const plan = await this.continuations.plan(s, body, upstream, signal);
+    this.metrics.inc("gateway_prompt_modes", plan.form);
+    if (plan.reason !== undefined) this.metrics.inc("gateway_prompt_renders", plan.reason);
+    const completions: Json = { ...body, prompt: Array.from(plan.ids) };
+    for (const k of CHAT_ONLY) delete completions[k];
+    if (body.max_completion_tokens !== undefined && body.max_tokens === undefined)
+      completions.max_tokens = body.max_completion_tokens;
+    if (this.inner.name === "llamacpp") {
+      // Markers that are control tokens are hidden from llama.cpp's text unless preserved.
+      if (this.markers.length > 0) completions.preserved_tokens = this.markers;
+      if (forcesToolCall(body))
+        completions.grammar = toolCallGrammar(forcedTools(body), CALL_LAYOUTS[this.settings.toolParser]!);
+    }
+    const inner = await this.inner.prepare("completions", completions, upstream, signal);
+    const continuation: ContinuationRecord = {
+      form: plan.form,
+      promptDigest: plan.promptDigest,
+      messageCount: plan.messageCount,
+      ...(plan.parent !== undefined ? { parent: plan.parent } : {}),
+      ...(plan.messagesOffset !== undefined ? { messagesOffset: plan.messagesOffset } : {}),
+    };
+    return {
+      path: inner.path,
+      body: inner.body,
+      asked: inner.asked,
+      promptIds: plan.ids,
+      ...(inner.wholeAsStream === true ? { wholeAsStream: true } : {}),
+      state: new TokenCall(inner),
+      continuation,
+    };
+  }
+
+  /** Why a call must go to the engine's chat route, or null when its ids can go to the completions route. */
+  private chatRouteNeed(body: Json): string | null {
+    if (body.response_format !== undefined && body.response_format !== null) return "response_format";
+    if (body.logprobs === true) return "logprobs";
+    if (forcesToolCall(body)) {
+      // A forced call is constrained by a grammar of the format, which only llama.cpp takes as GBNF here.
+      const grammar = this.inner.name === "llamacpp" && CALL_LAYOUTS[this.settings.toolParser] !== undefined;
+      if (!grammar) return "tool_choice";
+    }
+    return null;
+  }
+
+  private answer(call: TokenCall, json: Json): { captures: Capture[]; forAgent: Json } {
+    const { captures, forAgent } = this.inner.answer(call.inner, json);
+    const choices = Array.isArray(forAgent.choices) ? (forAgent.choices as Json[]) : [];
+    const chat = choices.map((c) => {
+      const index = typeof c.index === "number" ? c.index : 0;
+      const parsed = this.settings.parser.parse(typeof c.text === "string" ? c.text : "");
+      const toolCalls = chatToolCalls(call.nonce, parsed.toolCalls);
+      const capture = captures.find((k) => k.choiceIndex === index);
+      if (capture !== undefined) this.applyParsed(capture, parsed, toolCalls);
+      const message: Json = {
+        role: "assistant",
+        content: parsed.content === "" && toolCalls.length > 0 ? null : parsed.content,
+      };
+      if (parsed.reasoning !== undefined) message.reasoning_content = parsed.reasoning;
+      if (toolCalls.length > 0) message.tool_calls = toolCalls;
+      return { index, message, logprobs: null, finish_reason: chatFinish(c.finish_reason, toolCalls.length) };
+    });
+    const { choices: _dropped, object: _object, ...rest } = forAgent;
+    return { captures, forAgent: { ...rest, object: "chat.completion", choices: chat } };
+  }
+
+  /** The capture records what the agent was given: the parsed content and tool calls. */
+  applyParsed(capture: Capture, parsed: ParsedOutput, toolCalls: Json[]): void {
+    capture.text = parsed.content;
+    if (toolCalls.length > 0) capture.toolCalls = toolCalls;
+    else delete capture.toolCalls;
+    if (parsed.malformed > 0) {
+      capture.malformedToolCalls = parsed.malformed;
+      this.metrics.inc("gateway_malformed_tool_calls", "tokens", parsed.malformed);
+    }
+  }
+}
+
+function chatToolCalls(nonce: string, calls: ParsedOutput["toolCalls"], from = 0): Json[] {
+  return calls.map((c, i) => ({
+    id: `call_${nonce}_${from + i}`,
+    type: "function",
+    function: { name: c.name, arguments: c.arguments },
+  }));
+}
+
+/** The chat finish reason: the engine's, `tool_calls` where it stopped after calls it was asked for. */
+function chatFinish(finish: unknown, calls: number): unknown {
+  return finish === "stop" && calls > 0 ? "tool_calls" : (finish ?? null);
+}
+
+/** A completions stream read as a chat stream: each choice's text through the parser, deltas as they come. */
+class TokenStreamReader implements StreamReader {
+  private readonly inner: StreamReader;
+  private readonly parser: OutputParser;
+  private readonly call: TokenCall;
+  private readonly owner: TokenPrompts;
+  private readonly choices = new Map<
+    number,
+    { stream: StreamingParser; calls: number; text: string; started: boolean }
+  >();
+
+  constructor(inner: StreamReader, parser: OutputParser, call: TokenCall, owner: TokenPrompts) {
+    this.inner = inner;
+    this.parser = parser;
+    this.call = call;
+    this.owner = owner;
+  }
+
+  chunk(data: Json): Json | undefined {
+    const out = this.inner.chunk(data);
+    if (out === undefined) return undefined;
+    const raw = Array.isArray(out.choices) ? (out.choices as Json[]) : [];
+    const choices: Json[] = [];
+    for (const c of raw) {
+      const index = typeof c.index === "number" ? c.index : 0;
+      let state = this.choices.get(index);
+      if (state === undefined) {
+        state = { stream: this.parser.stream(), calls: 0, text: "", started: false };
+        this.choices.set(index, state);
+      }
+      const text = typeof c.text === "string" ? c.text : "";
+      state.text += text;
+      const deltas = state.stream.push(text);
+      const finish = c.finish_reason ?? null;
+      if (finish !== null) deltas.push(...state.stream.end());
+      const delta = this.delta(deltas, state);
+      if (!state.started) {
+        delta.role = "assistant";
+        state.started = true;
+      }
+      if (Object.keys(delta).length === 1 && delta.role !== undefined && finish === null && text === "")
+        continue;
+      choices.push({
+        index,
+        delta,
+        logprobs: null,
+        finish_reason: finish === null ? null : chatFinish(finish, state.calls),
+      });
+    }
+    if (choices.length === 0 && out.usage === undefined) return undefined;
+    const { choices: _dropped, object: _object, ...rest } = out;
+    return { ...rest, object: "chat.completion.chunk", choices };
+  }
+
+  private delta(deltas: ParsedDelta[], state: { calls: number }): Json {
+    const delta: Json = {};
+    let content = "";
+    let reasoning = "";
+    const calls: Json[] = [];
+    for (const d of deltas) {
+      if (d.kind === "content" || d.kind === "malformed") content += d.text;
+      else if (d.kind === "reasoning") reasoning += d.text;
+      else {
+        const [call] = chatToolCalls(this.call.nonce, [d.call], state.calls);
+        calls.push({ index: state.calls, ...call });
+        state.calls++;
+      }
+    }
+    if (reasoning !== "") delta.reasoning_content = reasoning;
+    if (content !== "") delta.content = content;
+    if (calls.length > 0) delta.tool_calls = calls;
+    return delta;
+  }
+
+  captures(finished: boolean): Capture[] {
+    const captures = this.inner.captures(finished);
+    for (const c of captures) {
+      const parsed = this.parser.parse(c.text ?? this.choices.get(c.choiceIndex)?.text ?? "");
+      this.owner.applyParsed(c, parsed, chatToolCalls(this.call.nonce, parsed.toolCalls));
+    }
+    return captures;
+  }
+}
+
+/** The token-prompt adapter of a gateway in prompt mode tokens (config checked: a parser is set). */
+export function tokenPrompts(
+  config: { tool_parser?: ToolParserName | undefined; reasoning_parser: ReasoningParserName },
+  adapter: EngineAdapter,
+  metrics: Metrics,
+  logger: Logger,
+): TokenPrompts {
+  const tool = config.tool_parser ?? "none";
+  return new TokenPrompts(
+    adapter,
+    {
+      toolParser: tool,
+      reasoningParser: config.reasoning_parser,
+      parser: outputParser(tool, config.reasoning_parser),
+    },
+    metrics,
+    logger,
+  );
+}
