@@ -25,7 +25,9 @@
  *
  * Upstreams: the instant engine (test/helpers/instant-engine.ts in its own process: answers at once, so the
  * figures are the proxies' own cost), and llama.cpp's server when LLAMA_SERVER (a base URL) is set or
- * scripts/llama.sh exists (latency phases only: a 2-slot CPU server cannot take 64 sessions).
+ * scripts/llama.sh exists (latency phases only: a 2-slot CPU server cannot take 64 sessions). On llama.cpp,
+ * prompt mode tokens is then measured against prompt mode engine (bench/gateway-prompt-modes.ts: added
+ * latency, the engine's cache hits, event bytes per call at turns 1, 10 and 50).
  *
  * Needs: a Kafka broker (KAFKA_BROKERS, or the one scripts/kafka.sh starts) and LiteLLM's environment
  * (.cache/litellm, created by scripts/litellm-env.sh from PyPI when missing). Environment: BENCH_GATEWAY_CALLS
@@ -46,6 +48,7 @@ import type { ClientResult, ClientSpec } from "./gateway-client.ts";
 import { fixKafkajsRequestQueue } from "../src/kafka/request-queue-fix.ts";
 import { benchBrokers } from "./kafka-harness.ts";
 import { translationCost } from "./api-translation.ts";
+import { promptModes, promptModesTable, type ModeResult } from "./gateway-prompt-modes.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const CALLS = Number(process.env.BENCH_GATEWAY_CALLS ?? 2_000);
@@ -626,6 +629,7 @@ const translation = translationCost();
 const machine = `${cpus().length} x ${cpus()[0]?.model ?? "unknown CPU"}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`;
 const results: PathResult[] = [];
 let llamaNote = "";
+let promptModeResults: ModeResult[] = [];
 try {
   console.error(`trajflow gateway bench on ${machine}; Kafka at ${brokers}`);
   const instant = spawnChild(process.execPath, [join(ROOT, "bench/gateway-upstream.ts")]);
@@ -642,6 +646,7 @@ try {
   else {
     llamaNote = `llama.cpp upstream: ${llama.url}, ${LLAMA_CALLS} calls per phase, max_tokens 16, latency phases only`;
     results.push(...(await allPaths(llama.url, "llamacpp", "llama.cpp", LLAMA_CALLS, 16, false)));
+    promptModeResults = await promptModes(llama.url);
   }
 } finally {
   if (topics.length > 0) {
@@ -776,6 +781,22 @@ for (const c of translation.filter((x) => x.api !== "chat")) {
   });
 }
 for (const t of targets) say(`- ${t.path}: ${t.target}: ${t.figure}: ${t.pass ? "pass" : "MISS"}`);
+if (promptModeResults.length > 0) {
+  say(
+    `\nPrompt modes in front of llama.cpp (bench/gateway-prompt-modes.ts: 50-turn sessions, one call at a time)\n`,
+  );
+  say(promptModesTable(promptModeResults));
+  const [engine, tokens] = promptModeResults;
+  targets.push({
+    target: "rendering only the new messages costs less than the full re-render",
+    path: "prompt mode tokens against engine, added p50",
+    figure: `${f(tokens!.addedP50, 2)} ms against ${f(engine!.addedP50, 2)} ms`,
+    pass: tokens!.addedP50 < engine!.addedP50,
+  });
+  say(
+    `- ${targets.at(-1)!.path}: ${targets.at(-1)!.target}: ${targets.at(-1)!.figure}: ${targets.at(-1)!.pass ? "pass" : "MISS"}`,
+  );
+}
 for (const r of results) if (r.profile !== undefined) say(`\nCPU profile of the gateway, ${r.profile}`);
 console.log(lines.join("\n"));
 const json = {
@@ -787,6 +808,7 @@ const json = {
   llama: llamaNote,
   translation,
   results,
+  promptModes: promptModeResults,
   targets,
 };
 const at = process.argv.indexOf("--json");

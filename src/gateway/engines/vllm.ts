@@ -43,6 +43,7 @@ import {
   stopStringOf,
   type Json,
 } from "./openai-read.ts";
+import { vllmRenderer } from "./vllm-render.ts";
 
 /** vLLM's logprob floor, also its chat default for "no logprob" (ChatCompletionLogProb.logprob = -9999.0). */
 export const VLLM_LOGPROB_FLOOR = -9999;
@@ -258,5 +259,7 @@ export function createVllmAdapter(): EngineAdapter {
         throw new Error("vLLM /tokenize answered without a count");
       return answer.count;
     },
+
+    renderer: vllmRenderer,
   };
 }
