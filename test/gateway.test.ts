@@ -491,3 +491,22 @@ it("lists every problem of `trajflow gateway`'s flags at once: the gateway's, th
     ],
   );
 });
+
+it("refuses prompt mode tokens without a tool parser, or on an engine without template routes, naming both", async () => {
+  const r = await runCli([
+    "gateway",
+    ...["--upstream", "http://engine", "--out", join(scratch, "never"), "--engine", "sglang"],
+    ...["--prompt-mode", "tokens"],
+  ]);
+  assert.equal(r.code, 2);
+  const lines = r.stderr
+    .trim()
+    .split("\n")
+    .slice(1)
+    .map((l) => l.trim())
+    .sort();
+  assert.deepEqual(lines, [
+    "gateway.prompt_mode: prompt_mode tokens needs the engine's template routes, which sglang's adapter does not have yet: use llamacpp or vllm, or prompt_mode engine",
+    "gateway.tool_parser: prompt_mode tokens reads tool calls from the sampled text: set tool_parser to the model family's format (none, hermes, qwen3_coder, llama3_json, mistral, openai)",
+  ]);
+});
