@@ -483,6 +483,37 @@ describe("assemble: retokenization drift", () => {
     assert.deepEqual(b.rows[1]!.flags, ["history_edited"]);
   });
 
+  it("follows a continued call's delta-form messages (messages_offset) when a later full render drifts", () => {
+    // c2 continued c1 in prompt mode tokens: only its new message, after c1's two and c1's answer. c3 is a
+    // whole render of the same conversation (the gateway restarted, say) whose tokens re-render c2's turn
+    // differently: its messages extend c2's conversation, so it is drift, not an edited history.
+    const s = new SessionScript()
+      .call("c1", P, [10, 11], { text: "four" }, { messages: [sys, user] })
+      .requestDelta("c2", "c1", [4], { messages: [user], messages_offset: 3, prompt_mode: "continued" })
+      .response("c2", [12, 13], { text: "eight" })
+      .call(
+        "c3",
+        [...P, 10, 11, 4, 12, 99, 4],
+        [14],
+        {},
+        {
+          messages: [
+            sys,
+            user,
+            { role: "assistant", content: "four" },
+            user,
+            { role: "assistant", content: "eight" },
+            user,
+          ],
+          prompt_mode: "rendered",
+        },
+      )
+      .end();
+    const a = assemble(s.lines());
+    assert.equal(a.metrics.total("drift_detected"), 1);
+    assert.equal(a.metrics.total("history_edited"), 0);
+  });
+
   it("detects drift before the output when messages say the prompt continues a call (BPE merge)", () => {
     // The prompt's last template token 3 merged with the output's first token into 77.
     const s = new SessionScript()

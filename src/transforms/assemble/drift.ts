@@ -24,6 +24,8 @@ export class DriftTracker {
   /** Message-history digests → the call they lead to (see messages.ts). */
   private byFullHistory: Map<string, CallState> | null = null;
   private byPromptOnly: Map<string, CallState> | null = null;
+  /** Each remembered call's conversation digest (its messages and answer). */
+  private conversations: Map<CallState, string> | null = null;
   private readonly metrics: Metrics;
   private readonly policy: AssembleConfig["drift_policy"];
 
@@ -87,6 +89,11 @@ export class DriftTracker {
     return null;
   }
 
+  /** The digest of a call's messages and its answer (what a continuation's messages follow), if known. */
+  conversationOf(call: CallState): string | undefined {
+    return this.conversations?.get(call);
+  }
+
   remember(call: CallState, history: string[], ev: ResponseEvent): void {
     const promptDigest = history[history.length - 1]!;
     if (ev.text !== undefined || ev.tool_calls !== undefined) {
@@ -95,7 +102,9 @@ export class DriftTracker {
         content: ev.text ?? "",
         tool_calls: ev.tool_calls,
       });
-      (this.byFullHistory ??= new Map()).set(extendDigest(promptDigest, reply), call);
+      const full = extendDigest(promptDigest, reply);
+      (this.byFullHistory ??= new Map()).set(full, call);
+      (this.conversations ??= new Map()).set(call, full);
     } else {
       (this.byPromptOnly ??= new Map()).set(promptDigest, call);
     }

@@ -6,7 +6,13 @@ import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { makeDeadLetter, type DeadLetterOutput } from "../../core/records.ts";
 import type { ErrorCode } from "../../core/errors.ts";
-import type { RequestEvent, ResponseEvent, RewardEvent, SessionStartEvent } from "../../schemas/events.ts";
+import type {
+  ChatMessage,
+  RequestEvent,
+  ResponseEvent,
+  RewardEvent,
+  SessionStartEvent,
+} from "../../schemas/events.ts";
 import {
   describeLayout,
   sameLayout,
@@ -19,7 +25,7 @@ import { addFlag, newCall, type CallState, type PromptSource } from "./call-stat
 import type { DecodedEvent, RejectedEnvelope } from "./decode/decode.ts";
 import type { AssembleConfig } from "./config.ts";
 import { DriftTracker } from "./drift.ts";
-import { canonicalMessage, messagePrefixDigests } from "../../schemas/canonical-messages.ts";
+import { canonicalMessage, extendDigest, messagePrefixDigests } from "../../schemas/canonical-messages.ts";
 import { TokenTrie, type TrieNode, type Position, type WalkResult } from "./trie.ts";
 
 export const COMPONENT = "assemble";
@@ -188,6 +194,24 @@ export class SessionState {
     }
   }
 
+  /**
+   * The message-history digests of a call (messages.ts). A request in the delta form with
+   * `messages_offset` carries only the messages after its parent's conversation: its history continues
+   * the parent's (the parent's messages and answer), so only the last digest, the one remembered, is made.
+   */
+  private historyOf(
+    messages: ChatMessage[] | undefined,
+    offset: number | undefined,
+    parent: CallState | undefined,
+  ): string[] | null {
+    if (messages === undefined) return null;
+    if (offset === undefined) return messagePrefixDigests(messages.map(canonicalMessage));
+    let digest = parent === undefined ? undefined : this.driftTracker().conversationOf(parent);
+    if (digest === undefined) return null;
+    for (const m of messages) digest = extendDigest(digest, canonicalMessage(m));
+    return [digest];
+  }
+
   private applyResponse(d: DecodedEvent, ev: ResponseEvent): void {
     const start = this.promptStart(d, ev);
     if (start === null) return;
@@ -203,8 +227,7 @@ export class SessionState {
     const call = newCall(ev, request, prompt, routing, this.calls.size);
     if (parent !== undefined) parent.continued = true;
 
-    const history =
-      prompt.messages === undefined ? null : messagePrefixDigests(prompt.messages.map(canonicalMessage));
+    const history = this.historyOf(prompt.messages, request?.messages_offset, parent);
     if (parent === undefined) this.driftTracker().classify(call, walked, walk, prompt.messages, history);
 
     // Only now mutate: everything that could reject this event has been checked.
