@@ -8,10 +8,10 @@
  * an agent that edited, compacted or rewrote its history) is rendered whole by the engine.
  *
  * The continuation is rendered with a stand-in conversation: a one-character user turn, then an assistant
- * turn holding a marker, then the new messages. What the template writes after the marker's end-of-turn is
- * the continuation's text; when the branch did not end on the token the template closes a turn with (a
- * length cut, a stop string), that closing text is part of the continuation too: the model's history then
- * holds the closing token it never sampled, as it would in any re-rendering.
+ * turn holding a marker, then the new messages. What the template writes after the marker is the
+ * continuation's text, tokenized; its first token closes the turn, and the branch holds that token already
+ * when the model sampled it. When the branch did not end on it (a length cut, a stop string), it stays:
+ * the model's history then holds the closing token it never sampled, as it would in any re-rendering.
  */
 import type { PromptRenderer, UpstreamJson } from "../engines/engine.ts";
 import type { GatewaySession, Tip } from "../sessions.ts";
@@ -34,9 +34,8 @@ export interface PromptPlan {
 /** A text no real conversation holds: where the stand-in assistant turn is found again. */
 const MARKER = "\u2063trajflow-turn-7f3a9c\u2063";
 
-/** What one gateway's continuations share: the pieces of end-of-turn tokens seen (one round trip each). */
+/** Makes the prompt ids of a gateway's calls in prompt mode tokens. */
 export class Continuations {
-  private readonly pieces = new Map<number, string>();
   private readonly renderer: PromptRenderer;
 
   constructor(renderer: PromptRenderer) {
@@ -103,21 +102,11 @@ export class Continuations {
     const text = await this.renderer.renderText(standIn, upstream, signal);
     const at = text.indexOf(MARKER);
     if (at < 0) return null;
-    let rest = text.slice(at + MARKER.length);
-    if (tokens.length > 0) {
-      const closing = await this.piece(tokens[tokens.length - 1]!, upstream, signal);
-      if (closing !== "" && rest.startsWith(closing)) rest = rest.slice(closing.length);
-    }
-    return this.renderer.tokenize(rest, upstream, signal);
-  }
-
-  private async piece(id: number, upstream: UpstreamJson, signal?: AbortSignal): Promise<string> {
-    let text = this.pieces.get(id);
-    if (text === undefined) {
-      text = await this.renderer.piece(id, upstream, signal);
-      // Bounded: the ids that end turns are few; other ids (a length cut) are fetched again.
-      if (this.pieces.size < 1024) this.pieces.set(id, text);
-    }
-    return text;
+    const ids = await this.renderer.tokenize(text.slice(at + MARKER.length), upstream, signal);
+    // The text after the stand-in turn begins with the token the template closes a turn with: the branch
+    // already holds it when it ended on it (compared as ids: a text prefix is not the same token).
+    return tokens.length > 0 && ids.length > 0 && ids[0] === tokens[tokens.length - 1]
+      ? ids.subarray(1)
+      : ids;
   }
 }

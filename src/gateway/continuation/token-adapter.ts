@@ -271,12 +271,12 @@ class TokenStreamReader implements StreamReader {
       const finish = c.finish_reason ?? null;
       if (finish !== null) deltas.push(...state.stream.end());
       const delta = this.delta(deltas, state);
+      // Nothing to say yet (a held-back marker, a hidden control token): no chunk, and the role waits.
+      if (Object.keys(delta).length === 0 && finish === null) continue;
       if (!state.started) {
         delta.role = "assistant";
         state.started = true;
       }
-      if (Object.keys(delta).length === 1 && delta.role !== undefined && finish === null && text === "")
-        continue;
       choices.push({
         index,
         delta,

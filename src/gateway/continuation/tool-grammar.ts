@@ -95,15 +95,15 @@ export function toolCallGrammar(tools: Tool[], layout: CallLayout): string {
       case "null":
         return "null";
       case "array":
-        return o.items === undefined
-          ? "array"
-          : rule(`"[" ( ${schema(o.items)} ( "," ${schema(o.items)} )* )? "]"`);
+        if (o.items === undefined) return "array";
+        return arrayRule(schema(o.items));
       case "object":
         return objectRule(o);
       default:
         return "value";
     }
   };
+  const arrayRule = (item: string) => rule(`"[" ( ${item} ( "," ${item} )* )? "]"`);
   const objectRule = (o: Record<string, unknown>): string => {
     const props = (o.properties ?? {}) as Record<string, unknown>;
     const keys = Object.keys(props);

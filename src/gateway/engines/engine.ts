@@ -74,8 +74,6 @@ export interface PromptRenderer {
   renderText(body: Record<string, unknown>, upstream: UpstreamJson, signal?: AbortSignal): Promise<string>;
   /** The ids of a text, special tokens' text read as those tokens, nothing added (no BOS). */
   tokenize(text: string, upstream: UpstreamJson, signal?: AbortSignal): Promise<Int32Array>;
-  /** One token's text, a special token's written out (`<|im_end|>`). */
-  piece(id: number, upstream: UpstreamJson, signal?: AbortSignal): Promise<string>;
 }
 
 /** What one choice of one call sampled, as the engine reported it. */

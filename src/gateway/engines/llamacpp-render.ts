@@ -1,11 +1,10 @@
 /**
  * llama.cpp's chat template and tokenizer through llama-server's routes: `/apply-template` renders a chat
  * body exactly as the chat route will (the same oaicompat_chat_params_parse), `/tokenize` turns text into
- * ids (`parse_special` reads `<|im_end|>` as its token), and `/tokenize` with an id as content and
- * `with_pieces` gives that token's text (tokenize_mixed keeps numbers as ids).
+ * ids (`parse_special` reads `<|im_end|>` as its token).
  */
 import type { AgentRoute, PromptRenderer, UpstreamJson } from "./engine.ts";
-import { type Json, asObject, int32, pieceBytes } from "./llamacpp-read.ts";
+import { type Json, asObject, int32 } from "./llamacpp-read.ts";
 
 async function tokenize(
   upstream: UpstreamJson,
@@ -35,13 +34,6 @@ export const llamaRenderer: PromptRenderer = {
   },
   renderText: (body, upstream, signal) => applyTemplate(upstream, body, signal),
   tokenize: (text, upstream, signal) => tokenize(upstream, text, false, signal),
-  async piece(id, upstream, signal) {
-    const answer = asObject(await upstream("/tokenize", { content: [id], with_pieces: true }, signal));
-    const first = Array.isArray(answer?.tokens) ? asObject(answer.tokens[0]) : undefined;
-    const bytes = pieceBytes(first?.piece);
-    if (bytes === undefined) throw new Error(`llama.cpp /tokenize gave no piece for token ${id}`);
-    return new TextDecoder().decode(bytes);
-  },
 };
 
 /**

@@ -1,6 +1,6 @@
 /**
  * vLLM's renderer against the routes' shapes in vLLM 0.33.0 (vllm/entrypoints/serve/tokenize): the chat
- * form of /tokenize for the template's rendering, /detokenize for its text and one token's piece, the
+ * form of /tokenize for the template's rendering, /detokenize for its text, the
  * prompt form with add_special_tokens false for a continuation's text.
  */
 import { strict as assert } from "node:assert";
@@ -46,14 +46,10 @@ it("renders a chat body through /tokenize's chat form and reads its text back th
   ]);
 });
 
-it("tokenizes a continuation's text without special tokens added, and reads one token's piece", async () => {
+it("tokenizes a continuation's text without special tokens added", async () => {
   const u = upstream();
   assert.deepEqual([...(await vllmRenderer.tokenize("<|im_end|>\n", u.json))], [151645, 198]);
-  assert.equal(await vllmRenderer.piece(151645, u.json), "<|im_end|>");
-  assert.deepEqual(u.sent, [
-    ["/tokenize", { prompt: "<|im_end|>\n", add_special_tokens: false }],
-    ["/detokenize", { model: undefined, tokens: [151645] }],
-  ]);
+  assert.deepEqual(u.sent, [["/tokenize", { prompt: "<|im_end|>\n", add_special_tokens: false }]]);
 });
 
 it("refuses an answer without tokens rather than guessing", async () => {

@@ -55,5 +55,4 @@ export const vllmRenderer: PromptRenderer = {
   async tokenize(text, upstream, signal) {
     return ids(await upstream("/tokenize", { prompt: text, add_special_tokens: false }, signal), "/tokenize");
   },
-  piece: (id, upstream, signal) => detokenize(upstream, undefined, [id], signal),
 };
