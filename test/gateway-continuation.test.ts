@@ -209,3 +209,52 @@ it("continues every branch from its sampled tokens: one row per session, no drif
   t.diagnostic(`rows per session, tokens: ${rowsOf(tokens, "tokens")}; drift ${drifts(tokens.metrics)}`);
   t.diagnostic(`rows per session, engine: ${rowsOf(engine, "engine")}; drift ${drifts(engine.metrics)}`);
 });
+
+it("continues a session's branch after a gateway restart: its conversation is rebuilt from the events", async () => {
+  const log = join(scratch, "restart-log");
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const start = () =>
+    startCli([
+      "gateway",
+      ...["--upstream", llamaServer(), "--engine", "llamacpp", "--listen", `127.0.0.1:${port}`],
+      ...["--event-log", log, "--prompt-mode", "tokens", "--tool-parser", "hermes"],
+    ]);
+  const messages: unknown[] = [
+    { role: "system", content: "You add numbers." },
+    { role: "user", content: "Add 1 and 2." },
+  ];
+  const turn = async (n: number) => {
+    const answer = await fetch(`${base}/sessions/restarted/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        model: "tiny",
+        messages,
+        tools: [{ type: "function", function: { name: "calc", parameters: { type: "object" } } }],
+        max_tokens: 6,
+        seed: n,
+        // A template setting: a branch restored from the events (which do not carry it) still matches.
+        chat_template_kwargs: { enable_thinking: false },
+      }),
+    });
+    assert.equal(answer.status, 200);
+    const json = (await answer.json()) as { choices: Array<{ message: Record<string, unknown> }> };
+    messages.push(json.choices[0]!.message, { role: "user", content: `And ${n}?` });
+  };
+  for (const round of [0, 1]) {
+    const gw = start();
+    try {
+      await waitUntil(async () => (await fetch(`${base}/readyz`)).ok, 60_000);
+      await turn(2 * round);
+      await turn(2 * round + 1);
+    } finally {
+      gw.child.kill("SIGTERM");
+      await gw.exited;
+    }
+  }
+  const forms = logEvents(log)
+    .filter((e) => e.type === "request")
+    .map((e) => e.prompt_mode);
+  assert.deepEqual(forms, ["rendered", "continued", "continued", "continued"]);
+});

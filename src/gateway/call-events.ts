@@ -146,6 +146,7 @@ export function callEvents(s: GatewaySession, call: RecordedCall): CallEvents {
           digest: withAnswer(k.promptDigest, c.text, c.toolCalls),
           count: k.messageCount + 1,
           promptDigest: k.promptDigest,
+          settings: k.settings,
         };
   s.addTip(call.callId, call.prompt, c.outputIds, parent?.callId ?? null, history);
   s.calls++;

@@ -11,6 +11,8 @@
 import { createHash, randomBytes } from "node:crypto";
 import { decodeTokenIds } from "../schemas/tokens.ts";
 import { ResponseStore, restoredResponse } from "./apis/response-store.ts";
+import { historyDigests, seedDigest, withAnswer } from "./continuation/history.ts";
+import { extendDigest, canonicalMessage } from "../schemas/canonical-messages.ts";
 
 export interface Tip {
   callId: string;
@@ -30,6 +32,8 @@ export interface TipHistory {
   count: number;
   /** The digest of the call's messages alone: a call with the same messages is the same prompt again. */
   promptDigest: string;
+  /** The template settings the call rendered with (history.ts settingsKey); unknown after a restore. */
+  settings?: string;
 }
 
 export type SessionState = "open" | "ended";
@@ -372,7 +376,10 @@ export class SessionTable {
   restoredVersion: number | undefined;
 
   /** Prompts of restored requests, until their responses come: call id → prompt tokens. */
-  private readonly restoring = new Map<string, { prompt: Int32Array; parent: string | null }>();
+  private readonly restoring = new Map<
+    string,
+    { prompt: Int32Array; parent: string | null; conversation?: { digest: string; count: number } }
+  >();
 
   /** Requests of stored Responses, until their responses come: what their conversations are rebuilt from. */
   private readonly restoringResponses = new Map<string, Record<string, unknown>>();
@@ -381,7 +388,10 @@ export class SessionTable {
     if (typeof ev.call_id !== "string") return;
     const key = `${s.id}\u0000${ev.call_id}`;
     const prompt = this.promptOf(s, ev);
-    if (prompt !== null) this.restoring.set(key, prompt);
+    if (prompt !== null) {
+      const conversation = conversationOf(s, ev);
+      this.restoring.set(key, conversation === undefined ? prompt : { ...prompt, conversation });
+    }
     if (ev.api === "responses" && this.storedResponses > 0) this.restoringResponses.set(key, ev);
   }
 
@@ -400,13 +410,27 @@ export class SessionTable {
     if (typeof ev.call_id !== "string") return;
     const key = `${s.id}\u0000${ev.call_id}`;
     this.restoreStored(s, key, ev);
-    const prompt = this.restoring.get(key) ?? this.promptOf(s, ev);
+    const restoring = this.restoring.get(key);
+    const prompt = restoring ?? this.promptOf(s, ev);
     this.restoring.delete(key);
     const output = decodeTokenIds(ev.output_ids);
     s.calls++;
     if (prompt === null || typeof output === "string") return;
     s.sampledTokens += output.length;
-    s.addTip(ev.call_id, prompt.prompt, output, prompt.parent);
+    const c = restoring?.conversation;
+    const history =
+      c === undefined
+        ? undefined
+        : {
+            digest: withAnswer(
+              c.digest,
+              typeof ev.text === "string" ? ev.text : undefined,
+              asArray(ev.tool_calls),
+            ),
+            count: c.count + 1,
+            promptDigest: c.digest,
+          };
+    s.addTip(ev.call_id, prompt.prompt, output, prompt.parent, history);
   }
 
   /** The full prompt of a restored request or response, from its own ids or its parent's tip. */
@@ -434,4 +458,30 @@ export class SessionTable {
     this.restoringResponses.clear();
     this.evict();
   }
+}
+
+function asArray(v: unknown): unknown[] | undefined {
+  return Array.isArray(v) ? v : undefined;
+}
+
+/**
+ * The conversation digest of a restored request made in prompt mode tokens (continuation/history.ts): from
+ * its own messages and tools, or, in the delta form (messages_offset), its parent's conversation extended
+ * by its new messages. Undefined for a request of prompt mode engine, or one whose parent is not known.
+ */
+function conversationOf(
+  s: GatewaySession,
+  ev: Record<string, unknown>,
+): { digest: string; count: number } | undefined {
+  if (typeof ev.prompt_mode !== "string" || !Array.isArray(ev.messages)) return undefined;
+  const messages = ev.messages as unknown[];
+  if (typeof ev.messages_offset === "number") {
+    const parent = typeof ev.parent_call_id === "string" ? s.tip(ev.parent_call_id)?.history : undefined;
+    if (parent === undefined || parent.count !== ev.messages_offset) return undefined;
+    let digest = parent.digest;
+    for (const m of messages) digest = extendDigest(digest, canonicalMessage(m as never));
+    return { digest, count: parent.count + messages.length };
+  }
+  const digests = historyDigests(seedDigest({ tools: ev.tools }), messages);
+  return { digest: digests[messages.length]!, count: messages.length };
 }

@@ -4,7 +4,7 @@
  */
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
-import { historyDigests, seedDigest, withAnswer } from "./history.ts";
+import { historyDigests, seedDigest, settingsKey, withAnswer } from "./history.ts";
 
 const TOOLS = [
   {
@@ -118,18 +118,25 @@ describe("history digests", () => {
     }
   });
 
-  it("changes everywhere with other tools, template settings or reasoning effort", () => {
+  it("changes everywhere with other tools; other template settings or reasoning effort change the settings key", () => {
     const base = digestsOf(body(conversation()));
     const others = [
       body(conversation(), { tools: [] }),
       body(conversation(), { tools: [{ ...TOOLS[0], function: { ...TOOLS[0]!.function, name: "add" } }] }),
-      body(conversation(), { chat_template_kwargs: { enable_thinking: false } }),
-      body(conversation(), { reasoning_effort: "low" }),
     ];
     for (const [i, b] of others.entries()) {
       const d = digestsOf(b);
       for (let k = 0; k < d.length; k++) assert.notEqual(d[k], base[k], `variant ${i}, prefix ${k}`);
     }
+    const key = settingsKey(body(conversation()));
+    for (const extra of [{ chat_template_kwargs: { enable_thinking: false } }, { reasoning_effort: "low" }]) {
+      assert.deepEqual(digestsOf(body(conversation(), extra)), base, "the settings are not in the digests");
+      assert.notEqual(settingsKey(body(conversation(), extra)), key);
+    }
+    assert.equal(
+      settingsKey({ chat_template_kwargs: { b: 1, a: 2 } }),
+      settingsKey({ chat_template_kwargs: { a: 2, b: 1 } }),
+    );
   });
 
   it("does not drop a message that is not an object", () => {

@@ -6,23 +6,28 @@
  * it was given; a later call extends it when its first k messages have that digest.
  *
  * The chain starts from what the chat template renders before any message and the call does not repeat in
- * its messages: the tools offered and the template's settings. A call with other tools does not continue a
- * branch (its prompt's head would render differently).
+ * its messages: the tools offered. A call with other tools, or other template settings (settingsKey), does
+ * not continue a branch (its prompt's head would render differently).
  */
 import { hash } from "node:crypto";
 import { canonicalMessage, extendDigest, stableStringify } from "../../schemas/canonical-messages.ts";
 import type { ChatMessage } from "../../schemas/events.ts";
 
-/** The digest the chain of a call's messages starts from: its tools and template settings. */
+/** The digest the chain of a call's messages starts from: its tools (rendered before any message). */
 export function seedDigest(body: Record<string, unknown>): string {
-  return hash(
-    "sha1",
-    stableStringify({
-      tools: body.tools ?? [],
-      chat_template_kwargs: body.chat_template_kwargs ?? {},
-      reasoning_effort: body.reasoning_effort ?? null,
-    }),
-  );
+  return hash("sha1", stableStringify(body.tools ?? []));
+}
+
+/**
+ * The template settings a call renders with (chat_template_kwargs, reasoning_effort), as a key: a branch
+ * made with other settings is not continued. The events do not carry them, so a branch restored from the
+ * events after a restart has none and matches any.
+ */
+export function settingsKey(body: Record<string, unknown>): string {
+  return stableStringify({
+    chat_template_kwargs: body.chat_template_kwargs ?? {},
+    reasoning_effort: body.reasoning_effort ?? null,
+  });
 }
 
 /** Digests of the first k messages for every k (out[0] is the seed). */

@@ -9,8 +9,11 @@ import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
 import type { PromptRenderer, UpstreamJson } from "../engines/engine.ts";
 import { GatewaySession } from "../sessions.ts";
-import { historyDigests, seedDigest, withAnswer } from "./history.ts";
+import { historyDigests, seedDigest, settingsKey, withAnswer } from "./history.ts";
 import { Continuations, type PromptPlan } from "./plan.ts";
+
+/** The settings key of a call without chat_template_kwargs or reasoning_effort. */
+const NO_SETTINGS = '{"chat_template_kwargs":{},"reasoning_effort":null}';
 
 const START = 1000;
 const END = 1001;
@@ -125,6 +128,7 @@ describe("Continuations.plan", () => {
       form: "rendered",
       reason: "first_call",
       promptDigest: digestOf(body),
+      settings: NO_SETTINGS,
       messageCount: 2,
     });
     assert.deepEqual(renderer.renderIdsCalls, [body]);
@@ -148,6 +152,7 @@ describe("Continuations.plan", () => {
       parent: "c1",
       messagesOffset: 3,
       promptDigest: digestOf(body),
+      settings: settingsKey(body),
       messageCount: 4,
     });
     assert.equal(plan.ids[tip.length - 1], END);
@@ -232,6 +237,30 @@ describe("Continuations.plan", () => {
     );
   });
 
+  it("continues a branch only with the template settings it was made with (unknown after a restore: any)", async () => {
+    const { plans, s } = setup();
+    const first = { messages: [USER], chat_template_kwargs: { enable_thinking: false } };
+    const p1 = await plans.plan(s, first, upstream);
+    const output = Int32Array.from([...tokenize("hi"), END]);
+    const history = (settings?: string) => ({
+      digest: withAnswer(p1.promptDigest, "hi", undefined),
+      count: 2,
+      promptDigest: p1.promptDigest,
+      ...(settings !== undefined ? { settings } : {}),
+    });
+    s.addTip("c1", p1.ids, output, null, history(settingsKey(first)));
+    const next = (kwargs: Record<string, unknown>) => ({
+      messages: [USER, { role: "assistant", content: "hi" }, { role: "user", content: "more" }],
+      chat_template_kwargs: kwargs,
+    });
+    assert.equal((await plans.plan(s, next({ enable_thinking: false }), upstream)).form, "continued");
+    const other = await plans.plan(s, next({ enable_thinking: true }), upstream);
+    assert.deepEqual([other.form, other.reason], ["rendered", "no_branch"]);
+    s.dropTips();
+    s.addTip("c1", p1.ids, output, null, history());
+    assert.equal((await plans.plan(s, next({ enable_thinking: true }), upstream)).form, "continued");
+  });
+
   it("renders an edited history whole (no_branch)", async () => {
     const { renderer, plans, s } = setup();
     const p1 = await plans.plan(s, { messages: [SYSTEM, USER] }, upstream);
@@ -291,6 +320,7 @@ describe("Continuations.plan", () => {
       ids: p2.ids,
       form: "continued",
       promptDigest: p2.promptDigest,
+      settings: NO_SETTINGS,
       messageCount: 4,
     });
     assert.equal(
@@ -311,6 +341,7 @@ describe("Continuations.plan", () => {
       form: "rendered",
       reason: "answer_last",
       promptDigest: digestOf(body),
+      settings: NO_SETTINGS,
       messageCount: 2,
     });
   });

@@ -15,7 +15,7 @@
  */
 import type { PromptRenderer, UpstreamJson } from "../engines/engine.ts";
 import type { GatewaySession, Tip } from "../sessions.ts";
-import { historyDigests, seedDigest } from "./history.ts";
+import { historyDigests, seedDigest, settingsKey } from "./history.ts";
 
 /** Why a call's prompt was rendered whole. */
 export type RenderReason = "first_call" | "no_branch" | "answer_last" | "template_marker";
@@ -29,6 +29,7 @@ export interface PromptPlan {
   messagesOffset?: number;
   promptDigest: string;
   messageCount: number;
+  settings: string;
 }
 
 /** A text no real conversation holds: where the stand-in assistant turn is found again. */
@@ -51,12 +52,13 @@ export class Continuations {
     const messages = Array.isArray(body.messages) ? (body.messages as unknown[]) : [];
     const digests = historyDigests(seedDigest(body), messages);
     const n = messages.length;
-    const base = { promptDigest: digests[n]!, messageCount: n };
+    const settings = settingsKey(body);
+    const base = { promptDigest: digests[n]!, messageCount: n, settings };
     let branch: Tip | undefined;
     let again: Tip | undefined;
     for (const tip of s.branches()) {
       const h = tip.history;
-      if (h === undefined) continue;
+      if (h === undefined || (h.settings !== undefined && h.settings !== settings)) continue;
       if (
         h.count <= n &&
         digests[h.count] === h.digest &&

@@ -14,9 +14,12 @@ import type { Capture, PreparedCall, UpstreamJson } from "../engines/engine.ts";
 import { LlamaCppAdapter } from "../engines/llamacpp.ts";
 import { outputParser } from "../parsers/parser.ts";
 import { GatewaySession } from "../sessions.ts";
-import { historyDigests, seedDigest, withAnswer } from "./history.ts";
+import { historyDigests, seedDigest, settingsKey, withAnswer } from "./history.ts";
 import { tokenPrompts } from "./token-adapter.ts";
 import { CALL_LAYOUTS, toolCallGrammar } from "./tool-grammar.ts";
+
+/** The settings key of a call without chat_template_kwargs or reasoning_effort. */
+const NO_SETTINGS = '{"chat_template_kwargs":{},"reasoning_effort":null}';
 
 const START = 1000;
 const END = 1001;
@@ -158,6 +161,7 @@ describe("TokenPrompts: prepare", () => {
     assert.deepEqual(p.continuation, {
       form: "rendered",
       promptDigest: historyDigests(seedDigest(body), [USER])[1],
+      settings: settingsKey(body),
       messageCount: 1,
     });
     // The first call is rendered by the engine's template: /apply-template, then /tokenize.
@@ -234,6 +238,7 @@ describe("TokenPrompts: prepare", () => {
       assert.deepEqual(p.continuation, {
         form: "engine",
         promptDigest: historyDigests(seedDigest(body), [USER])[1],
+        settings: NO_SETTINGS,
         messageCount: 1,
       });
       assert.equal(metrics.get("gateway_prompt_modes", "engine"), 1);
@@ -378,6 +383,7 @@ describe("TokenPrompts: whole answers", () => {
     assert.deepEqual(p2.continuation, {
       form: "continued",
       promptDigest: historyDigests(seedDigest(body2), body2.messages)[3],
+      settings: NO_SETTINGS,
       messageCount: 3,
       parent: "c1",
       messagesOffset: 2,

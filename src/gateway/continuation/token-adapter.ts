@@ -28,7 +28,7 @@ import {
   type ToolParserName,
 } from "../parsers/parser.ts";
 import type { GatewaySession } from "../sessions.ts";
-import { historyDigests, seedDigest } from "./history.ts";
+import { historyDigests, seedDigest, settingsKey } from "./history.ts";
 import { Continuations } from "./plan.ts";
 import { CALL_LAYOUTS, forcedTools, forcesToolCall, toolCallGrammar } from "./tool-grammar.ts";
 
@@ -142,6 +142,7 @@ export class TokenPrompts {
         form: "engine",
         promptDigest: digests[messages.length]!,
         messageCount: messages.length,
+        settings: settingsKey(body),
       };
       return { ...prepared, continuation };
     }
@@ -163,6 +164,7 @@ export class TokenPrompts {
       form: plan.form,
       promptDigest: plan.promptDigest,
       messageCount: plan.messageCount,
+      settings: plan.settings,
       ...(plan.parent !== undefined ? { parent: plan.parent } : {}),
       ...(plan.messagesOffset !== undefined ? { messagesOffset: plan.messagesOffset } : {}),
     };

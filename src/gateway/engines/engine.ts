@@ -61,6 +61,8 @@ export interface ContinuationRecord {
   /** The digest of the call's messages (and tools), and how many there are (continuation/history.ts). */
   promptDigest: string;
   messageCount: number;
+  /** The call's template settings (continuation/history.ts settingsKey). */
+  settings: string;
 }
 
 /**
