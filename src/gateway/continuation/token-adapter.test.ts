@@ -220,10 +220,9 @@ describe("TokenPrompts: prepare", () => {
     assert.match(named.body.grammar as string, /^root ::= r\d+\n/);
   });
 
-  it("sends response_format, logprobs: true and a forced call without a grammar to the chat route (form engine)", async () => {
+  it("sends response_format and a forced call without a grammar to the chat route (form engine)", async () => {
     const cases: Array<[Record<string, unknown>, string, "hermes" | "qwen3_coder"]> = [
       [{ response_format: { type: "json_object" } }, "response_format", "hermes"],
-      [{ logprobs: true, top_logprobs: 2 }, "logprobs", "hermes"],
       [{ tools: TOOLS, tool_choice: "required" }, "tool_choice", "qwen3_coder"],
     ];
     for (const [extra, reason, toolParser] of cases) {
@@ -251,6 +250,30 @@ describe("TokenPrompts: prepare", () => {
       });
       assert.equal(forAgent.object, "chat.completion");
     }
+  });
+
+  it("gives the agent the logprobs it asked for, in the chat shape, cut to its top_logprobs", async () => {
+    const { adapter, upstream } = setup();
+    const p = await adapter.prepare("chat", { messages: [USER], logprobs: true, top_logprobs: 0 }, upstream);
+    assert.equal(p.path, "/v1/completions");
+    assert.equal(p.body.n_probs, 1, "at least one alternative makes llama.cpp write entries");
+    assert.equal("logprobs" in p.body, false);
+    const ids = [...tokenize("Hi"), END];
+    const { forAgent, captures } = adapter.answer(p, completionsAnswer("Hi", ids, PROMPT.length));
+    const choice = (forAgent.choices as Array<Record<string, unknown>>)[0]!;
+    const expected = ids.map((id, i) => {
+      const { id: _id, top_logprobs: _top, ...rest } = entry(id, -(i + 1) / 8);
+      return { ...rest, top_logprobs: [] };
+    });
+    assert.deepEqual(choice.logprobs, { content: expected });
+    assert.deepEqual(
+      [...captures[0]!.logprobs!],
+      ids.map((_, i) => Math.fround(-(i + 1) / 8)),
+    );
+    // Without logprobs asked, none: the entries the gateway asked for are its own.
+    const q = await adapter.prepare("chat", { messages: [USER] }, upstream);
+    const other = adapter.answer(q, completionsAnswer("Hi", ids, PROMPT.length)).forAgent;
+    assert.equal((other.choices as Array<Record<string, unknown>>)[0]!.logprobs, null);
   });
 
   it("passes a completions call through untouched", async () => {

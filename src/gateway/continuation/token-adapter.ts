@@ -4,7 +4,8 @@
  * adapter, which reports every sampled id and logprob as it does for any completions call; the answer's
  * text is then parsed in the model family's format (parsers/) into the chat answer every API codec
  * translates: content, reasoning, tool calls. A call that needs what only the engine's chat route does
- * (response_format, logprobs for the agent, a forced tool call without a grammar for the format) goes to
+ * (response_format, logprobs for the agent on an engine other than llama.cpp, a forced tool call without a
+ * grammar for the format) goes to
  * the chat route as in prompt mode engine, counted.
  */
 import { randomBytes } from "node:crypto";
@@ -68,8 +69,27 @@ class TokenCall {
   readonly inner: PreparedCall;
   /** Tool-call ids are `call_<nonce>_<n>`: the same in a stream and in the recorded answer. */
   readonly nonce = randomBytes(6).toString("hex");
-  constructor(inner: PreparedCall) {
+  /** The alternatives per token the agent asked for with `logprobs: true`; null: it asked no logprobs. */
+  readonly topLogprobs: number | null;
+  constructor(inner: PreparedCall, topLogprobs: number | null) {
     this.inner = inner;
+    this.topLogprobs = topLogprobs;
+  }
+
+  /**
+   * The agent's logprobs of a choice: llama.cpp's completions route writes the chat route's shape
+   * (`{content: [{id, token, logprob, bytes, top_logprobs}]}`), cut to the alternatives asked for.
+   */
+  logprobsOf(choice: Json): Json[] | null {
+    if (this.topLogprobs === null) return null;
+    const content = (choice.logprobs as { content?: unknown } | null | undefined)?.content;
+    if (!Array.isArray(content)) return [];
+    const k = this.topLogprobs;
+    return content.map((e: Json) => {
+      const { id: _id, ...entry } = e;
+      const top = Array.isArray(entry.top_logprobs) ? (entry.top_logprobs as Json[]) : [];
+      return { ...entry, top_logprobs: top.slice(0, k).map(({ id: _alt, ...alt }) => alt) };
+    });
   }
 }
 
@@ -153,6 +173,10 @@ export class TokenPrompts {
     for (const k of CHAT_ONLY) delete completions[k];
     if (body.max_completion_tokens !== undefined && body.max_tokens === undefined)
       completions.max_tokens = body.max_completion_tokens;
+    // The agent's own logprobs (llama.cpp: the chat route's entries, n_probs alternatives each).
+    const top =
+      body.logprobs === true ? (typeof body.top_logprobs === "number" ? body.top_logprobs : 0) : null;
+    if (top !== null) completions.n_probs = Math.max(1, top);
     if (this.inner.name === "llamacpp") {
       // Markers that are control tokens are hidden from llama.cpp's text unless preserved.
       if (this.markers.length > 0) completions.preserved_tokens = this.markers;
@@ -174,7 +198,7 @@ export class TokenPrompts {
       asked: inner.asked,
       promptIds: plan.ids,
       ...(inner.wholeAsStream === true ? { wholeAsStream: true } : {}),
-      state: new TokenCall(inner),
+      state: new TokenCall(inner, top),
       continuation,
     };
   }
@@ -182,7 +206,8 @@ export class TokenPrompts {
   /** Why a call must go to the engine's chat route, or null when its ids can go to the completions route. */
   private chatRouteNeed(body: Json): string | null {
     if (body.response_format !== undefined && body.response_format !== null) return "response_format";
-    if (body.logprobs === true) return "logprobs";
+    // llama.cpp's completions route writes logprobs in the chat route's shape; others' need translating.
+    if (body.logprobs === true && this.inner.name !== "llamacpp") return "logprobs";
     if (forcesToolCall(body)) {
       // A forced call is constrained by a grammar of the format, which only llama.cpp takes as GBNF here.
       const grammar = this.inner.name === "llamacpp" && CALL_LAYOUTS[this.settings.toolParser] !== undefined;
@@ -206,7 +231,13 @@ export class TokenPrompts {
       };
       if (parsed.reasoning !== undefined) message.reasoning_content = parsed.reasoning;
       if (toolCalls.length > 0) message.tool_calls = toolCalls;
-      return { index, message, logprobs: null, finish_reason: chatFinish(c.finish_reason, toolCalls.length) };
+      const logprobs = call.logprobsOf(c);
+      return {
+        index,
+        message,
+        logprobs: logprobs === null ? null : { content: logprobs },
+        finish_reason: chatFinish(c.finish_reason, toolCalls.length),
+      };
     });
     const { choices: _dropped, object: _object, ...rest } = forAgent;
     return { captures, forAgent: { ...rest, object: "chat.completion", choices: chat } };
@@ -245,7 +276,7 @@ class TokenStreamReader implements StreamReader {
   private readonly owner: TokenPrompts;
   private readonly choices = new Map<
     number,
-    { stream: StreamingParser; calls: number; text: string; started: boolean }
+    { stream: StreamingParser; calls: number; text: string; started: boolean; logprobs: Json[] }
   >();
 
   constructor(inner: StreamReader, parser: OutputParser, call: TokenCall, owner: TokenPrompts) {
@@ -264,11 +295,13 @@ class TokenStreamReader implements StreamReader {
       const index = typeof c.index === "number" ? c.index : 0;
       let state = this.choices.get(index);
       if (state === undefined) {
-        state = { stream: this.parser.stream(), calls: 0, text: "", started: false };
+        state = { stream: this.parser.stream(), calls: 0, text: "", started: false, logprobs: [] };
         this.choices.set(index, state);
       }
       const text = typeof c.text === "string" ? c.text : "";
       state.text += text;
+      // Logprob entries go with the next chunk that says something (a held-back marker holds them too).
+      state.logprobs.push(...(this.call.logprobsOf(c) ?? []));
       const deltas = state.stream.push(text);
       const finish = c.finish_reason ?? null;
       if (finish !== null) deltas.push(...state.stream.end());
@@ -282,7 +315,7 @@ class TokenStreamReader implements StreamReader {
       choices.push({
         index,
         delta,
-        logprobs: null,
+        logprobs: this.call.topLogprobs === null ? null : { content: state.logprobs.splice(0) },
         finish_reason: finish === null ? null : chatFinish(finish, state.calls),
       });
     }
