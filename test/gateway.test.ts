@@ -492,11 +492,11 @@ it("lists every problem of `trajflow gateway`'s flags at once: the gateway's, th
   );
 });
 
-it("refuses prompt mode tokens without a tool parser, or on an engine without template routes, naming both", async () => {
+it("refuses prompt mode tokens without a tool parser, listing it with the other problems", async () => {
   const r = await runCli([
     "gateway",
     ...["--upstream", "http://engine", "--out", join(scratch, "never"), "--engine", "sglang"],
-    ...["--prompt-mode", "tokens"],
+    ...["--prompt-mode", "tokens", "--reasoning-parser", "deepseek"],
   ]);
   assert.equal(r.code, 2);
   const lines = r.stderr
@@ -506,7 +506,7 @@ it("refuses prompt mode tokens without a tool parser, or on an engine without te
     .map((l) => l.trim())
     .sort();
   assert.deepEqual(lines, [
-    "gateway.prompt_mode: prompt_mode tokens needs the engine's template routes, which sglang's adapter does not have yet: use llamacpp or vllm, or prompt_mode engine",
+    'gateway.reasoning_parser: Invalid option: expected one of "none"|"think"',
     "gateway.tool_parser: prompt_mode tokens reads tool calls from the sampled text: set tool_parser to the model family's format (none, hermes, qwen3_coder, llama3_json, mistral, openai)",
   ]);
 });

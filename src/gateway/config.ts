@@ -213,9 +213,6 @@ export const gatewayConfigSchema = z.strictObject({
     ),
 });
 
-/** Engines whose adapters render prompts through the engine's own routes (engines/engine.ts PromptRenderer). */
-const TOKEN_PROMPT_ENGINES: readonly string[] = ["llamacpp", "vllm"];
-
 /** A name pattern with `*` (any characters) as a regular expression matching whole names. */
 export function namePattern(pattern: string): RegExp {
   const escaped = pattern.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*");
@@ -278,12 +275,6 @@ export const checkedGatewayConfigSchema = gatewayConfigSchema.superRefine((c, ct
         code: "custom",
         message: `prompt_mode tokens reads tool calls from the sampled text: set tool_parser to the model family's format (${TOOL_PARSERS.join(", ")})`,
         path: ["tool_parser"],
-      });
-    if (!TOKEN_PROMPT_ENGINES.includes(c.engine))
-      ctx.addIssue({
-        code: "custom",
-        message: `prompt_mode tokens needs the engine's template routes, which ${c.engine}'s adapter does not have yet: use ${TOKEN_PROMPT_ENGINES.join(" or ")}, or prompt_mode engine`,
-        path: ["prompt_mode"],
       });
   }
   const checked = ENGINE_OPTIONS[c.engine].safeParse(c.engine_options);

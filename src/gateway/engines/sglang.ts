@@ -37,6 +37,7 @@ import {
   type Json,
 } from "./openai-read.ts";
 import type { RoutedExpertDtype } from "../../schemas/routed-experts.ts";
+import { sglangRenderer } from "./sglang-render.ts";
 
 export interface SglangAdapterOptions {
   /**
@@ -343,5 +344,7 @@ export function createSglangAdapter(options: SglangAdapterOptions = {}): EngineA
     stream(prepared) {
       return new SglangStream(prepared, layout);
     },
+
+    renderer: sglangRenderer,
   };
 }
