@@ -1,12 +1,13 @@
 /**
  * Prompt mode tokens against prompt mode engine (issue 44), in front of llama.cpp's server with the tiny
  * model: the same multi-turn sessions (a system prompt, a tool, 50 turns each, the history resent every turn)
- * through `trajflow gateway --prompt-mode engine` and `--prompt-mode tokens`, one after the other, one call
- * at a time. Measured per mode:
+ * through `trajflow gateway --prompt-mode engine`, `--prompt-mode tokens` (rendered through llama.cpp's
+ * routes) and `--prompt-mode tokens --tokenizer-dir` (rendered in the gateway from the model's files: "local"),
+ * one after the other, one call at a time. Measured per mode:
  * - the gateway's added latency (gateway_added_seconds: everything but the engine's own time and the event
  *   log's acknowledgement). In engine mode that includes rendering and tokenizing the whole conversation
  *   (llama.cpp /apply-template + /tokenize, for the prompt ids); in tokens mode rendering the new messages
- *   alone (a stand-in conversation) and tokenizing them;
+ *   alone (a stand-in conversation) and tokenizing them, through two round trips or in-process;
  * - the client's latency per call, and the engine's cached prompt tokens (usage.prompt_tokens_details);
  * - the bytes of a call's events (request + response lines in the event log) at turns 1, 10 and 50.
  *
@@ -14,7 +15,7 @@
  * `npm run bench:gateway` runs it after its own phases. BENCH_PROMPT_MODES_SESSIONS (default 4).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -59,6 +60,10 @@ async function freePort(): Promise<number> {
   });
 }
 
+/** The tiny model's Hugging Face directory (scripts/llama.sh writes it beside the GGUF). */
+const TINY_HF = join(ROOT, ".cache/llama/tiny-hf");
+
+/** engine, tokens (rendered through the engine's routes), or local (tokens, rendered in the gateway). */
 function startGateway(upstream: string, mode: string, log: string, port: number): ChildProcess {
   return spawn(
     process.execPath,
@@ -74,9 +79,10 @@ function startGateway(upstream: string, mode: string, log: string, port: number)
       "--event-log",
       log,
       "--prompt-mode",
-      mode,
+      mode === "engine" ? "engine" : "tokens",
       "--tool-parser",
       "hermes",
+      ...(mode === "local" ? ["--tokenizer-dir", TINY_HF] : []),
     ],
     { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, TRAJFLOW_LOG_LEVEL: "warn" } },
   );
@@ -194,11 +200,16 @@ async function oneMode(upstream: string, mode: string, scratch: string): Promise
   }
 }
 
-/** Both modes, engine first, against one llama.cpp server. */
+/**
+ * The modes one after another against one llama.cpp server: engine, tokens through the engine's routes, and
+ * tokens rendered in the gateway (local) when the tiny model's directory is there.
+ */
 export async function promptModes(upstream: string): Promise<ModeResult[]> {
   const scratch = mkdtempSync(join(tmpdir(), "trajflow-bench-prompt-modes-"));
   try {
-    return [await oneMode(upstream, "engine", scratch), await oneMode(upstream, "tokens", scratch)];
+    const out = [await oneMode(upstream, "engine", scratch), await oneMode(upstream, "tokens", scratch)];
+    if (existsSync(join(TINY_HF, "tokenizer.json"))) out.push(await oneMode(upstream, "local", scratch));
+    return out;
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }

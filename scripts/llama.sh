@@ -88,11 +88,12 @@ tiny_model() {
   [ "$model" = "$cache/tiny.gguf" ] || return 0
   local want
   want=$(sha256sum scripts/tiny_llm.py | cut -d' ' -f1)
-  if [ -f "$model" ] && [ "$(cat "$model.stamp" 2>/dev/null)" = "$want" ]; then return; fi
+  if [ -f "$model" ] && [ -f "$cache/tiny-hf/tokenizer.json" ] && [ "$(cat "$model.stamp" 2>/dev/null)" = "$want" ]; then return; fi
   # The project's venv has gguf (scripts/python-requirements.txt); an older one is brought up to date.
   { [ -x "$python" ] && "$python" -c "import gguf" 2>/dev/null; } || bash scripts/python-env.sh >&2
   mkdir -p "$cache"
-  "$python" scripts/tiny_llm.py "$model.tmp" >&2
+  # Beside it, the same tokenizer and template as a Hugging Face directory (the gateway's --tokenizer-dir).
+  "$python" scripts/tiny_llm.py "$model.tmp" "$cache/tiny-hf" >&2
   mv "$model.tmp" "$model"
   printf '%s' "$want" >"$model.stamp"
 }

@@ -1,6 +1,10 @@
 """A tiny llama-architecture model in GGUF for tests against a real llama-server (scripts/llama.sh).
 
-    .cache/python/bin/python scripts/tiny_llm.py OUT.gguf
+    .cache/python/bin/python scripts/tiny_llm.py OUT.gguf [HF_DIR]
+
+With HF_DIR, the same tokenizer and chat template are also written as a Hugging Face model directory
+(tokenizer.json, tokenizer_config.json): what `trajflow gateway --tokenizer-dir` renders prompts with in the
+gateway itself, so the tests can compare its ids with llama-server's for the same conversations.
 
 Everything is generated here, from a fixed seed, so the file is the same on every machine and nothing is
 downloaded:
@@ -24,6 +28,8 @@ downloaded:
 """
 
 import collections
+import json
+import os
 import re
 import sys
 
@@ -155,7 +161,7 @@ def learn_merges(text, n_merges):
     return merges
 
 
-def main(path):
+def main(path, hf_dir=None):
     enc = bytes_to_unicode()
     merges = learn_merges(TEXT, N_MERGES)
     tokens = [enc[b] for b in range(256)]
@@ -228,9 +234,46 @@ def main(path):
     w.write_tensors_to_file()
     w.close()
     print(f"{path}: vocabulary {n_vocab} ({len(merges)} merges), {N_LAYER} layers of {N_EMBD}")
+    if hf_dir is not None:
+        write_hf_dir(hf_dir, tokens, types, merges)
+        print(f"{hf_dir}: tokenizer.json, tokenizer_config.json")
+
+
+def write_hf_dir(directory, tokens, types, merges):
+    """The tokenizer and template as `tokenizers` and `transformers` read them: a byte-level BPE whose ids are
+    the GGUF's (bytes, then merges), the added and special tokens split out before pre-tokenization as
+    llama.cpp's parse_special does, and the chat template with its BOS and EOS tokens."""
+    os.makedirs(directory, exist_ok=True)
+    vocab = {t: i for i, (t, kind) in enumerate(zip(tokens, types)) if kind == gguf.TokenType.NORMAL}
+    added = [
+        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+         "special": kind == gguf.TokenType.CONTROL}
+        for i, (t, kind) in enumerate(zip(tokens, types)) if kind != gguf.TokenType.NORMAL
+    ]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    tokenizer = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": byte_level,
+        "post_processor": None,
+        "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": [[a, b] for a, b in merges]},
+    }
+    config = {"chat_template": CHAT_TEMPLATE, "bos_token": "<|endoftext|>", "eos_token": "<|im_end|>",
+              "pad_token": "<|endoftext|>", "add_bos_token": False, "model_max_length": N_CTX,
+              "tokenizer_class": "PreTrainedTokenizerFast"}
+    with open(os.path.join(directory, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tokenizer, f, ensure_ascii=False)
+    with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False, indent=1)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: tiny_llm.py OUT.gguf")
-    main(sys.argv[1])
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: tiny_llm.py OUT.gguf [HF_DIR]")
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) == 3 else None)

@@ -8,7 +8,9 @@
  * Checked in mode tokens: each session that keeps its history is exactly one row with no drift; every call
  * after the first continues its branch (prompt_mode continued, the request's messages in the delta form);
  * the engine reports the branch's tokens as cached; every sampled id is trained once with the engine's
- * logprob; the compacting agent's rewritten history is rendered whole and its rows are right too.
+ * logprob; the compacting agent's rewritten history is rendered whole and its rows are right too. The same
+ * holds with the rendering done in the gateway from the model's files (--tokenizer-dir), whose ids equal
+ * llama.cpp's for the same conversations; and a restarted gateway continues its sessions' branches.
  */
 import { strict as assert } from "node:assert";
 import { execFile } from "node:child_process";
@@ -17,6 +19,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { after, it } from "node:test";
+import { localRenderer } from "../src/gateway/continuation/local-renderer.ts";
+import { llamaRenderer } from "../src/gateway/engines/llamacpp-render.ts";
 import { decodeLogprobs, decodeTokenIds } from "../src/schemas/tokens.ts";
 import { killRunning, startCli } from "./helpers/cli.ts";
 import { freePort, logEvents, waitUntil, type GatewayRow, type LoggedEvent } from "./helpers/gateway.ts";
@@ -37,6 +41,8 @@ interface AgentCall {
   cached: number | null;
 }
 const KINDS = ["chat", "messages", "responses", "compact"];
+/** The tiny model's tokenizer and template as a Hugging Face directory (scripts/tiny_llm.py, scripts/llama.sh). */
+const TINY_HF = new URL("../.cache/llama/tiny-hf", import.meta.url).pathname;
 
 /** `id:logprob` of every sampled token (logprob "?" where the engine gave none), sorted. */
 const sampled = (pairs: Array<[number, number]>) =>
@@ -50,7 +56,7 @@ interface Outcome {
 }
 
 /** Runs the agents through a gateway in `mode`, rewards and ends their sessions, reads the rows back. */
-async function throughGateway(mode: "tokens" | "engine"): Promise<Outcome> {
+async function throughGateway(mode: "tokens" | "engine" | "local"): Promise<Outcome> {
   const out = join(scratch, mode);
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
@@ -65,9 +71,11 @@ async function throughGateway(mode: "tokens" | "engine"): Promise<Outcome> {
     "--out",
     out,
     "--prompt-mode",
-    mode,
+    mode === "engine" ? "engine" : "tokens",
     "--tool-parser",
     "hermes",
+    // local: rendered in the gateway from the model directory scripts/llama.sh writes beside the GGUF.
+    ...(mode === "local" ? ["--tokenizer-dir", TINY_HF] : []),
   ]);
   try {
     await waitUntil(async () => (await fetch(`${base}/readyz`)).ok, 60_000);
@@ -157,14 +165,17 @@ const drifts = (metrics: string) =>
     0,
   );
 
-it("continues every branch from its sampled tokens: one row per session, no drift, the prefix cached", async (t) => {
-  const tokens = await throughGateway("tokens");
-  const engine = await throughGateway("engine");
+/** What prompt mode tokens must give, rendered through the engine's routes or in the gateway. */
+function assertContinued(
+  tokens: Outcome,
+  label: "tokens" | "local",
+  t: { diagnostic(s: string): void },
+): void {
   const requests = tokens.events.filter((e) => e.type === "request");
   const lengths = promptLengths(tokens.events);
   const continued: Array<{ call: string; cached: number; parentPrompt: number }> = [];
   for (const kind of ["chat", "messages", "responses"]) {
-    const session = `tokens-${kind}`;
+    const session = `${label}-${kind}`;
     const mine = tokens.rows.filter((r) => r.session_id === session);
     assert.equal(mine.length, 1, `${session}: one row`);
     assert.deepEqual(
@@ -195,19 +206,28 @@ it("continues every branch from its sampled tokens: one row per session, no drif
   );
   assert.equal(drifts(tokens.metrics), 0);
   // The compacting agent: its rewritten history is rendered whole, the calls after it continue again.
-  const compact = requests.filter((e) => e.session_id === "tokens-compact").map((e) => e.prompt_mode);
+  const compact = requests.filter((e) => e.session_id === `${label}-compact`).map((e) => e.prompt_mode);
   assert.deepEqual(compact, ["rendered", "continued", "continued", "continued", "rendered", "continued"]);
   assert.match(tokens.metrics, /trajflow_gateway_prompt_renders_total\{reason="no_branch"\} 1\b/);
   let withLogprobs = 0;
-  for (const kind of KINDS) {
-    withLogprobs += assertTrainedOnce(tokens, `tokens-${kind}`).withLogprobs;
-    assertTrainedOnce(engine, `engine-${kind}`);
-  }
+  for (const kind of KINDS) withLogprobs += assertTrainedOnce(tokens, `${label}-${kind}`).withLogprobs;
   assert.ok(withLogprobs > 0, "the logprobs were compared somewhere, not only the ids");
-  const rowsOf = (o: Outcome, mode: string) =>
-    KINDS.map((k) => `${k} ${o.rows.filter((r) => r.session_id === `${mode}-${k}`).length}`).join(", ");
-  t.diagnostic(`rows per session, tokens: ${rowsOf(tokens, "tokens")}; drift ${drifts(tokens.metrics)}`);
-  t.diagnostic(`rows per session, engine: ${rowsOf(engine, "engine")}; drift ${drifts(engine.metrics)}`);
+  const rowsOf = KINDS.map(
+    (k) => `${k} ${tokens.rows.filter((r) => r.session_id === `${label}-${k}`).length}`,
+  );
+  t.diagnostic(`rows per session, ${label}: ${rowsOf.join(", ")}; drift ${drifts(tokens.metrics)}`);
+}
+
+it("continues every branch from its sampled tokens: one row per session, no drift, the prefix cached", async (t) => {
+  assertContinued(await throughGateway("tokens"), "tokens", t);
+  const engine = await throughGateway("engine");
+  for (const kind of KINDS) assertTrainedOnce(engine, `engine-${kind}`);
+  const rows = KINDS.map((k) => `${k} ${engine.rows.filter((r) => r.session_id === `engine-${k}`).length}`);
+  t.diagnostic(`rows per session, engine: ${rows.join(", ")}; drift ${drifts(engine.metrics)}`);
+});
+
+it("does the same rendering in the gateway from the model directory (--tokenizer-dir)", async (t) => {
+  assertContinued(await throughGateway("local"), "local", t);
 });
 
 it("continues a session's branch after a gateway restart: its conversation is rebuilt from the events", async () => {
@@ -257,4 +277,49 @@ it("continues a session's branch after a gateway restart: its conversation is re
     .filter((e) => e.type === "request")
     .map((e) => e.prompt_mode);
   assert.deepEqual(forms, ["rendered", "continued", "continued", "continued"]);
+});
+
+it("renders in the gateway exactly the ids llama.cpp renders for the same model's files", async () => {
+  const local = localRenderer(TINY_HF);
+  const server = llamaServer();
+  const upstream = async (path: string, body: unknown) =>
+    (await fetch(`${server}${path}`, { method: "POST", body: JSON.stringify(body) })).json();
+  const tools = [
+    {
+      type: "function",
+      function: {
+        name: "calc",
+        description: "adds two integers",
+        parameters: { type: "object", properties: { a: { type: "integer" } }, required: ["a"] },
+      },
+    },
+  ];
+  const conversations: Array<Record<string, unknown>> = [
+    { messages: [{ role: "user", content: "Add 2 and 3. Crème brûlée, 你好 🙂" }] },
+    {
+      tools,
+      messages: [
+        { role: "system", content: "You add numbers." },
+        { role: "user", content: "Add 2 and 3." },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{ id: "c1", type: "function", function: { name: "calc", arguments: '{"a": 2}' } }],
+        },
+        { role: "tool", tool_call_id: "c1", content: "5" },
+        { role: "assistant", content: "It is 5.\n\n  Done." },
+        { role: "user", content: "Thanks\t\ttwice" },
+      ],
+    },
+  ];
+  for (const body of conversations) {
+    const engine = await llamaRenderer.renderIds(body, upstream);
+    assert.deepEqual([...(await local.renderIds(body, upstream))], [...engine]);
+    const text = await llamaRenderer.renderText(body, upstream);
+    assert.equal(await local.renderText(body, upstream), text);
+    assert.deepEqual(
+      [...(await local.tokenize(text, upstream))],
+      [...(await llamaRenderer.tokenize(text, upstream))],
+    );
+  }
 });

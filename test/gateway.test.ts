@@ -496,7 +496,7 @@ it("refuses prompt mode tokens without a tool parser, listing it with the other 
   const r = await runCli([
     "gateway",
     ...["--upstream", "http://engine", "--out", join(scratch, "never"), "--engine", "sglang"],
-    ...["--prompt-mode", "tokens", "--reasoning-parser", "deepseek"],
+    ...["--prompt-mode", "tokens", "--max-sessions", "many"],
   ]);
   assert.equal(r.code, 2);
   const lines = r.stderr
@@ -506,7 +506,28 @@ it("refuses prompt mode tokens without a tool parser, listing it with the other 
     .map((l) => l.trim())
     .sort();
   assert.deepEqual(lines, [
-    'gateway.reasoning_parser: Invalid option: expected one of "none"|"think"',
+    '--max-sessions must be an integer, got "many"',
     "gateway.tool_parser: prompt_mode tokens reads tool calls from the sampled text: set tool_parser to the model family's format (none, hermes, qwen3_coder, llama3_json, mistral, openai)",
+  ]);
+});
+
+it("refuses a tokenizer directory without its files, or without prompt mode tokens", async () => {
+  const dir = join(scratch, "no-model");
+  const r = await runCli([
+    "gateway",
+    ...["--upstream", "http://engine", "--out", join(scratch, "never"), "--engine", "llamacpp"],
+    ...["--tokenizer-dir", dir],
+  ]);
+  assert.equal(r.code, 2);
+  const lines = r.stderr
+    .trim()
+    .split("\n")
+    .slice(1)
+    .map((l) => l.trim())
+    .sort();
+  assert.deepEqual(lines, [
+    `gateway.tokenizer_dir: ${join(dir, "tokenizer.json")} does not exist (a model directory has tokenizer.json and tokenizer_config.json)`,
+    `gateway.tokenizer_dir: ${join(dir, "tokenizer_config.json")} does not exist (a model directory has tokenizer.json and tokenizer_config.json)`,
+    "gateway.tokenizer_dir: tokenizer_dir renders prompts for prompt_mode tokens: set prompt_mode tokens, or leave it out",
   ]);
 });

@@ -2,6 +2,8 @@
  * The gateway's settings: the `gateway` section of a pipeline file, and what `trajflow gateway`'s flags
  * build. Strict (an unknown key is a typo and fails), every field described where it is defined.
  */
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { z } from "zod";
 import { kafkaConnectionSchema } from "../kafka/connection.ts";
 import { ENGINE_NAMES } from "./engines/engine.ts";
@@ -198,6 +200,15 @@ export const gatewayConfigSchema = z.strictObject({
       "Prompt mode tokens: the model family's tool-call format the output is parsed in (vLLM's names): " +
         "hermes (Hermes, Qwen2.5, Qwen3), qwen3_coder, llama3_json, mistral, openai (gpt-oss harmony), none.",
     ),
+  tokenizer_dir: z
+    .string()
+    .min(1)
+    .optional()
+    .describe(
+      "Prompt mode tokens: a model directory (tokenizer.json, tokenizer_config.json with the chat template) " +
+        "the gateway renders and tokenizes prompts with itself, instead of the engine's routes " +
+        "(docs/gateway.md#rendering-in-the-gateway). The same files the engine serves.",
+    ),
   reasoning_parser: z
     .enum(REASONING_PARSERS)
     .default("none")
@@ -268,6 +279,20 @@ export const checkedGatewayConfigSchema = gatewayConfigSchema.superRefine((c, ct
       code: "custom",
       message: "the control listener needs an address of its own",
       path: ["control_listen"],
+    });
+  for (const file of ["tokenizer.json", "tokenizer_config.json"])
+    if (c.tokenizer_dir !== undefined && !existsSync(join(c.tokenizer_dir, file)))
+      ctx.addIssue({
+        code: "custom",
+        message: `${join(c.tokenizer_dir, file)} does not exist (a model directory has tokenizer.json and tokenizer_config.json)`,
+        path: ["tokenizer_dir"],
+      });
+  if (c.tokenizer_dir !== undefined && c.prompt_mode !== "tokens")
+    ctx.addIssue({
+      code: "custom",
+      message:
+        "tokenizer_dir renders prompts for prompt_mode tokens: set prompt_mode tokens, or leave it out",
+      path: ["tokenizer_dir"],
     });
   if (c.prompt_mode === "tokens") {
     if (c.tool_parser === undefined)

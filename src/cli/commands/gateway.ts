@@ -71,6 +71,8 @@ ${CONNECTION_HELP}
   --tool-parser <name>      prompt mode tokens: the tool-call format (hermes, qwen3_coder, llama3_json,
                             mistral, openai, none)
   --reasoning-parser <name> prompt mode tokens: think (<think>...</think>) or none (default)
+  --tokenizer-dir <dir>     prompt mode tokens: render and tokenize in the gateway from this model
+                            directory (tokenizer.json, tokenizer_config.json), not the engine's routes
   --control-listen <host:port>  serve the control routes (sessions, rewards, ends, /weights) on this
                             address alone; the agents' listener then answers 404 on them
   --control-token-file <f>  the control token is this file's first line (or $TRAJFLOW_CONTROL_TOKEN):
@@ -119,6 +121,7 @@ const GATEWAY_FLAGS = {
   "prompt-mode": { type: "string" },
   "tool-parser": { type: "string" },
   "reasoning-parser": { type: "string" },
+  "tokenizer-dir": { type: "string" },
   "control-listen": { type: "string" },
   "control-token-file": { type: "string" },
   "log-level": { type: "string" },
@@ -208,6 +211,7 @@ function gatewayInput(values: GatewayValues): Record<string, unknown> {
     ...(values["prompt-mode"] !== undefined ? { prompt_mode: values["prompt-mode"] } : {}),
     ...(values["tool-parser"] !== undefined ? { tool_parser: values["tool-parser"] } : {}),
     ...(values["reasoning-parser"] !== undefined ? { reasoning_parser: values["reasoning-parser"] } : {}),
+    ...(values["tokenizer-dir"] !== undefined ? { tokenizer_dir: resolve(values["tokenizer-dir"]) } : {}),
     ...(values["control-listen"] !== undefined ? { control_listen: values["control-listen"] } : {}),
     ...(values["control-token-file"] !== undefined
       ? { control_token_file: resolve(values["control-token-file"]) }

@@ -16,6 +16,7 @@ import type {
   ContinuationRecord,
   EngineAdapter,
   PreparedCall,
+  PromptRenderer,
   StreamReader,
   UpstreamJson,
 } from "../engines/engine.ts";
@@ -30,6 +31,7 @@ import {
 } from "../parsers/parser.ts";
 import type { GatewaySession } from "../sessions.ts";
 import { historyDigests, seedDigest, settingsKey } from "./history.ts";
+import { localRenderer } from "./local-renderer.ts";
 import { Continuations } from "./plan.ts";
 import { CALL_LAYOUTS, forcedTools, forcesToolCall, toolCallGrammar } from "./tool-grammar.ts";
 
@@ -62,6 +64,8 @@ export interface TokenPromptSettings {
   toolParser: string;
   reasoningParser: string;
   parser: OutputParser;
+  /** Renders in the gateway (local-renderer.ts) instead of through the engine's routes. */
+  renderer?: PromptRenderer;
 }
 
 /** What `prepare` carries to reading the answer of a call sent as ids. */
@@ -101,14 +105,19 @@ export class TokenPrompts {
   private readonly markers: string[];
 
   constructor(inner: EngineAdapter, settings: TokenPromptSettings, metrics: Metrics, logger: Logger) {
-    if (inner.renderer === undefined) throw new Error(`engine ${inner.name} has no template routes`);
+    const renderer = settings.renderer ?? inner.renderer;
+    if (renderer === undefined) throw new Error(`engine ${inner.name} has no template routes`);
     this.inner = inner;
-    this.continuations = new Continuations(inner.renderer);
+    this.continuations = new Continuations(renderer);
     this.settings = settings;
     this.metrics = metrics;
     this.markers = [...(MARKERS[settings.toolParser] ?? []), ...(MARKERS[settings.reasoningParser] ?? [])];
     logger.info(
-      { tool_parser: settings.toolParser, reasoning_parser: settings.reasoningParser },
+      {
+        tool_parser: settings.toolParser,
+        reasoning_parser: settings.reasoningParser,
+        renderer: settings.renderer !== undefined ? "gateway" : "engine",
+      },
       "Prompt mode tokens: a session's calls continue its sampled tokens.",
     );
   }
@@ -356,7 +365,11 @@ class TokenStreamReader implements StreamReader {
 
 /** The token-prompt adapter of a gateway in prompt mode tokens (config checked: a parser is set). */
 export function tokenPrompts(
-  config: { tool_parser?: ToolParserName | undefined; reasoning_parser: ReasoningParserName },
+  config: {
+    tool_parser?: ToolParserName | undefined;
+    reasoning_parser: ReasoningParserName;
+    tokenizer_dir?: string | undefined;
+  },
   adapter: EngineAdapter,
   metrics: Metrics,
   logger: Logger,
@@ -368,6 +381,7 @@ export function tokenPrompts(
       toolParser: tool,
       reasoningParser: config.reasoning_parser,
       parser: outputParser(tool, config.reasoning_parser),
+      ...(config.tokenizer_dir !== undefined ? { renderer: localRenderer(config.tokenizer_dir) } : {}),
     },
     metrics,
     logger,
