@@ -5,7 +5,7 @@
  * back until it is decided, a block is buffered whole and becomes one tool_call delta per call (or one
  * malformed delta carrying its raw text), and a block still open at the end is malformed.
  */
-import type { ParsedDelta, ParsedToolCall, StreamingParser } from "./parser.ts";
+import type { ParsedDelta, ParsedToolCall, StreamingParser } from "./types.ts";
 
 export interface BlockFormat {
   /** Markers that open a block; the block's text starts with the marker. */
@@ -39,94 +39,115 @@ export function heldTail(text: string, markers: readonly string[]): number {
 }
 
 export function blockStream(format: BlockFormat): StreamingParser {
-  let buf = "";
-  let inBlock = false;
-  let trimming = false;
-  // For anchored formats: whether the start has been decided (a block, or content from here on).
-  let decided = false;
+  return new BlockStream(format);
+}
 
-  const closeBlock = (out: ParsedDelta[], length: number): void => {
-    const block = buf.slice(0, length);
-    buf = buf.slice(length);
-    inBlock = false;
+/** One output's stream: `buf` holds what is not given out yet (a held tail, or the block being read). */
+class BlockStream implements StreamingParser {
+  private readonly format: BlockFormat;
+  private buf = "";
+  private inBlock = false;
+  private trimming = false;
+  /** For anchored formats: whether the start has been decided (a block, or content from here on). */
+  private decided = false;
+
+  constructor(format: BlockFormat) {
+    this.format = format;
+  }
+
+  push(text: string): ParsedDelta[] {
+    this.buf += text;
+    const out: ParsedDelta[] = [];
+    this.step(out, false);
+    return out;
+  }
+
+  end(): ParsedDelta[] {
+    const out: ParsedDelta[] = [];
+    this.step(out, true);
+    return out;
+  }
+
+  private step(out: ParsedDelta[], final: boolean): void {
+    for (;;) {
+      if (this.inBlock) {
+        if (!this.stepInBlock(out, final)) return;
+        continue;
+      }
+      if (this.trimming) {
+        this.buf = this.buf.trimStart();
+        if (this.buf === "") return;
+        this.trimming = false;
+      }
+      if (this.format.anchored ? !this.stepAnchored(out, final) : !this.stepContent(out, final)) return;
+    }
+  }
+
+  /** Reads the block once it ends (or gives it as malformed at the end); true: go on with what follows. */
+  private stepInBlock(out: ParsedDelta[], final: boolean): boolean {
+    const length = this.format.blockEnd(this.buf, final);
+    if (length >= 0) this.closeBlock(out, length);
+    else if (final) {
+      out.push({ kind: "malformed", text: this.buf });
+      this.buf = "";
+      this.inBlock = false;
+    }
+    return !this.inBlock && this.buf !== "";
+  }
+
+  /** An anchored format: a block only at the very start; true: a block begins, go on. */
+  private stepAnchored(out: ParsedDelta[], final: boolean): boolean {
+    if (!this.decided) {
+      const head = this.buf.trimStart();
+      if (this.format.opens.some((m) => head.startsWith(m))) {
+        this.decided = this.inBlock = true;
+        return true;
+      }
+      if (!final && this.format.opens.some((m) => m.startsWith(head))) return false;
+      this.decided = true;
+    }
+    content(out, this.buf);
+    this.buf = "";
+    return false;
+  }
+
+  /** Content up to the next opening marker (a possible marker's start held back); true: a block begins. */
+  private stepContent(out: ParsedDelta[], final: boolean): boolean {
+    let at = -1;
+    for (const m of this.format.opens) {
+      const i = this.buf.indexOf(m);
+      if (i >= 0 && (at < 0 || i < at)) at = i;
+    }
+    if (at >= 0) {
+      content(out, this.buf.slice(0, at));
+      this.buf = this.buf.slice(at);
+      this.inBlock = true;
+      return true;
+    }
+    const held = final ? 0 : heldTail(this.buf, this.format.opens);
+    content(out, this.buf.slice(0, this.buf.length - held));
+    this.buf = this.buf.slice(this.buf.length - held);
+    return false;
+  }
+
+  private closeBlock(out: ParsedDelta[], length: number): void {
+    const block = this.buf.slice(0, length);
+    this.buf = this.buf.slice(length);
+    this.inBlock = false;
     let calls: ParsedToolCall[] | undefined;
     try {
-      calls = format.read(block);
+      calls = this.format.read(block);
     } catch {
       calls = undefined;
     }
     if (calls === undefined) out.push({ kind: "malformed", text: block });
     else {
       for (const call of calls) out.push({ kind: "tool_call", call });
-      trimming = format.trimAfter === true;
+      this.trimming = this.format.trimAfter === true;
     }
-  };
+  }
+}
 
-  const content = (out: ParsedDelta[], text: string): void => {
-    if (text !== "") out.push({ kind: "content", text });
-  };
-
-  const step = (out: ParsedDelta[], final: boolean): void => {
-    while (true) {
-      if (inBlock) {
-        const length = format.blockEnd(buf, final);
-        if (length >= 0) closeBlock(out, length);
-        else if (final) {
-          out.push({ kind: "malformed", text: buf });
-          buf = "";
-          inBlock = false;
-        }
-        if (inBlock || buf === "") return;
-        continue;
-      }
-      if (trimming) {
-        buf = buf.trimStart();
-        if (buf === "") return;
-        trimming = false;
-      }
-      if (format.anchored) {
-        if (!decided) {
-          const head = buf.trimStart();
-          if (format.opens.some((m) => head.startsWith(m))) {
-            decided = inBlock = true;
-            continue;
-          }
-          if (!final && format.opens.some((m) => m.startsWith(head))) return;
-          decided = true;
-        }
-        content(out, buf);
-        buf = "";
-        return;
-      }
-      let at = -1;
-      for (const m of format.opens) {
-        const i = buf.indexOf(m);
-        if (i >= 0 && (at < 0 || i < at)) at = i;
-      }
-      if (at >= 0) {
-        content(out, buf.slice(0, at));
-        buf = buf.slice(at);
-        inBlock = true;
-        continue;
-      }
-      const held = final ? 0 : heldTail(buf, format.opens);
-      content(out, buf.slice(0, buf.length - held));
-      buf = buf.slice(buf.length - held);
-      return;
-    }
-  };
-
-  return {
-    push(text) {
-      buf += text;
-      const out: ParsedDelta[] = [];
-      step(out, false);
-      return out;
-    },
-    end() {
-      const out: ParsedDelta[] = [];
-      step(out, true);
-      return out;
-    },
-  };
+function content(out: ParsedDelta[], text: string): void {
+  if (text !== "") out.push({ kind: "content", text });
 }

@@ -12,7 +12,7 @@
 import { isObject } from "../apis/json.ts";
 import { heldTail } from "./blocks.ts";
 import { parseJson } from "./json-text.ts";
-import type { ParsedDelta, StreamingParser } from "./parser.ts";
+import type { ParsedDelta, StreamingParser } from "./types.ts";
 
 const MESSAGE = "<|message|>";
 const OPENS = ["<|start|>", "<|channel|>"];

@@ -3,7 +3,7 @@
  * what counts as a readable call (a non-empty string name and an object of arguments).
  */
 import { isObject } from "../apis/json.ts";
-import type { ParsedToolCall } from "./parser.ts";
+import type { ParsedToolCall } from "./types.ts";
 
 /**
  * Index just past the object or array that opens at `start`, or -1 while it is still open. Brackets inside

@@ -1,5 +1,5 @@
 import { describe, it } from "node:test";
-import { args, expectParse } from "./expect-parse.ts";
+import { args, expectParse } from "../../../test/helpers/expect-parse.ts";
 import { outputParser } from "./parser.ts";
 
 const mistral = outputParser("mistral", "none");

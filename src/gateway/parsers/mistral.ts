@@ -7,7 +7,7 @@
  */
 import type { BlockFormat } from "./blocks.ts";
 import { jsonToolCall, jsonValueEnd, parseJson, toolCall } from "./json-text.ts";
-import type { ParsedToolCall } from "./parser.ts";
+import type { ParsedToolCall } from "./types.ts";
 
 const OPEN = "[TOOL_CALLS]";
 const ARGS = "[ARGS]";

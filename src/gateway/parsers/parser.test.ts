@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { expectParse } from "./expect-parse.ts";
+import { expectParse } from "../../../test/helpers/expect-parse.ts";
 import { REASONING_PARSERS, TOOL_PARSERS, outputParser } from "./parser.ts";
 
 describe("output parsers", () => {

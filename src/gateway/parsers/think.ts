@@ -6,7 +6,7 @@
  * without an opening tag nothing can be passed on until a `</think>` or the end decides which side it is on.
  */
 import { heldTail } from "./blocks.ts";
-import type { ParsedDelta, StreamingParser } from "./parser.ts";
+import type { ParsedDelta, StreamingParser } from "./types.ts";
 
 const OPEN = "<think>";
 const CLOSE = "</think>";

@@ -4,7 +4,7 @@
  * at every position), folds to exactly the same answer.
  */
 import assert from "node:assert/strict";
-import { collectDeltas, type OutputParser, type ParsedOutput } from "./parser.ts";
+import { collectDeltas, type OutputParser, type ParsedOutput } from "../../src/gateway/parsers/parser.ts";
 
 function pieces(text: string, size: number, first: number): string[] {
   const out = first > 0 ? [text.slice(0, first)] : [];
