@@ -469,6 +469,16 @@ describe("gateway: streaming, disconnects, restarts and upstreams", () => {
   });
 });
 
+/** The problems a refused start lists, one a line after the first, sorted. */
+function problems(stderr: string): string[] {
+  return stderr
+    .trim()
+    .split("\n")
+    .slice(1)
+    .map((l) => l.trim())
+    .sort();
+}
+
 it("lists every problem of `trajflow gateway`'s flags at once: the gateway's, the engine's and the embedded pipeline's", async () => {
   const r = await runCli([
     "gateway",
@@ -476,20 +486,12 @@ it("lists every problem of `trajflow gateway`'s flags at once: the gateway's, th
     ...["--engine-option", "streams=bogus", "--max-sessions", "many", "--drift-policy", "nah"],
   ]);
   assert.equal(r.code, 2);
-  assert.deepEqual(
-    r.stderr
-      .trim()
-      .split("\n")
-      .slice(1)
-      .map((l) => l.trim())
-      .sort(),
-    [
-      '--max-sessions must be an integer, got "many"',
-      'gateway options: transforms.assemble.drift_policy: Invalid option: expected one of "fork"|"realign"',
-      'gateway.engine_options.streams: Invalid option: expected one of "whole"|"relay"',
-      "gateway.upstreams.0: an upstream is an http:// or https:// URL",
-    ],
-  );
+  assert.deepEqual(problems(r.stderr), [
+    '--max-sessions must be an integer, got "many"',
+    'gateway options: transforms.assemble.drift_policy: Invalid option: expected one of "fork"|"realign"',
+    'gateway.engine_options.streams: Invalid option: expected one of "whole"|"relay"',
+    "gateway.upstreams.0: an upstream is an http:// or https:// URL",
+  ]);
 });
 
 it("refuses prompt mode tokens without a tool parser, listing it with the other problems", async () => {
@@ -499,13 +501,7 @@ it("refuses prompt mode tokens without a tool parser, listing it with the other 
     ...["--prompt-mode", "tokens", "--max-sessions", "many"],
   ]);
   assert.equal(r.code, 2);
-  const lines = r.stderr
-    .trim()
-    .split("\n")
-    .slice(1)
-    .map((l) => l.trim())
-    .sort();
-  assert.deepEqual(lines, [
+  assert.deepEqual(problems(r.stderr), [
     '--max-sessions must be an integer, got "many"',
     "gateway.tool_parser: prompt_mode tokens reads tool calls from the sampled text: set tool_parser to the model family's format (none, hermes, qwen3_coder, llama3_json, mistral, openai)",
   ]);
@@ -519,13 +515,7 @@ it("refuses a tokenizer directory without its files, or without prompt mode toke
     ...["--tokenizer-dir", dir],
   ]);
   assert.equal(r.code, 2);
-  const lines = r.stderr
-    .trim()
-    .split("\n")
-    .slice(1)
-    .map((l) => l.trim())
-    .sort();
-  assert.deepEqual(lines, [
+  assert.deepEqual(problems(r.stderr), [
     `gateway.tokenizer_dir: ${join(dir, "tokenizer.json")} does not exist (a model directory has tokenizer.json and tokenizer_config.json)`,
     `gateway.tokenizer_dir: ${join(dir, "tokenizer_config.json")} does not exist (a model directory has tokenizer.json and tokenizer_config.json)`,
     "gateway.tokenizer_dir: tokenizer_dir renders prompts for prompt_mode tokens: set prompt_mode tokens, or leave it out",

@@ -11,42 +11,9 @@ import type { PromptRenderer, UpstreamJson } from "../engines/engine.ts";
 import { GatewaySession } from "../sessions.ts";
 import { historyDigests, seedDigest, settingsKey, withAnswer } from "./history.ts";
 import { Continuations, type PromptPlan } from "./plan.ts";
+import { chatml, END, NO_SETTINGS, toyTokenize } from "../../../test/helpers/toy-chatml.ts";
 
-/** The settings key of a call without chat_template_kwargs or reasoning_effort. */
-const NO_SETTINGS = '{"chat_template_kwargs":{},"reasoning_effort":null}';
-
-const START = 1000;
-const END = 1001;
-const SPECIAL: Array<[string, number]> = [
-  ["<|im_start|>", START],
-  ["<|im_end|>", END],
-];
-
-function tokenize(text: string): Int32Array {
-  const out: number[] = [];
-  for (let i = 0; i < text.length;) {
-    const special = SPECIAL.find(([s]) => text.startsWith(s, i));
-    if (special !== undefined) {
-      out.push(special[1]);
-      i += special[0].length;
-    } else out.push(text.charCodeAt(i++));
-  }
-  return Int32Array.from(out);
-}
-
-function contentOf(content: unknown): string {
-  if (typeof content === "string") return content;
-  if (Array.isArray(content)) return content.map((p) => (p as { text: string }).text).join("");
-  return "";
-}
-
-function chatml(body: Record<string, unknown>): string {
-  const messages = (body.messages ?? []) as Array<{ role: string; content: unknown }>;
-  return (
-    messages.map((m) => `<|im_start|>${m.role}\n${contentOf(m.content)}<|im_end|>\n`).join("") +
-    "<|im_start|>assistant\n"
-  );
-}
+const tokenize = (text: string) => Int32Array.from(toyTokenize(text));
 
 /** The ChatML renderer, counting what it is asked. */
 class ToyRenderer implements PromptRenderer {

@@ -17,39 +17,10 @@ import { GatewaySession } from "../sessions.ts";
 import { historyDigests, seedDigest, settingsKey, withAnswer } from "./history.ts";
 import { tokenPrompts } from "./token-adapter.ts";
 import { CALL_LAYOUTS, toolCallGrammar } from "./tool-grammar.ts";
+import { chatml, END, NO_SETTINGS, toyPiece, toyTokenize } from "../../../test/helpers/toy-chatml.ts";
 
-/** The settings key of a call without chat_template_kwargs or reasoning_effort. */
-const NO_SETTINGS = '{"chat_template_kwargs":{},"reasoning_effort":null}';
-
-const START = 1000;
-const END = 1001;
-const SPECIAL: Array<[string, number]> = [
-  ["<|im_start|>", START],
-  ["<|im_end|>", END],
-];
-
-function tokenize(text: string): number[] {
-  const out: number[] = [];
-  for (let i = 0; i < text.length;) {
-    const special = SPECIAL.find(([s]) => text.startsWith(s, i));
-    if (special !== undefined) {
-      out.push(special[1]);
-      i += special[0].length;
-    } else out.push(text.charCodeAt(i++));
-  }
-  return out;
-}
-
-const pieceOf = (id: number) => SPECIAL.find(([, i]) => i === id)?.[0] ?? String.fromCharCode(id);
-
-function chatml(body: Record<string, unknown>): string {
-  const messages = (body.messages ?? []) as Array<{ role: string; content: unknown }>;
-  return (
-    messages
-      .map((m) => `<|im_start|>${m.role}\n${typeof m.content === "string" ? m.content : ""}<|im_end|>\n`)
-      .join("") + "<|im_start|>assistant\n"
-  );
-}
+const tokenize = toyTokenize;
+const pieceOf = toyPiece;
 
 /** llama-server's /apply-template and /tokenize (text, or ids with_pieces) over the toy ChatML renderer. */
 function fakeUpstream() {
