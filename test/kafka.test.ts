@@ -5,7 +5,7 @@
  */
 import { strict as assert } from "node:assert";
 import { execFile } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -105,6 +105,34 @@ describe("kafka", () => {
       assert.deepEqual(await rowsIn(out), expected);
     });
   }
+
+  it("lands a drained backlog's rows as soon as it is caught up, not a file age or the idle stop later", async () => {
+    const topic = freshName("drain-cut");
+    const produced = await runCli(["produce", EXAMPLES, "--topic", topic], { KAFKA_BROKERS: broker });
+    assert.equal(produced.code, 0, produced.stderr);
+    const out = join(scratch, topic);
+    // The idle stop and the file age ten minutes away, and the quiet lanes' wall clock off (which would
+    // cut the files a second after the input went quiet): only the drain being caught up can cut them.
+    const run = startCli(
+      [
+        ...["consume", "--topic", topic, "--group", freshName("g"), "--out", out],
+        ...["--until-idle-ms", "600000", "--file-age-ms", "600000", "--idle-advance-ms", "0"],
+      ],
+      { KAFKA_BROKERS: broker },
+    );
+    try {
+      await waitFor(
+        "every row in files",
+        async () => existsSync(out) && (await rowsIn(out)).length === expected.length,
+        60_000,
+      );
+      assert.equal(run.child.exitCode, null, "the run is still waiting for its idle stop");
+      assert.deepEqual(await rowsIn(out), expected);
+    } finally {
+      run.child.kill("SIGTERM");
+      await run.exited;
+    }
+  });
 
   it("cuts the oldest open sessions past max-open-sessions, counting them", async () => {
     const topic = freshName("limits");

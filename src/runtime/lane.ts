@@ -123,6 +123,15 @@ export class LaneRunner {
     if (cutFiles) await this.durable.cut();
   }
 
+  /**
+   * A draining run (--until-idle-ms) caught up with its input: what the lane holds goes on and its buffered
+   * rows become files now rather than at the file age; open sessions stay open (the stop writes them).
+   */
+  async cutFiles(): Promise<void> {
+    await this.endOfBatch(false);
+    await this.durable.cut();
+  }
+
   /** The lane was revoked: nothing it holds may land. */
   abandon(): void {
     this.outbox = [];

@@ -41,7 +41,8 @@ ${KAFKA_CLIENT_HELP}
   --metrics-address <h:p>   serve Prometheus /metrics, /healthz and /readyz there
   --status-interval-ms <n>  log a status line every n ms (default 5000; 0: off)
   --until-idle-ms <n>       drain the topic: stop once every assigned partition is read to its high
-                            watermark and no message came for n ms, writing open sessions too
+                            watermark and no message came for n ms, writing open sessions too (once
+                            caught up, finished sessions' rows land in files at once)
   --idle-advance-ms <n>     a caught-up partition quiet for n ms moves its clock with the wall clock, so
                             reward grace and timeouts elapse and its rows are written (default 1000;
                             0: pure event time; docs/assembly.md)
