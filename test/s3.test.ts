@@ -148,7 +148,12 @@ describe("replay to s3://", () => {
         lines.push(JSON.stringify(e));
     }
     writeFileSync(input, `${lines.join("\n")}\n`);
-    const files = { compression: "none", s3: { part_size: 5 * 1024 * 1024, upload_concurrency: 2 } };
+    // One file of all 60 sessions (their 5.5M tokens past the default cut of 1M tokens).
+    const files = {
+      compression: "none",
+      max_tokens_per_file: 8_000_000,
+      s3: { part_size: 5 * 1024 * 1024, upload_concurrency: 2 },
+    };
     const logger = pino({ level: "silent" });
     const dir = join(scratch, "big");
     await replay({ inputs: [input], out: dir, files, logger });

@@ -2,7 +2,7 @@ import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
 import type { Plan } from "./plan.ts";
 import { REGISTRY } from "./registry.ts";
-import { decodeWorkers } from "./runtime.ts";
+import { decodeWorkers } from "./decode-workers.ts";
 
 function plan(type: "kafka" | "jsonl", config: Record<string, unknown> = {}): Plan {
   return {

@@ -8,7 +8,6 @@
  * stops the same way for every source: stop reading, finish or drop what is open, wait for every sink,
  * then commit and disconnect.
  */
-import { availableParallelism } from "node:os";
 import type {
   DeadLetterSink,
   IngestStage,
@@ -33,6 +32,8 @@ import {
 import type { DeadLetterOutput, RawRecord } from "../core/records.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { originOffset } from "../schemas/origin.ts";
+import { decodeWorkers } from "./decode-workers.ts";
+import { DrainWatch } from "./drain-watch.ts";
 import { LaneRunner } from "./lane.ts";
 import type { Plan } from "./plan.ts";
 import { REGISTRY, type RegistryContext, type StageContext } from "./registry.ts";
@@ -41,25 +42,6 @@ import { REGISTRY, type RegistryContext, type StageContext } from "./registry.ts
  * 100,000 rejected events held 70 MB of letters and ran a 192 MB heap out of memory (issue 27 item 10).
  */
 const DEAD_LETTER_BACKLOG_BYTES = 16 * 2 ** 20;
-
-/**
- * How long a draining run (--until-idle-ms) that is caught up with its input stays quiet before its
- * buffered rows are cut into files: one status tick. The stop itself waits --until-idle-ms.
- */
-const DRAIN_CUT_QUIET_MS = 100;
-
-/**
- * Decode workers of a plan: as configured, else for a source that pipelines its batches (Kafka) one on a
- * host with a core to spare and two on 8 or more cores (workers decode a batch while the consumer thread
- * assembles the one before; on 16 cores a second worker measured +9-18% events/s for 12-50 MiB,
- * BENCHMARKS.md), none for a source applied batch by batch (a replay).
- */
-export function decodeWorkers(plan: Plan, cores = availableParallelism()): number {
-  const configured = REGISTRY.sources[plan.source.type]!.decodeWorkers(plan.source.config as never);
-  if (configured !== undefined) return configured;
-  if (!plan.sourceTraits.pipelined) return 0;
-  return cores >= 8 ? 2 : cores >= 2 ? 1 : 0;
-}
 
 export interface RunOptions {
   logger: Logger;
@@ -404,10 +386,10 @@ export class Runtime implements SourceHandler {
   private async waitForEnd(): Promise<"ended" | "idle" | "signal"> {
     const ended = this.source.ended.then(() => "ended" as const);
     const signal = this.options.stopSignal?.then(() => "signal" as const);
-    let last = -1;
-    let quietSince = Date.now();
-    /** The delivered count at the last cut of a caught-up drain. */
-    let cutAt = -1;
+    const live = this.source.live;
+    const watch = new DrainWatch(this.options.untilIdleMs, () =>
+      live === undefined ? Promise.resolve(true) : live.drained().catch(() => false),
+    );
     for (;;) {
       const tick = new Promise<"tick">((r) => setTimeout(() => r("tick"), 100).unref());
       const why = await Promise.race([ended, tick, ...(signal === undefined ? [] : [signal])]);
@@ -422,29 +404,10 @@ export class Runtime implements SourceHandler {
           ? error
           : new TrajflowError("SOURCE_READ_FAILED", `the source failed: ${error.message}`, { cause: error });
       }
-      const count = this.source.delivered;
-      // Not idle while a batch is still being applied (waiting on a sink's backpressure, say).
-      if (count !== last || this.inFlight > 0) {
-        last = count;
-        quietSince = Date.now();
-      } else if (
-        this.options.untilIdleMs !== undefined &&
-        cutAt !== count &&
-        Date.now() - quietSince >= DRAIN_CUT_QUIET_MS &&
-        (this.source.live === undefined || (await this.source.live.drained().catch(() => false)))
-      ) {
-        // Draining and caught up: the backlog's rows land now, not a file age later (the stop comes only
-        // after --until-idle-ms more).
-        cutAt = count;
-        await this.cutDrainedLanes();
-      } else if (
-        this.options.untilIdleMs !== undefined &&
-        Date.now() - quietSince >= this.options.untilIdleMs &&
-        // Quiet is not done: a starved consumer can go quiet with messages unread.
-        (this.source.live === undefined || (await this.source.live.drained().catch(() => false)))
-      ) {
-        return "idle";
-      }
+      // Not quiet while a batch is still being applied (waiting on a sink's backpressure, say).
+      const step = await watch.tick(this.source.delivered, this.inFlight > 0);
+      if (step === "idle") return "idle";
+      if (step === "cut") await this.cutDrainedLanes();
     }
   }
 
