@@ -12,7 +12,6 @@ import { createHash, randomBytes } from "node:crypto";
 import { decodeTokenIds } from "../schemas/tokens.ts";
 import { ResponseStore, restoredResponse } from "./apis/response-store.ts";
 import { historyDigests, seedDigest, withAnswer } from "./continuation/history.ts";
-import { extendDigest, canonicalMessage } from "../schemas/canonical-messages.ts";
 
 export interface Tip {
   callId: string;
@@ -475,13 +474,12 @@ function conversationOf(
 ): { digest: string; count: number } | undefined {
   if (typeof ev.prompt_mode !== "string" || !Array.isArray(ev.messages)) return undefined;
   const messages = ev.messages as unknown[];
+  let start = { digest: seedDigest({ tools: ev.tools }), count: 0 };
   if (typeof ev.messages_offset === "number") {
     const parent = typeof ev.parent_call_id === "string" ? s.tip(ev.parent_call_id)?.history : undefined;
     if (parent === undefined || parent.count !== ev.messages_offset) return undefined;
-    let digest = parent.digest;
-    for (const m of messages) digest = extendDigest(digest, canonicalMessage(m as never));
-    return { digest, count: parent.count + messages.length };
+    start = parent;
   }
-  const digests = historyDigests(seedDigest({ tools: ev.tools }), messages);
-  return { digest: digests[messages.length]!, count: messages.length };
+  const digests = historyDigests(start.digest, messages);
+  return { digest: digests[messages.length]!, count: start.count + messages.length };
 }

@@ -70,12 +70,13 @@ export function canonicalMessage(message: Pick<ChatMessage, "role" | "content" |
 }
 
 /**
- * Chained digests of a message list: `out[k]` identifies the first k messages. Chaining keeps this linear
- * in the conversation's size.
+ * Chained digests of a message list: `out[k]` identifies the first k messages after `start` (the empty
+ * conversation's digest, or one the list continues: an earlier conversation's, tools rendered before it).
+ * Chaining keeps this linear in the conversation's size.
  */
-export function messagePrefixDigests(canonical: string[]): string[] {
-  const out: string[] = [hash("sha1", "")];
-  for (const m of canonical) out.push(hash("sha1", `${out[out.length - 1]}\n${m}`));
+export function messagePrefixDigests(canonical: string[], start = hash("sha1", "")): string[] {
+  const out: string[] = [start];
+  for (const m of canonical) out.push(extendDigest(out[out.length - 1]!, m));
   return out;
 }
 

@@ -10,7 +10,12 @@
  * not continue a branch (its prompt's head would render differently).
  */
 import { hash } from "node:crypto";
-import { canonicalMessage, extendDigest, stableStringify } from "../../schemas/canonical-messages.ts";
+import {
+  canonicalMessage,
+  extendDigest,
+  messagePrefixDigests,
+  stableStringify,
+} from "../../schemas/canonical-messages.ts";
 import type { ChatMessage } from "../../schemas/events.ts";
 
 /** The digest the chain of a call's messages starts from: its tools (rendered before any message). */
@@ -30,11 +35,12 @@ export function settingsKey(body: Record<string, unknown>): string {
   });
 }
 
-/** Digests of the first k messages for every k (out[0] is the seed). */
+/** Digests of the first k messages for every k after `seed` (out[0] is the seed). */
 export function historyDigests(seed: string, messages: readonly unknown[]): string[] {
-  const out = [seed];
-  for (const m of messages) out.push(extendDigest(out[out.length - 1]!, canonicalMessage(asMessage(m))));
-  return out;
+  return messagePrefixDigests(
+    messages.map((m) => canonicalMessage(asMessage(m))),
+    seed,
+  );
 }
 
 /** The digest of a history extended by the assistant turn the gateway answered with. */

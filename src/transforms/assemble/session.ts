@@ -25,7 +25,7 @@ import { addFlag, newCall, type CallState, type PromptSource } from "./call-stat
 import type { DecodedEvent, RejectedEnvelope } from "./decode/decode.ts";
 import type { AssembleConfig } from "./config.ts";
 import { DriftTracker } from "./drift.ts";
-import { canonicalMessage, extendDigest, messagePrefixDigests } from "../../schemas/canonical-messages.ts";
+import { canonicalMessage, messagePrefixDigests } from "../../schemas/canonical-messages.ts";
 import { TokenTrie, type TrieNode, type Position, type WalkResult } from "./trie.ts";
 
 export const COMPONENT = "assemble";
@@ -195,9 +195,9 @@ export class SessionState {
   }
 
   /**
-   * The message-history digests of a call (messages.ts). A request in the delta form with
-   * `messages_offset` carries only the messages after its parent's conversation: its history continues
-   * the parent's (the parent's messages and answer), so only the last digest, the one remembered, is made.
+   * The message-history digests of a call (schemas/canonical-messages.ts). A request in the delta form with
+   * `messages_offset` carries only the messages after its parent's conversation: its digests continue the
+   * parent's (the parent's messages and answer), null when that is not known.
    */
   private historyOf(
     messages: ChatMessage[] | undefined,
@@ -205,11 +205,10 @@ export class SessionState {
     parent: CallState | undefined,
   ): string[] | null {
     if (messages === undefined) return null;
-    if (offset === undefined) return messagePrefixDigests(messages.map(canonicalMessage));
-    let digest = parent === undefined ? undefined : this.driftTracker().conversationOf(parent);
-    if (digest === undefined) return null;
-    for (const m of messages) digest = extendDigest(digest, canonicalMessage(m));
-    return [digest];
+    const canonical = messages.map(canonicalMessage);
+    if (offset === undefined) return messagePrefixDigests(canonical);
+    const start = parent === undefined ? undefined : this.driftTracker().conversationOf(parent);
+    return start === undefined ? null : messagePrefixDigests(canonical, start);
   }
 
   private applyResponse(d: DecodedEvent, ev: ResponseEvent): void {
