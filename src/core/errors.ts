@@ -54,6 +54,10 @@ export const ErrorCodes = {
   },
   // Session assembly.
   DUPLICATE_CONFLICT: { retryable: false, summary: "a seq number was reused with different content" },
+  FENCED_WRITE: {
+    retryable: false,
+    summary: "a gateway replica wrote a session after another replica took it over (a stale owner)",
+  },
   SEQ_GAP: { retryable: false, summary: "the event waited for an earlier seq that never arrived" },
   UNKNOWN_CALL: {
     retryable: false,
@@ -126,6 +130,11 @@ export const ErrorCodes = {
   S3_UNREACHABLE: {
     retryable: true,
     summary: "the S3 endpoint of an output could not be reached",
+  },
+  SESSION_MOVED: {
+    retryable: true,
+    summary:
+      "another gateway replica of the fleet took the session over while this one answered a call: the answer was withheld (503 session_moved); retry it",
   },
   EVENT_OUTPUT_FAILED: {
     retryable: true,

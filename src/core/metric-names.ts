@@ -45,6 +45,11 @@ export const METRICS = {
     help: "Rows not written because they ended in a train: false call nobody continued (they would train nothing).",
   },
   duplicate_events_ignored: { kind: "counter", help: "Exact redeliveries of an event (same bytes) ignored." },
+  fenced_events: {
+    kind: "counter",
+    label: "reason",
+    help: "Events a gateway replica wrote after another took its session over (dead-lettered FENCED_WRITE), by reason: stale_owner, lost_claim.",
+  },
   rejected_seqs_forgotten: {
     kind: "counter",
     help: "Rejected events of sessions not open yet, forgotten past 16,384 such sessions (their seqs).",
@@ -151,7 +156,7 @@ export const METRICS = {
   gateway_calls: {
     kind: "counter",
     label: "outcome",
-    help: "Model calls the gateway handled, by outcome: recorded, upstream_error, upstream_timeout, bad_request, busy, output_unavailable, no_upstream, not_recorded, client_gone.",
+    help: "Model calls the gateway handled, by outcome: recorded, upstream_error, upstream_timeout, bad_request, busy, output_unavailable, session_moved, no_upstream, not_recorded, client_gone.",
   },
   gateway_route_calls: {
     kind: "counter",
@@ -231,6 +236,24 @@ export const METRICS = {
   gateway_ack_seconds: {
     kind: "histogram",
     help: "From appending a call's events to their acknowledgement (fsync or the in-sync replicas).",
+  },
+  gateway_sessions_taken: {
+    kind: "counter",
+    help: "A fleet's replica: sessions taken over on their first call here (rebuilt from the topic, claimed).",
+  },
+  gateway_take_seconds: {
+    kind: "histogram",
+    help: "A fleet's replica: reading a taken session's events back from the topic and rebuilding it.",
+  },
+  gateway_sessions_released: {
+    kind: "counter",
+    label: "reason",
+    help: "A fleet's replica: sessions let go, by reason: taken (another replica claimed it), fenced (a call of ours found it taken).",
+  },
+  gateway_fenced_calls: {
+    kind: "counter",
+    label: "reason",
+    help: "A fleet's replica: answers withheld (503 session_moved) because another replica wrote the session first, by reason: taken, lost_claim, unconfirmed.",
   },
   // Gauges (read when /metrics is scraped)
   gateway_open_sessions: { kind: "gauge", help: "Sessions the gateway holds in memory." },

@@ -50,11 +50,19 @@ export interface CallEvents {
 }
 
 function record(s: GatewaySession, event: Record<string, unknown>): EventRecord {
-  return { key: s.uid, value: JSON.stringify(event) };
+  const value = JSON.stringify(event);
+  if (s.fleet === null) return { key: s.uid, value };
+  // A replica of a fleet: the other replicas follow the topic by these headers, never parsing values.
+  const headers: Record<string, string> = { "trajflow-session": s.id, "trajflow-gen": String(s.gen) };
+  if (event.type === "session.start" && s.apiKeyHash !== null) headers["trajflow-key"] = s.apiKeyHash;
+  return { key: s.uid, value, headers };
 }
 
 function base(s: GatewaySession, type: string, ts: number) {
-  return { v: 1, type, uid: s.uid, session_id: s.id, seq: s.takeSeq(1), ts };
+  const seq = s.takeSeq(1);
+  return s.gen === 0
+    ? { v: 1, type, uid: s.uid, session_id: s.id, seq, ts }
+    : { v: 1, type, uid: s.uid, session_id: s.id, seq, ts, gen: s.gen };
 }
 
 /** session.start, written before a session's first other event. */

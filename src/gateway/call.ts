@@ -15,6 +15,7 @@ import { wholeAsChunks } from "./apis/whole-as-chunks.ts";
 import { callEvents, samplingOf, type RecordedCall } from "./call-events.ts";
 import type { Capture, EngineAdapter, PreparedCall, UpstreamJson } from "./engines/engine.ts";
 import { contextOverflow, engineMessage } from "./engine-errors.ts";
+import { withholdMoved } from "./fleet.ts";
 import { sendError, sendJson, SseSplitter } from "./http.ts";
 import type { Recorder } from "./recorder.ts";
 import type { TokenPrompts } from "./continuation/token-adapter.ts";
@@ -213,6 +214,10 @@ function upstreamFailure(
     return;
   }
   s.failedCalls++;
+  if (isTrajflowError(err) && err.code === "SESSION_MOVED") {
+    ctx.metrics.inc("gateway_calls", "session_moved");
+    return withholdMoved(res, err);
+  }
   if (isTrajflowError(err) && err.code === "EVENT_OUTPUT_FAILED") {
     // The engine answered but its events could not be made durable: the agent must not use the answer.
     ctx.metrics.inc("gateway_calls", "output_unavailable");
@@ -343,8 +348,9 @@ async function relayStream(x: Exchange, gone: () => boolean): Promise<void> {
   try {
     outcome = await record(x, captures);
   } catch (err) {
-    // The answer was not recorded: the agent must not take it as given.
-    if (!left && !res.writableEnded) res.end(stream.error("output_unavailable", (err as Error).message));
+    // The answer was not recorded (or the session moved): the agent must not take it as given.
+    if (!left && !res.writableEnded && !(isTrajflowError(err) && err.code === "SESSION_MOVED"))
+      res.end(stream.error("output_unavailable", (err as Error).message));
     throw err;
   }
   timing.ackMs = performance.now() - ackStart;

@@ -62,6 +62,16 @@ export const kafkaOutputSchema = z.strictObject({
 
 export const gatewayConfigSchema = z.strictObject({
   listen: z.string().min(1).default("127.0.0.1:8000").describe("host:port the gateway serves on."),
+  replica_id: z
+    .string()
+    .regex(/^[A-Za-z0-9._:@-]{1,100}$/, "1-100 letters, digits and . _ : @ -")
+    .optional()
+    .describe(
+      "Makes this gateway one replica of a fleet writing one Kafka topic behind a session-hashing proxy " +
+        "(docs/gateway.md#a-fleet-of-replicas): a session it does not hold is rebuilt from the topic on its " +
+        "first call and claimed (an owner generation in its events), and a call whose session another " +
+        "replica took meanwhile is answered 503 session_moved. Needs output kafka with ack all.",
+    ),
   upstreams: z
     .array(upstreamUrl)
     .min(1)
@@ -302,6 +312,13 @@ export const checkedGatewayConfigSchema = gatewayConfigSchema.superRefine((c, ct
         path: ["tool_parser"],
       });
   }
+  if (c.replica_id !== undefined && (c.output.type !== "kafka" || c.output.ack !== "all"))
+    ctx.addIssue({
+      code: "custom",
+      message:
+        "a replica of a fleet writes a Kafka topic with ack all (it confirms where its events landed before it answers): set output kafka, ack all; the local event log is one process",
+      path: ["replica_id"],
+    });
   const checked = ENGINE_OPTIONS[c.engine].safeParse(c.engine_options);
   if (checked.success) return;
   for (const issue of checked.error.issues) {

@@ -5,10 +5,12 @@
  */
 import { randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { isTrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { endEvent, policyUpdateEvent, rewardEvent, startEvent } from "./call-events.ts";
 import type { GatewayConfig } from "./config.ts";
+import { withholdMoved } from "./fleet.ts";
 import { sendError, sendJson } from "./http.ts";
 import type { EventOutput } from "./outputs/output.ts";
 import type { Recorder } from "./recorder.ts";
@@ -149,7 +151,8 @@ export class ControlRoutes {
     try {
       await this.parts.recorder.record(s, () => ({ records: build() }));
     } catch (err) {
-      if (res !== null)
+      if (res !== null && isTrajflowError(err) && err.code === "SESSION_MOVED") withholdMoved(res, err);
+      else if (res !== null)
         this.parts.refuse(res, 503, "output_unavailable", `could not be recorded: ${(err as Error).message}`);
       return false;
     }

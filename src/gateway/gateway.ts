@@ -11,6 +11,7 @@ import { createAdapter } from "./engines/index.ts";
 import { KafkaEventOutput } from "./outputs/kafka.ts";
 import { EventLog } from "./outputs/log.ts";
 import type { EventOutput } from "./outputs/output.ts";
+import { Fleet } from "./fleet.ts";
 import { GatewayServer } from "./server.ts";
 
 export interface RunningGateway {
@@ -49,6 +50,37 @@ function loopback(address: string): boolean {
   return host.startsWith("127.") || host === "::1" || host === "::ffff:127.0.0.1";
 }
 
+/**
+ * The sessions a gateway holds when it starts: a replica of a fleet none (each is taken over, as it is
+ * then, on its first call: fleet.ts), a gateway alone every session of its output's recent events.
+ */
+async function sessionsAtStart(
+  config: GatewayConfig,
+  server: GatewayServer,
+  output: EventOutput,
+  metrics: Metrics,
+  logger: Logger,
+): Promise<{ fleet: Fleet | null; restoredEvents: number }> {
+  if (
+    config.replica_id !== undefined &&
+    output instanceof KafkaEventOutput &&
+    config.output.type === "kafka"
+  ) {
+    const fleet = await Fleet.start(
+      config.replica_id,
+      config.output,
+      output.keyedProducer,
+      server.sessions,
+      metrics,
+      logger.child({ component: "fleet" }),
+    );
+    server.joinFleet(fleet);
+    return { fleet, restoredEvents: 0 };
+  }
+  const window = config.output.type === "kafka" ? config.output.restore_window_ms : Infinity;
+  return { fleet: null, restoredEvents: await server.restore(Date.now() - window) };
+}
+
 export async function startGateway(
   config: GatewayConfig,
   logger: Logger,
@@ -73,8 +105,7 @@ export async function startGateway(
       metrics,
       logger,
     });
-    const window = config.output.type === "kafka" ? config.output.restore_window_ms : Infinity;
-    const restoredEvents = await server.restore(Date.now() - window);
+    const { fleet, restoredEvents } = await sessionsAtStart(config, server, output, metrics, logger);
     if (restoredEvents > 0)
       logger.info(
         { events: restoredEvents, sessions: server.sessions.size },
@@ -116,7 +147,10 @@ export async function startGateway(
       output,
       restoredEvents,
       close() {
-        closing ??= server.close().then(() => output.close());
+        closing ??= server
+          .close()
+          .then(() => fleet?.close())
+          .then(() => output.close());
         return closing;
       },
     };

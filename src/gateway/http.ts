@@ -2,7 +2,9 @@
  * HTTP plumbing the gateway's routes share: JSON answers, errors in the agent API's shape, and splitting a
  * server-sent-events stream into its events without copying the bytes more than once.
  */
-import type { ServerResponse } from "node:http";
+import type { Server, ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
 
 /** Answers with a JSON body. */
 export function sendJson(
@@ -32,6 +34,7 @@ export type GatewayErrorCode =
   | "session_exists"
   | "too_many_calls"
   | "output_unavailable"
+  | "session_moved"
   | "no_upstream"
   | "upstream_timeout"
   | "upstream_failed"
@@ -143,4 +146,48 @@ function dataOf(raw: Buffer): string | null {
 /** An SSE event carrying `data` as JSON text. */
 export function sseData(text: string): string {
   return `data: ${text}\n\n`;
+}
+
+const refused = new WeakSet<Duplex>();
+
+/**
+ * A request Node's HTTP parser refused before any route saw it (a header past 16 KiB, a NUL byte or another
+ * forbidden character in a header): a clean answer, 431 or 400 in OpenAI's error shape, then the connection
+ * closes. What the client still sends is read and dropped first, so closing does not reset the answer away.
+ */
+function refuseUnparsed(err: NodeJS.ErrnoException, socket: Duplex): void {
+  // Node's parser reports each later chunk of the refused request again: answered once, then drained.
+  if (refused.has(socket)) return;
+  refused.add(socket);
+  if (!socket.writable) return void socket.destroy();
+  const large = err.code === "HPE_HEADER_OVERFLOW";
+  const body = JSON.stringify({
+    error: {
+      message: large ? "the request's headers are larger than 16 KiB" : "the request is not valid HTTP",
+      type: "invalid_request_error",
+      param: null,
+      code: large ? "headers_too_large" : "invalid_request",
+    },
+  });
+  const status = large ? "431 Request Header Fields Too Large" : "400 Bad Request";
+  socket.end(
+    `HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+      `connection: close\r\n\r\n${body}`,
+  );
+  socket.resume();
+  setTimeout(() => socket.destroy(), 5_000).unref();
+}
+
+/** Binds `server` to `host:port`; resolves with the bound address. */
+export async function bind(server: Server, address: string): Promise<string> {
+  server.on("clientError", refuseUnparsed);
+  const at = address.lastIndexOf(":");
+  const host = address.slice(0, at).replace(/^\[|\]$/g, "");
+  const port = Number(address.slice(at + 1));
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => resolve());
+  });
+  const bound = server.address() as AddressInfo;
+  return `${bound.family === "IPv6" ? `[${bound.address}]` : bound.address}:${bound.port}`;
 }

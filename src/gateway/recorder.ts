@@ -6,12 +6,17 @@
  * redelivery, and a second copy never reaches a row).
  */
 import type { Metrics } from "../core/metrics.ts";
-import type { EventOutput, EventRecord } from "./outputs/output.ts";
+import type { AppendedAt, EventOutput, EventRecord } from "./outputs/output.ts";
 import type { GatewaySession } from "./sessions.ts";
 
 export class Recorder {
   private readonly output: EventOutput;
   private readonly metrics: Metrics;
+  /**
+   * A replica of a fleet (fleet.ts): after the events are durable, checks that no other replica wrote the
+   * session first; throws SESSION_MOVED when one did, and the answer is withheld.
+   */
+  confirm: ((s: GatewaySession, at: AppendedAt | undefined) => Promise<void>) | null = null;
 
   constructor(output: EventOutput, metrics: Metrics) {
     this.output = output;
@@ -29,14 +34,16 @@ export class Recorder {
       const records = resend.length === 0 ? built.records : [...resend, ...built.records];
       if (resend.length > 0) this.metrics.inc("gateway_event_resends", "", resend.length);
       const started = performance.now();
+      let at: AppendedAt | undefined;
       try {
-        await this.output.append(records);
+        at = await this.output.append(records);
       } catch (err) {
         s.unsettled = records;
         throw err;
       }
       s.unsettled = [];
       this.metrics.observe("gateway_ack_seconds", (performance.now() - started) / 1000, ACK_BUCKETS);
+      if (this.confirm !== null) await this.confirm(s, at);
       return built;
     });
     s.chain = turn.then(

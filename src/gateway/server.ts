@@ -10,9 +10,8 @@
  * `POST /sessions/{id}/end`; the trainer's `POST /weights`; `/metrics`, `/healthz`, `/readyz`.
  */
 import { randomBytes } from "node:crypto";
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { Duplex } from "node:stream";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { prometheusText, type Gauge } from "../core/status-server.ts";
@@ -25,13 +24,14 @@ import { ControlAuth } from "./control-auth.ts";
 import { ControlRoutes } from "./control-routes.ts";
 import { apiSettings, trainRule, type GatewayConfig } from "./config.ts";
 import type { EngineAdapter } from "./engines/engine.ts";
-import { sendError, sendJson, useErrorShape } from "./http.ts";
+import { bind, sendError, sendJson, useErrorShape } from "./http.ts";
 import { ModelRoutes } from "./model-routes.ts";
 import type { EventOutput } from "./outputs/output.ts";
 import { tokenPrompts } from "./continuation/token-adapter.ts";
 import { Recorder } from "./recorder.ts";
-import { SessionTable } from "./sessions.ts";
-import { findSession } from "./session-finder.ts";
+import type { Fleet } from "./fleet.ts";
+import { keyHash, SessionTable } from "./sessions.ts";
+import { apiKey, findSession } from "./session-finder.ts";
 import { UpstreamPool } from "./upstreams.ts";
 import { header, readJsonBody, sendText } from "./requests.ts";
 
@@ -79,6 +79,8 @@ export class GatewayServer {
   private readonly control: ControlRoutes;
   private inFlight = 0;
   private weightVersion: number | undefined;
+  /** A replica of a fleet (fleet.ts): null for a gateway alone on its output. */
+  private fleet: Fleet | null = null;
   private ready = false;
   private stopping = false;
   /** Call ids are `<boot>-<n>`: unique across restarts without remembering a counter. */
@@ -138,6 +140,51 @@ export class GatewayServer {
     this.gauges.set("gateway_upstream_healthy", () =>
       this.pool.upstreams.map((u) => ({ labels: { upstream: u.url.origin }, value: u.healthy ? 1 : 0 })),
     );
+  }
+
+  /**
+   * Makes this gateway a replica of `fleet`: sessions created here get a generation, sessions held
+   * elsewhere are taken over on their first call, and every append is confirmed before its answer.
+   */
+  joinFleet(fleet: Fleet): void {
+    this.fleet = fleet;
+    this.sessions.onCreate = (s) => fleet.adopt(s);
+    this.recorder.confirm = (s, at) => fleet.confirm(s, at);
+    fleet.onPolicy = (v) => (this.weightVersion = v);
+  }
+
+  /**
+   * A replica of a fleet: the call's session (by path, key or X-Session-Id) taken over from the topic
+   * when another replica held it. False (answered 503) when it could not be read back.
+   */
+  private async takeSession(
+    req: IncomingMessage,
+    res: ServerResponse,
+    pathId: string | null,
+  ): Promise<boolean> {
+    if (this.fleet === null) return true;
+    let id = pathId;
+    if (id === null) {
+      const key = apiKey(req);
+      if (key !== null && this.sessions.byApiKey(key) === undefined)
+        id = this.fleet.sessionOfKey(keyHash(key)) ?? null;
+      const header = req.headers["x-session-id"];
+      if (id === null && typeof header === "string" && header !== "") id = header;
+    }
+    if (id === null) return true;
+    try {
+      await this.fleet.take(id);
+      return true;
+    } catch (err) {
+      this.logger.warn({ session_id: id, err: (err as Error).message }, "A session could not be taken over.");
+      this.refuse(
+        res,
+        503,
+        "output_unavailable",
+        `session ${id} could not be read back: ${(err as Error).message}`,
+      );
+      return false;
+    }
   }
 
   /** Rebuilds the sessions open before a restart from the output's recent events. */
@@ -222,7 +269,8 @@ export class GatewayServer {
     const method = req.method ?? "GET";
     if (method === "GET" && path === "/healthz") return sendText(res, 200, "ok\n");
     if (method === "GET" && path === "/readyz") {
-      const ok = this.ready && this.output.accepting() && this.pool.anyHealthy();
+      const ok =
+        this.ready && this.output.accepting() && this.pool.anyHealthy() && (this.fleet?.ready ?? true);
       return sendText(res, ok ? 200 : 503, ok ? "ready\n" : "not ready\n");
     }
     if (method === "GET" && path === "/metrics") {
@@ -266,6 +314,7 @@ export class GatewayServer {
     }
     const c = this.control;
     const id = route.session!;
+    if (route.session !== undefined && !(await this.takeSession(req, res, id))) return;
     switch (route.name) {
       case "sessions_create":
         return c.startSession(req, res);
@@ -305,6 +354,7 @@ export class GatewayServer {
     if (this.stopping) return this.refuse(res, 503, "output_unavailable", "the gateway is stopping");
     const body = await this.jsonBody(req, res);
     if (body === null) return void this.metrics.inc("gateway_calls", "bad_request");
+    if (!(await this.takeSession(req, res, pathId))) return;
     const found = this.sessionFor(req, res, pathId);
     if (found === null) return void this.metrics.inc("gateway_calls", "bad_request");
     const { s, created } = found;
@@ -374,6 +424,7 @@ export class GatewayServer {
     }
     const stored = /^\/responses\/([^/]+)$/.exec(path);
     if (stored !== null && (method === "GET" || method === "DELETE")) {
+      if (!(await this.takeSession(req, res, pathId))) return;
       const found = this.sessionFor(req, res, pathId, false);
       if (found !== null) this.routes.storedResponse(res, found.s, decodeURIComponent(stored[1]!), method);
       return;
@@ -435,48 +486,4 @@ function controlRoute(method: string, path: string): ControlRoute | null {
   if (rest === "/reward" && method === "POST") return { name: "reward", session };
   if (rest === "/end" && method === "POST") return { name: "end", session };
   return null;
-}
-
-const refused = new WeakSet<Duplex>();
-
-/**
- * A request Node's HTTP parser refused before any route saw it (a header past 16 KiB, a NUL byte or another
- * forbidden character in a header): a clean answer, 431 or 400 in OpenAI's error shape, then the connection
- * closes. What the client still sends is read and dropped first, so closing does not reset the answer away.
- */
-function refuseUnparsed(err: NodeJS.ErrnoException, socket: Duplex): void {
-  // Node's parser reports each later chunk of the refused request again: answered once, then drained.
-  if (refused.has(socket)) return;
-  refused.add(socket);
-  if (!socket.writable) return void socket.destroy();
-  const large = err.code === "HPE_HEADER_OVERFLOW";
-  const body = JSON.stringify({
-    error: {
-      message: large ? "the request's headers are larger than 16 KiB" : "the request is not valid HTTP",
-      type: "invalid_request_error",
-      param: null,
-      code: large ? "headers_too_large" : "invalid_request",
-    },
-  });
-  const status = large ? "431 Request Header Fields Too Large" : "400 Bad Request";
-  socket.end(
-    `HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-      `connection: close\r\n\r\n${body}`,
-  );
-  socket.resume();
-  setTimeout(() => socket.destroy(), 5_000).unref();
-}
-
-/** Binds `server` to `host:port`; resolves with the bound address. */
-async function bind(server: Server, address: string): Promise<string> {
-  server.on("clientError", refuseUnparsed);
-  const at = address.lastIndexOf(":");
-  const host = address.slice(0, at).replace(/^\[|\]$/g, "");
-  const port = Number(address.slice(at + 1));
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(port, host, () => resolve());
-  });
-  const bound = server.address() as AddressInfo;
-  return `${bound.family === "IPv6" ? `[${bound.address}]` : bound.address}:${bound.port}`;
 }

@@ -1,185 +1,23 @@
 /**
- * The gateway's sessions: how a call finds its session (path, per-session API key, header), what the
- * gateway remembers of each (its seq counter, its branch tips for the delta form, its upstream, counts),
- * and how that state is rebuilt from the events after a restart.
- *
- * A branch tip is a call's prompt ++ output. A new call whose prompt starts with a tip is sent in the delta
- * form against that call; the tip is then replaced by the new call's (which contains it). Only
- * `maxTips` tips are kept per session: a call that extends a forgotten one is sent in the full form, which
- * is always correct, only larger.
+ * The gateway's sessions (gateway-session.ts: what it remembers of each) by id and by API key, the bounds
+ * that keep that table's memory fixed, and how a session is rebuilt from its events after a restart (or,
+ * in a fleet, when a replica takes it over).
  */
 import { createHash, randomBytes } from "node:crypto";
 import { decodeTokenIds } from "../schemas/tokens.ts";
 import { ResponseStore, restoredResponse } from "./apis/response-store.ts";
 import { historyDigests, seedDigest, withAnswer } from "./continuation/history.ts";
+import { Ownership } from "../schemas/ownership.ts";
+import { GatewaySession, type SessionInit } from "./gateway-session.ts";
 
-export interface Tip {
-  callId: string;
-  /** The call's prompt ++ output. */
-  tokens: Int32Array;
-  /** The prompt's length within `tokens`. */
-  promptLength: number;
-  /** Prompt mode tokens: the conversation this tip ends (continuation/history.ts). */
-  history?: TipHistory;
-}
-
-/** A tip's conversation, as digests (continuation/history.ts): what a later call's messages are matched to. */
-export interface TipHistory {
-  /** The digest of the call's messages (and tools) plus the answer it was given. */
-  digest: string;
-  /** How many messages that is (the call's messages, and its answer). */
-  count: number;
-  /** The digest of the call's messages alone: a call with the same messages is the same prompt again. */
-  promptDigest: string;
-  /** The template settings the call rendered with (history.ts settingsKey); unknown after a restore. */
-  settings?: string;
-}
-
-export type SessionState = "open" | "ended";
-
-export interface SessionInit {
-  uid: string;
-  sessionId: string;
-  sampleIndex?: number;
-  groupSize?: number;
-  metadata?: Record<string, unknown>;
-}
-
-export class GatewaySession {
-  readonly uid: string;
-  readonly id: string;
-  readonly sampleIndex: number | undefined;
-  readonly groupSize: number | undefined;
-  readonly metadata: Record<string, unknown> | undefined;
-  /** SHA-256 of the session's API key (POST /sessions), hex; the key itself is never kept. */
-  apiKeyHash: string | null = null;
-  /** The upstream this session sticks to (its KV cache lives there); -1 before its first call. */
-  upstream = -1;
-  state: SessionState = "open";
-  endStatus: string | null = null;
-  /** The next event's seq. */
-  seq = 0;
-  /** Whether a session.start was written (a session restored without one never gets a second). */
-  started = false;
-  calls = 0;
-  failedCalls = 0;
-  sampledTokens = 0;
-  inFlight = 0;
-  lastActive = Date.now();
-  /**
-   * The session's appends, one after another: events are built (their seq taken) only when the previous
-   * append settled, so a failed append can be sent again first and seq never has a gap.
-   */
-  chain: Promise<void> = Promise.resolve();
-  /**
-   * Events whose append failed with an unknown outcome (a broker that may have written them): sent again,
-   * byte for byte, before the session's next events. The pipeline ignores an exact redelivery.
-   */
-  unsettled: Array<{ key: string; value: string }> = [];
-  /** The Responses this session stored (previous_response_id, GET /v1/responses/{id}); made on first use. */
-  responses: ResponseStore | null = null;
-  private readonly tips: Tip[] = [];
-  private readonly maxTips: number;
-
-  constructor(init: SessionInit, maxTips: number) {
-    this.uid = init.uid;
-    this.id = init.sessionId;
-    this.sampleIndex = init.sampleIndex;
-    this.groupSize = init.groupSize;
-    this.metadata = init.metadata;
-    this.maxTips = maxTips;
-  }
-
-  /** Takes the next `n` seq numbers. */
-  takeSeq(n: number): number {
-    const first = this.seq;
-    this.seq += n;
-    return first;
-  }
-
-  /** The longest tip the prompt starts with, or null (a prompt equal to a tip is a delta of nothing). */
-  parentOf(prompt: Int32Array): Tip | null {
-    let best: Tip | null = null;
-    for (const tip of this.tips) {
-      const t = tip.tokens;
-      if (t.length > prompt.length || (best !== null && t.length <= best.tokens.length)) continue;
-      if (startsWith(prompt, t)) best = tip;
-    }
-    return best;
-  }
-
-  /** Records a call's prompt ++ output as a tip, replacing the tip it extended. */
-  addTip(
-    callId: string,
-    prompt: Int32Array,
-    output: Int32Array,
-    parent: string | null,
-    history?: TipHistory,
-  ): void {
-    const tokens = new Int32Array(prompt.length + output.length);
-    tokens.set(prompt, 0);
-    tokens.set(output, prompt.length);
-    if (parent !== null) {
-      const at = this.tips.findIndex((t) => t.callId === parent);
-      if (at >= 0) this.tips.splice(at, 1);
-    }
-    this.tips.push({
-      callId,
-      tokens,
-      promptLength: prompt.length,
-      ...(history !== undefined ? { history } : {}),
-    });
-    if (this.tips.length > this.maxTips) this.tips.shift();
-  }
-
-  /** The remembered tips (newest last), for matching a call's messages (continuation/plan.ts). */
-  branches(): readonly Tip[] {
-    return this.tips;
-  }
-
-  /** Forgets every tip (the size bound): the next call goes in the full prompt form. */
-  dropTips(): void {
-    this.tips.length = 0;
-  }
-
-  /** The tokens of a remembered tip. */
-  tipOf(callId: string): Int32Array | undefined {
-    return this.tips.find((t) => t.callId === callId)?.tokens;
-  }
-
-  /** A remembered tip. */
-  tip(callId: string): Tip | undefined {
-    return this.tips.find((t) => t.callId === callId);
-  }
-
-  tipCallIds(): string[] {
-    return this.tips.map((t) => t.callId);
-  }
-
-  /** Bytes the tips hold (for the gateway's memory gauge). */
-  tipBytes(): number {
-    let n = 0;
-    for (const t of this.tips) n += t.tokens.byteLength;
-    return n;
-  }
-
-  /** What GET /sessions/{id} answers. */
-  describe(): Record<string, unknown> {
-    return {
-      session_id: this.id,
-      uid: this.uid,
-      state: this.state,
-      ...(this.endStatus !== null ? { status: this.endStatus } : {}),
-      calls: this.calls,
-      failed_calls: this.failedCalls,
-      sampled_tokens: this.sampledTokens,
-      in_flight: this.inFlight,
-      ...(this.sampleIndex !== undefined ? { sample_index: this.sampleIndex } : {}),
-      ...(this.groupSize !== undefined ? { group_size: this.groupSize } : {}),
-      ...(this.metadata !== undefined ? { metadata: this.metadata } : {}),
-    };
-  }
-}
+export {
+  GatewaySession,
+  type FleetHold,
+  type SessionInit,
+  type SessionState,
+  type Tip,
+  type TipHistory,
+} from "./gateway-session.ts";
 
 /** Sessions held (tips or not) per session whose tips are kept: the bound on the table's size. */
 const HELD_PER_TIPPED = 4;
@@ -187,11 +25,6 @@ const HELD_PER_TIPPED = 4;
 /** The SHA-256 of an API key, hex: what the gateway keeps and writes in session.start. */
 export function keyHash(key: string): string {
   return createHash("sha256").update(key).digest("hex");
-}
-
-function startsWith(a: Int32Array, prefix: Int32Array): boolean {
-  for (let i = 0; i < prefix.length; i++) if (a[i] !== prefix[i]) return false;
-  return true;
 }
 
 /**
@@ -243,9 +76,13 @@ export class SessionTable {
     return this.byKeyHash.get(keyHash(key));
   }
 
+  /** Called with each session created here (a fleet's replica gives it its generation, fleet.ts). */
+  onCreate: ((s: GatewaySession) => void) | null = null;
+
   /** Creates a session (the caller checked the id is free). */
   create(init: SessionInit): GatewaySession {
     const s = new GatewaySession(init, this.maxTips);
+    this.onCreate?.(s);
     this.byId.set(s.id, s);
     this.expiredIds.delete(s.id);
     this.evict();
@@ -351,6 +188,12 @@ export class SessionTable {
       );
       s.lastActive = 0;
       this.byId.set(s.id, s);
+    }
+    // The pipeline's rule on which replica owned the session: a fenced write is not part of it.
+    const gen = typeof ev.gen === "number" ? ev.gen : 0;
+    if (gen !== 0 || s.ownership !== null) {
+      const verdict = (s.ownership ??= new Ownership()).judge(gen, seq >= s.seq);
+      if (verdict === "fenced" || verdict === "lost_claim") return;
     }
     if (seq + 1 > s.seq) s.seq = seq + 1;
     // A session seen in the events has begun: its session.start (if it had one) is among them or older

@@ -138,6 +138,11 @@ export function createOrderedProducer(
   });
 }
 
+/** The partitioner createOrderedProducer uses, to tell where a key's messages land without sending any. */
+export function keyPartitioner(): ReturnType<typeof kafkajs.Partitioners.DefaultPartitioner> {
+  return kafkajs.Partitioners.DefaultPartitioner();
+}
+
 const FILE_KEYS = { ca_file: "ca", cert_file: "cert", key_file: "key" } as const;
 
 /**

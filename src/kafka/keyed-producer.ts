@@ -11,6 +11,7 @@ import {
   createKafka,
   createOrderedProducer,
   disconnectWithin,
+  keyPartitioner,
   type Producer,
 } from "./client.ts";
 import type { KafkaConnection } from "./connection.ts";
@@ -23,6 +24,9 @@ export class KeyedProducer {
   private readonly producer: Producer;
   private readonly probeClient: ReturnType<typeof createKafka>;
   readonly topic: string;
+  private readonly partitioner = keyPartitioner();
+  /** The topic's partition count when this producer connected. */
+  partitions = 0;
 
   private constructor(connection: KafkaConnection, topic: string, logger: Logger) {
     // Short retries: a call waits for its events, so a broker that is away must be found out in seconds
@@ -41,19 +45,48 @@ export class KeyedProducer {
     try {
       const existing = await admin.listTopics();
       if (!existing.includes(topic)) await admin.createTopics({ topics: [{ topic }], waitForLeaders: true });
+      const meta = await admin.fetchTopicMetadata({ topics: [topic] });
+      p.partitions = meta.topics[0]!.partitions.length;
     } finally {
       await disconnectWithin(admin, 5_000);
     }
     return p;
   }
 
-  /** Sends keyed messages; resolves once the in-sync replicas acknowledged them (acks = all). */
-  async send(records: Array<{ key: string; value: string }>): Promise<void> {
-    await this.producer.send({ topic: this.topic, acks: -1, messages: records });
+  /**
+   * Sends keyed messages; resolves once the in-sync replicas acknowledged them (acks = all), with each
+   * partition's first offset in this send (one produce request: a partition's messages are contiguous, in
+   * the order given).
+   */
+  async send(
+    records: Array<{ key: string; value: string; headers?: Record<string, string> }>,
+  ): Promise<Map<number, number>> {
+    const acked = await this.producer.send({ topic: this.topic, acks: -1, messages: records });
+    const base = new Map<number, number>();
+    for (const m of acked) if (m.baseOffset !== undefined) base.set(m.partition, Number(m.baseOffset));
+    return base;
   }
 
+  /** The partition a key's messages go to, as this producer's partitioner puts them. */
+  partitionOf(key: string): number {
+    this.metadata ??= Array.from({ length: this.partitions }, (_, i) => ({
+      partitionId: i,
+      leader: 0,
+      partitionErrorCode: 0,
+      replicas: [],
+      isr: [],
+    }));
+    return this.partitioner({
+      topic: this.topic,
+      partitionMetadata: this.metadata,
+      message: { key, value: null },
+    });
+  }
+
+  private metadata: Parameters<ReturnType<typeof keyPartitioner>>[0]["partitionMetadata"] | null = null;
+
   /** Sends one unkeyed message to every partition of the topic (control events every member must see). */
-  async sendToAll(value: string): Promise<void> {
+  async sendToAll(value: string, headers?: Record<string, string>): Promise<void> {
     const admin = this.kafka.admin();
     await admin.connect();
     let partitions: number[];
@@ -66,7 +99,11 @@ export class KeyedProducer {
     await this.producer.send({
       topic: this.topic,
       acks: -1,
-      messages: partitions.map((partition) => ({ value, partition })),
+      messages: partitions.map((partition) => ({
+        value,
+        partition,
+        ...(headers !== undefined ? { headers } : {}),
+      })),
     });
   }
 

@@ -130,6 +130,15 @@ const envelope = {
   uid: identifier.describe("the dataset prompt / GRPO group id; Kafka messages are keyed by it"),
   seq: z.int().nonnegative().describe("0,1,2,... contiguous per session, assigned by the gateway"),
   ts: z.number().nonnegative().max(MAX_TIME_MS).describe("event time, milliseconds since the Unix epoch"),
+  gen: z
+    .int()
+    .positive()
+    .optional()
+    .describe(
+      "the owner generation of the gateway replica that wrote it (a fleet of replicas; absent: 0): an event " +
+        "whose gen is greater than the session's is a claim, which fences the older owners' later events " +
+        "(docs/gateway.md#a-fleet-of-replicas)",
+    ),
 };
 
 /** Fields describing a call's prompt; on `request`, or inline on a `response` that had no request event. */

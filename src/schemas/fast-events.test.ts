@@ -22,6 +22,7 @@ it("knows every field of every event schema, and no other", () => {
 const envelope = { v: 1, session_id: "s", uid: "u", seq: 3, ts: 1_700_000_000_000 };
 /** Valid values of every optional and required field, by name (two forms each where there are two). */
 const good: Record<string, unknown[]> = {
+  gen: [1, 65_538],
   sample_index: [0, 7],
   group_size: [1, 8],
   metadata: [{ answer: "4" }, {}],

@@ -27,7 +27,7 @@ const isTime = (v: unknown): v is number =>
 /** A count stored in an int32 column. */
 const isCount32 = (v: unknown): v is number => isCount(v) && (v as number) <= INT32_MAX;
 
-const ENVELOPE = ["v", "session_id", "uid", "seq", "ts", "type"];
+const ENVELOPE = ["v", "session_id", "uid", "seq", "ts", "gen", "type"];
 const PROMPT = ["prompt_ids", "parent_call_id", "prompt_delta_ids", "messages", "tools", "choice_index"];
 
 /** The fields each fast path knows: the test compares them with the zod shapes. */
@@ -73,7 +73,12 @@ const SLOW = Symbol("slow");
 function envelope(o: Obj, type: EventType): Obj {
   if (o.v !== 1 || o.type !== type || !isId(o.session_id) || !isId(o.uid) || !isCount(o.seq) || !isTime(o.ts))
     throw SLOW;
-  return { v: 1, session_id: o.session_id, uid: o.uid, seq: o.seq, ts: o.ts, type };
+  const out: Obj = { v: 1, session_id: o.session_id, uid: o.uid, seq: o.seq, ts: o.ts, type };
+  if (o.gen !== undefined) {
+    if (!isCount(o.gen) || o.gen === 0) throw SLOW;
+    out.gen = o.gen;
+  }
+  return out;
 }
 
 function tokens(v: unknown): Int32Array {

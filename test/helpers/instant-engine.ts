@@ -30,6 +30,8 @@ export interface InstantEngineOptions {
   toolCall?: (call: number, body: Record<string, unknown>) => { name: string; arguments: string } | undefined;
   /** The finish reason (default stop, or tool_calls with a tool call): e.g. abort, as vLLM preempted. */
   finishReason?: (call: number) => string | undefined;
+  /** Holds the answer until the promise it returns settles (a call a test keeps in flight). */
+  hold?: (call: number, body: Record<string, unknown>) => Promise<void> | undefined;
 }
 
 export interface InstantEngine {
@@ -87,6 +89,7 @@ export async function startInstantEngine(options: InstantEngineOptions = {}): Pr
       res.end(JSON.stringify(options.fail.body));
       return;
     }
+    await options.hold?.(call, body);
     const prompt = renderPrompt(messages);
     const reply = options.reply?.(call, body) ?? `ok ${call}`;
     const tool = options.toolCall?.(call, body);

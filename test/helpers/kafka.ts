@@ -75,6 +75,18 @@ export async function readTopic(
   return messages;
 }
 
+/** How many messages a topic holds (the sum of its partitions' high watermarks: nothing is deleted). */
+export async function topicMessages(broker: string, topic: string): Promise<number> {
+  const kafka = new kafkajs.Kafka({ brokers: [broker], logLevel: kafkajs.logLevel.NOTHING });
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    return (await admin.fetchTopicOffsets(topic)).reduce((n, p) => n + Number(p.high) - Number(p.low), 0);
+  } finally {
+    await admin.disconnect();
+  }
+}
+
 /**
  * A Kafka test file's scratch directory and broker: the broker is looked up before the tests, and what
  * the tests started or wrote is removed after them.

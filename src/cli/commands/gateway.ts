@@ -46,6 +46,8 @@ Options:
 ${CONNECTION_HELP}
   --ack <mode>              all (default): answer once the in-sync replicas have the events;
                             async: answer at once, events sent from a bounded buffer
+  --replica-id <name>       one replica of a fleet on --topic behind a session-hashing proxy: sessions
+                            it does not hold are rebuilt from the topic and claimed (docs/gateway.md)
   --no-implicit-sessions    a call for a session not started with POST /sessions is answered 404
   --max-in-flight <n>       calls forwarded at once (default 1024); more are answered 429
   --max-body-bytes <n>      largest request body (default 32 MiB); larger ones are answered 413
@@ -110,6 +112,7 @@ const GATEWAY_FLAGS = {
   "max-sessions": { type: "string" },
   "session-idle-ms": { type: "string" },
   "restore-window-ms": { type: "string" },
+  "replica-id": { type: "string" },
   "async-buffer-events": { type: "string" },
   "segment-bytes": { type: "string" },
   "engine-option": { type: "string", multiple: true },
@@ -192,6 +195,7 @@ function gatewayInput(values: GatewayValues): Record<string, unknown> {
     upstreams: values.upstream,
     ...(values.engine !== undefined ? { engine: values.engine } : {}),
     ...(values.listen !== undefined ? { listen: values.listen } : {}),
+    ...(values["replica-id"] !== undefined ? { replica_id: values["replica-id"] } : {}),
     output,
     ...(values["no-implicit-sessions"] === true ? { implicit_sessions: false } : {}),
     max_in_flight: intOption("max-in-flight", values["max-in-flight"]),

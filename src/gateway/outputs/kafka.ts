@@ -10,7 +10,7 @@ import { TrajflowError } from "../../core/errors.ts";
 import type { Logger } from "../../core/logger.ts";
 import { KeyedProducer, readTopicSince } from "../../kafka/keyed-producer.ts";
 import type { KafkaOutputConfig } from "../config.ts";
-import type { EventOutput, EventRecord } from "./output.ts";
+import type { AppendedAt, EventOutput, EventRecord } from "./output.ts";
 
 const RESTORE_ATTEMPTS = 3;
 
@@ -27,7 +27,7 @@ export class KafkaEventOutput implements EventOutput {
   /** ack all: calls waiting for the next produce request, and whether one is in flight. */
   private readonly queue: Array<{
     records: EventRecord[];
-    resolve: () => void;
+    resolve: (at: AppendedAt | undefined) => void;
     reject: (err: unknown) => void;
   }> = [];
   private sending = false;
@@ -39,6 +39,11 @@ export class KafkaEventOutput implements EventOutput {
     this.where = `Kafka topic ${config.topic}`;
   }
 
+  /** The producer, for a fleet's replica to tell which partition a session's events go to. */
+  get keyedProducer(): KeyedProducer {
+    return this.producer;
+  }
+
   static async open(config: KafkaOutputConfig, logger: Logger): Promise<KafkaEventOutput> {
     const producer = await KeyedProducer.connect(config.connection, config.topic, logger);
     return new KafkaEventOutput(config, producer, logger);
@@ -48,9 +53,9 @@ export class KafkaEventOutput implements EventOutput {
     return this.healthy && (this.config.ack === "all" || this.buffered < this.config.async_buffer_events);
   }
 
-  append(records: EventRecord[]): Promise<void> {
+  append(records: EventRecord[]): Promise<AppendedAt | undefined> {
     if (this.config.ack === "all")
-      return new Promise<void>((resolve, reject) => {
+      return new Promise<AppendedAt | undefined>((resolve, reject) => {
         this.queue.push({ records, resolve, reject });
         if (!this.sending) void this.drain();
       });
@@ -67,7 +72,7 @@ export class KafkaEventOutput implements EventOutput {
       }
       this.buffered -= records.length;
     });
-    return Promise.resolve();
+    return Promise.resolve(undefined);
   }
 
   /**
@@ -80,8 +85,22 @@ export class KafkaEventOutput implements EventOutput {
     while (this.queue.length > 0) {
       const batch = this.queue.splice(0);
       try {
-        await this.sendNow(batch.length === 1 ? batch[0]!.records : batch.flatMap((b) => b.records));
-        for (const b of batch) b.resolve();
+        const base = await this.sendNow(
+          batch.length === 1 ? batch[0]!.records : batch.flatMap((b) => b.records),
+        );
+        // Each call's place in its partition: the partition's messages of one send are contiguous, in order.
+        const taken = new Map<number, number>();
+        for (const b of batch) {
+          const partition = this.producer.partitionOf(b.records[0]!.key);
+          const first = base.get(partition);
+          if (first === undefined) {
+            b.resolve(undefined);
+            continue;
+          }
+          const before = taken.get(partition) ?? 0;
+          taken.set(partition, before + b.records.length);
+          b.resolve({ partition, first: first + before, last: first + before + b.records.length - 1 });
+        }
       } catch (err) {
         for (const b of batch) b.reject(err);
       }
@@ -89,9 +108,9 @@ export class KafkaEventOutput implements EventOutput {
     this.sending = false;
   }
 
-  private async sendNow(records: EventRecord[]): Promise<void> {
+  private async sendNow(records: EventRecord[]): Promise<Map<number, number>> {
     try {
-      await this.producer.send(records);
+      return await this.producer.send(records);
     } catch (err) {
       this.markDown(err);
       throw new TrajflowError(
@@ -106,7 +125,12 @@ export class KafkaEventOutput implements EventOutput {
 
   async broadcast(value: string): Promise<void> {
     try {
-      await this.producer.sendToAll(value);
+      // The header lets a fleet's replicas follow the version without parsing values (fleet.ts).
+      const version = (JSON.parse(value) as { weight_version?: unknown }).weight_version;
+      await this.producer.sendToAll(
+        value,
+        typeof version === "number" ? { "trajflow-policy": String(version) } : undefined,
+      );
     } catch (err) {
       this.markDown(err);
       throw new TrajflowError(

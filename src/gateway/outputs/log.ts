@@ -91,17 +91,17 @@ export class EventLog implements EventOutput {
     return this.failed === null;
   }
 
-  append(records: EventRecord[]): Promise<void> {
+  append(records: EventRecord[]): Promise<undefined> {
     if (this.failed !== null) return Promise.reject(this.failed);
     for (const r of records) this.queued.push(r.value);
-    return new Promise<void>((resolve, reject) => {
-      this.waiters.push({ resolve, reject });
+    return new Promise<undefined>((resolve, reject) => {
+      this.waiters.push({ resolve: () => resolve(undefined), reject });
       if (!this.writing) void this.flush();
     });
   }
 
-  broadcast(value: string): Promise<void> {
-    return this.append([{ key: "", value }]);
+  async broadcast(value: string): Promise<void> {
+    await this.append([{ key: "", value }]);
   }
 
   /** Writes everything queued, one write and one fdatasync per round, until nothing is queued. */

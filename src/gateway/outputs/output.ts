@@ -8,6 +8,19 @@
 export interface EventRecord {
   key: string;
   value: string;
+  /**
+   * Kafka headers, in a fleet of replicas only (fleet/follower.ts reads them without parsing the value):
+   * trajflow-session (the session id), trajflow-gen (the writer's owner generation), trajflow-key (the
+   * session key's SHA-256, on session.start).
+   */
+  headers?: Record<string, string>;
+}
+
+/** Where one append's events landed in a Kafka topic: their partition and offsets (first..last). */
+export interface AppendedAt {
+  partition: number;
+  first: number;
+  last: number;
 }
 
 export interface EventOutput {
@@ -19,8 +32,11 @@ export interface EventOutput {
    * could not be recorded.
    */
   accepting(): boolean;
-  /** Appends the events of one call (or one lifecycle change); resolves once they are durable. */
-  append(records: EventRecord[]): Promise<void>;
+  /**
+   * Appends the events of one call (or one lifecycle change, all of one session); resolves once they are
+   * durable, with where they landed when the output knows (a Kafka topic with `ack: all`).
+   */
+  append(records: EventRecord[]): Promise<AppendedAt | undefined>;
   /**
    * Appends a control event that belongs to no session (policy.update): to every partition of a topic, so
    * every pipeline member sees it. Resolves once durable.

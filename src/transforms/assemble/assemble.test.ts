@@ -1286,3 +1286,91 @@ describe("assemble: what a session holds", () => {
     assert.deepEqual([first === last, first.len, mid.arenaBytes], [true, 10, (700 + 2_800) * 8]);
   });
 });
+
+describe("assemble: gateway replicas taking sessions over (owner generations)", () => {
+  const G = 65_537;
+  /** c1 by the first owner (no gen), c2 and the end by the replica that took the session over (gen G). */
+  const owned = () => {
+    const lines = new SessionScript()
+      .call("c1", P, O1)
+      .call("c2", [...P, ...O1, ...T1], O2)
+      .end()
+      .lines();
+    return lines.map((l, i) => (i < 2 ? l : JSON.stringify({ ...JSON.parse(l), gen: G })));
+  };
+  /** The first owner's own c2 at the same seqs, written after it lost the session (paused, then resumed). */
+  const stale = () =>
+    new SessionScript()
+      .call("c1", P, O1)
+      .call("c2x", [...P, ...O1, ...T1], [99])
+      .lines()
+      .slice(2);
+
+  it("dead-letters an old owner's writes after a claim as FENCED_WRITE, never as a conflict", () => {
+    const lines = owned();
+    const { rows, deadLetters, metrics } = assemble([...lines.slice(0, 4), ...stale(), lines[4]!]);
+    assert.deepEqual(
+      deadLetters.map((d) => [d.code, d.seq, (d.details as { reason: string }).reason]),
+      [
+        ["FENCED_WRITE", 2, "stale_owner"],
+        ["FENCED_WRITE", 3, "stale_owner"],
+      ],
+    );
+    assert.equal(metrics.get("fenced_events", "stale_owner"), 2);
+    assert.deepEqual(rows.map(plain), assemble(lines).rows.map(plain));
+    assert.deepEqual(plain(rows[0]!).response_ids, [...O1, ...T1, ...O2]);
+  });
+
+  it("fences a claim that lost its race to an older owner's write, and every event of its generation", () => {
+    const lines = owned();
+    const [staleRequest, staleResponse] = stale();
+    const { rows, deadLetters, metrics } = assemble([
+      ...lines.slice(0, 2),
+      staleRequest!,
+      ...lines.slice(2, 4),
+      staleResponse!,
+      lines[4]!,
+    ]);
+    assert.deepEqual(
+      deadLetters.map((d) => [d.code, d.seq, (d.details as { reason: string }).reason]),
+      [
+        ["FENCED_WRITE", 2, "lost_claim"],
+        ["FENCED_WRITE", 3, "lost_claim"],
+        ["FENCED_WRITE", 4, "lost_claim"],
+      ],
+    );
+    assert.equal(metrics.get("fenced_events", "lost_claim"), 3);
+    // The old owner's c2x stands; the session never ended (its end was the lost generation's).
+    assert.deepEqual(plain(rows[0]!).response_ids, [...O1, ...T1, 99]);
+  });
+
+  it("fences an old owner's writes that come after its new owner ended the session, not LATE_EVENT", () => {
+    const lines = new SessionScript()
+      .call("c1", P, O1)
+      .call("c2", [...P, ...O1, ...T1], O2)
+      .reward(1)
+      .end()
+      .lines()
+      .map((l, i) => (i < 2 ? l : JSON.stringify({ ...JSON.parse(l), gen: G })));
+    const { rows, deadLetters } = assemble([...lines, ...stale()]);
+    assert.deepEqual(
+      deadLetters.map((d) => [d.code, d.seq]),
+      [
+        ["FENCED_WRITE", 2],
+        ["FENCED_WRITE", 3],
+      ],
+    );
+    assert.deepEqual(plain(rows[0]!).response_ids, [...O1, ...T1, ...O2]);
+  });
+
+  it("fences an old owner's writes that wait for an earlier seq when the claim arrives", () => {
+    const lines = owned();
+    const late = JSON.stringify({ ...JSON.parse(stale()[1]!), seq: 5 });
+    const { deadLetters, rows } = assemble([...lines.slice(0, 2), late, ...lines.slice(2)]);
+    assert.deepEqual(
+      deadLetters.map((d) => [d.code, d.seq]),
+      [["FENCED_WRITE", 5]],
+    );
+    assert.deepEqual(rows.map(plain), assemble(lines).rows.map(plain));
+  });
+});

@@ -14,6 +14,7 @@ import { makeDeadLetter } from "../../core/records.ts";
 import { RowFlags } from "../../schemas/trajectory.ts";
 import type { DecodedEvent, RejectedEnvelope } from "./decode/decode.ts";
 import { FingerprintSet } from "./fingerprints.ts";
+import { fencedLetter } from "./owner-fence.ts";
 import { extractRows } from "./rows.ts";
 import { sessionKey, type RowTurn, type SessionOutput } from "../../schemas/session.ts";
 import { addFlag } from "./call-state.ts";
@@ -58,6 +59,11 @@ export class Assembler {
   private top2 = -Infinity;
   /** One warning line per 10 s however many sessions are cut (a flood wrote 45 MB of log). */
   private cutWarning: RateLimitedWarning | null | undefined;
+  /**
+   * The owner generation of finalized sessions written by a fleet of gateway replicas (schemas/ownership.ts),
+   * the last FINAL_OWNERS_KEPT: a stale replica's write after the end is FENCED_WRITE, not LATE_EVENT.
+   */
+  private readonly finalOwners = new Map<string, number>();
   private lastSweep = 0;
 
   constructor(ctx: AssembleContext) {
@@ -149,6 +155,13 @@ export class Assembler {
     this.ctx.metrics.inc("events_received", ev.type);
     const key = sessionKey(ev.uid, ev.session_id);
     if (this.finalized.has(key)) {
+      const owner = this.finalOwners.get(key);
+      if (owner !== undefined && (ev.gen ?? 0) < owner) {
+        // A stale gateway replica's write to a session its new owner already ended: fenced, not late.
+        this.ctx.metrics.inc("fenced_events", "stale_owner");
+        this.ctx.deadLetters.write(fencedLetter(d, owner, "stale_owner", COMPONENT));
+        return [];
+      }
       this.ctx.deadLetters.write(
         makeDeadLetter(
           "LATE_EVENT",
@@ -283,6 +296,12 @@ export class Assembler {
     const rows = extractRows(session, this.ctx.config, this.ctx.metrics, turns);
     this.sessions.delete(key);
     this.finalized.add(key);
+    const owner = session.fence?.gen ?? 0;
+    if (owner > 0) {
+      this.finalOwners.set(key, owner);
+      if (this.finalOwners.size > FINAL_OWNERS_KEPT)
+        this.finalOwners.delete(this.finalOwners.keys().next().value!);
+    }
     const { metrics } = this.ctx;
     metrics.inc("sessions_finalized", session.end?.status ?? "timeout");
     metrics.inc("tokens_received", "", session.tokensIn);
@@ -302,6 +321,9 @@ export class Assembler {
     };
   }
 }
+
+/** Finalized fleet sessions whose owner generation is kept (16 bytes and a key each). */
+const FINAL_OWNERS_KEPT = 100_000;
 
 /** The last `cap` keys added (the opt-in bound of `remember_finalized`). */
 class RecentKeys {

@@ -27,6 +27,7 @@ import type { AssembleConfig } from "./config.ts";
 import { DriftTracker } from "./drift.ts";
 import { canonicalMessage, messagePrefixDigests } from "../../schemas/canonical-messages.ts";
 import { TokenTrie, type TrieNode, type Position, type WalkResult } from "./trie.ts";
+import { OwnerFence } from "./owner-fence.ts";
 
 export const COMPONENT = "assemble";
 
@@ -38,7 +39,6 @@ export interface AssembleContext {
 }
 
 import type { RewardRecord } from "../../schemas/session.ts";
-export type { RewardRecord };
 
 /**
  * An open session holds little until it needs more: tables that most sessions never use are created on
@@ -66,6 +66,8 @@ export class SessionState {
   /** Events waiting for an earlier seq. A rejected envelope only holds its seq (it is already dead-lettered). */
   private pending: Map<number, DecodedEvent | RejectedEnvelope> | null = null;
   private readonly digests: string[] = [];
+  /** Which gateway replica owns the session (owner-fence.ts); made on the first event that has a gen. */
+  fence: OwnerFence | null = null;
   private rewardKeys: Set<string> | null = null;
   /** Drift detection, made on the first call with a full prompt. */
   private drift: DriftTracker | null = null;
@@ -113,6 +115,8 @@ export class SessionState {
     const { seq, ts } = "event" in d ? d.event : d;
     if (ts > this.lastTs) this.lastTs = ts;
     const known = seq < this.nextSeq ? this.digests[seq] : this.pending?.get(seq)?.digest;
+    if ("event" in d && (d.event.gen !== undefined || this.fence !== null))
+      if (!(this.fence ??= new OwnerFence(this.ctx, COMPONENT)).admit(d, known, this.pending)) return;
     if (known !== undefined) {
       if (known === d.digest) {
         this.ctx.metrics.inc("duplicate_events_ignored");

@@ -7,7 +7,7 @@ import type { z } from "zod";
 import type { Logger } from "../../core/logger.ts";
 import type { TrajectoryRow } from "../../schemas/trajectory.ts";
 import type { RowTurn } from "../assemble/rows.ts";
-import type { RewardRecord } from "../assemble/session.ts";
+import type { RewardRecord } from "../../schemas/session.ts";
 
 /** One thing to score: a row (`scope: "row"`) or a whole session (`scope: "session"`). */
 export interface RewardItem {

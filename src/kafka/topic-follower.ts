@@ -1,0 +1,327 @@
+/**
+ * Two readers a gateway replica of a fleet keeps on its event topic (gateway/fleet.ts), each a kafkajs
+ * consumer in a group of its own (joined once, at start: a group per read would pay a join, seconds on a
+ * broker with the default group.initial.rebalance.delay.ms), committing nothing:
+ * - TopicFollower reads every partition from a point in time on, for ever, handing each message's headers
+ *   (never its value) to a callback, and tells when a partition has been read past an offset;
+ * - PartitionReader reads one partition's range on demand (a session's events when a replica takes it
+ *   over), its partitions paused in between.
+ */
+import { randomBytes } from "node:crypto";
+import { TrajflowError } from "../core/errors.ts";
+import type { Logger } from "../core/logger.ts";
+import { connectClient, createKafka, disconnectWithin, type Consumer } from "./client.ts";
+import type { KafkaConnection } from "./connection.ts";
+
+/** One message as the follower hands it on: where it is, its key, its headers and its broker time. */
+export interface FollowedMessage {
+  partition: number;
+  offset: number;
+  key: Buffer | null;
+  headers: Record<string, string>;
+  timestamp: number;
+}
+
+function headersOf(raw: Record<string, unknown> | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (raw === undefined) return out;
+  for (const k in raw) {
+    const v = raw[k];
+    if (Buffer.isBuffer(v)) out[k] = v.toString("utf8");
+    else if (typeof v === "string") out[k] = v;
+  }
+  return out;
+}
+
+/** Each partition's offsets from `sinceMs` on and its end now (the high watermark). */
+async function windowOf(
+  kafka: ReturnType<typeof createKafka>,
+  connection: KafkaConnection,
+  topic: string,
+  sinceMs: number,
+): Promise<Map<number, { from: number; end: number }>> {
+  const admin = kafka.admin();
+  await connectClient(admin, connection);
+  try {
+    const starts = await admin.fetchTopicOffsetsByTimestamp(topic, sinceMs);
+    const ends = new Map((await admin.fetchTopicOffsets(topic)).map((p) => [p.partition, Number(p.high)]));
+    const out = new Map<number, { from: number; end: number }>();
+    for (const s of starts) {
+      const end = ends.get(s.partition) ?? 0;
+      out.set(s.partition, { from: s.offset === "-1" ? end : Math.min(Number(s.offset), end), end });
+    }
+    return out;
+  } finally {
+    await disconnectWithin(admin, 5_000);
+  }
+}
+
+export class TopicFollower {
+  private readonly consumer: Consumer;
+  private readonly topic: string;
+  /** Per partition: the next offset not read yet. */
+  private readonly done = new Map<number, number>();
+  /** Partitions whose window (from the start time to the end at start) is not read yet. */
+  private readonly catchingUp = new Map<number, number>();
+  private readonly waiters = new Map<number, Array<{ offset: number; resolve: (ok: boolean) => void }>>();
+  private readonly onMessage: (m: FollowedMessage) => void;
+  private readyResolve: (() => void) | null = null;
+  /** Resolves once every partition's window is read. */
+  readonly ready: Promise<void>;
+  private failed: unknown = null;
+
+  private constructor(consumer: Consumer, topic: string, onMessage: (m: FollowedMessage) => void) {
+    this.consumer = consumer;
+    this.topic = topic;
+    this.onMessage = onMessage;
+    this.ready = new Promise((r) => (this.readyResolve = r));
+  }
+
+  /** Starts following `topic` from `sinceMs` (the broker's timestamps) on. */
+  static async start(
+    connection: KafkaConnection,
+    topic: string,
+    sinceMs: number,
+    name: string,
+    logger: Logger,
+    onMessage: (m: FollowedMessage) => void,
+  ): Promise<TopicFollower> {
+    const kafka = createKafka(connection, logger);
+    const window = await windowOf(kafka, connection, topic, sinceMs);
+    const consumer = kafka.consumer({
+      groupId: `trajflow-gateway-follow-${name}-${randomBytes(6).toString("hex")}`,
+      // A fetch returns as soon as a message arrives; this is only how long an idle one is parked.
+      maxWaitTimeInMs: 200,
+    });
+    const f = new TopicFollower(consumer, topic, onMessage);
+    for (const [p, w] of window) {
+      f.done.set(p, w.from);
+      if (w.from < w.end) f.catchingUp.set(p, w.end);
+    }
+    await connectClient(consumer, connection);
+    await consumer.subscribe({ topic, fromBeginning: false });
+    consumer.on(consumer.events.CRASH, (e) => {
+      f.failed = e.payload.error;
+      logger.error({ err: (e.payload.error as Error).message }, "Following the event topic failed.");
+    });
+    await consumer.run({
+      autoCommit: false,
+      eachBatch: async ({ batch }) => f.take(batch.partition, batch.messages),
+    });
+    for (const [p, w] of window) consumer.seek({ topic, partition: p, offset: String(w.from) });
+    if (f.catchingUp.size === 0) f.readyResolve!();
+    return f;
+  }
+
+  private take(
+    partition: number,
+    messages: Array<{
+      offset: string;
+      key: Buffer | null;
+      headers?: Record<string, unknown>;
+      timestamp: string;
+    }>,
+  ): void {
+    const end = this.catchingUp.get(partition);
+    let next = this.done.get(partition) ?? 0;
+    for (const m of messages) {
+      const offset = Number(m.offset);
+      // Before the seek to the window's start lands, a fetch may give messages past its end: they come
+      // again after the window, in order.
+      if (end !== undefined && offset >= end && next < end) break;
+      if (offset < next) continue;
+      next = offset + 1;
+      this.onMessage({
+        partition,
+        offset,
+        key: m.key,
+        headers: headersOf(m.headers),
+        timestamp: Number(m.timestamp),
+      });
+    }
+    this.done.set(partition, next);
+    if (end !== undefined && next >= end) {
+      this.catchingUp.delete(partition);
+      if (this.catchingUp.size === 0) this.readyResolve?.();
+    }
+    const waiting = this.waiters.get(partition);
+    if (waiting === undefined) return;
+    const still = waiting.filter((w) => {
+      if (w.offset >= next) return true;
+      w.resolve(true);
+      return false;
+    });
+    if (still.length === 0) this.waiters.delete(partition);
+    else this.waiters.set(partition, still);
+  }
+
+  /** The next offset of `partition` not read yet. */
+  position(partition: number): number {
+    return this.done.get(partition) ?? 0;
+  }
+
+  /** Resolves true once `partition` is read past `offset`; false after `timeoutMs` or when following failed. */
+  reached(partition: number, offset: number, timeoutMs: number): Promise<boolean> {
+    if (this.position(partition) > offset) return Promise.resolve(true);
+    if (this.failed !== null) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const w = {
+        offset,
+        resolve: (ok: boolean) => {
+          clearTimeout(timer);
+          resolve(ok);
+        },
+      };
+      const timer = setTimeout(() => {
+        const list = this.waiters.get(partition);
+        if (list !== undefined)
+          this.waiters.set(
+            partition,
+            list.filter((x) => x !== w),
+          );
+        resolve(false);
+      }, timeoutMs);
+      const list = this.waiters.get(partition);
+      if (list === undefined) this.waiters.set(partition, [w]);
+      else list.push(w);
+    });
+  }
+
+  async close(): Promise<void> {
+    for (const list of this.waiters.values()) for (const w of list) w.resolve(false);
+    this.waiters.clear();
+    await disconnectWithin(this.consumer, 10_000);
+  }
+}
+
+/** One range read: what it keeps, up to where, and who waits. */
+interface ReadJob {
+  next: number;
+  to: number;
+  keep: (headers: Record<string, string>) => boolean;
+  values: Buffer[];
+  bytes: number;
+  maxBytes: number;
+  resolve: (values: Buffer[]) => void;
+  reject: (err: unknown) => void;
+}
+
+export class PartitionReader {
+  private readonly consumer: Consumer;
+  private readonly topic: string;
+  private readonly jobs = new Map<number, ReadJob>();
+  /** Reads of one partition, one after another. */
+  private readonly queues = new Map<number, Promise<unknown>>();
+
+  private constructor(consumer: Consumer, topic: string) {
+    this.consumer = consumer;
+    this.topic = topic;
+  }
+
+  static async start(
+    connection: KafkaConnection,
+    topic: string,
+    name: string,
+    logger: Logger,
+  ): Promise<PartitionReader> {
+    const kafka = createKafka(connection, logger);
+    const consumer = kafka.consumer({
+      groupId: `trajflow-gateway-read-${name}-${randomBytes(6).toString("hex")}`,
+      // With every partition paused the client sleeps this long between looks: a read starts within it.
+      maxWaitTimeInMs: 20,
+    });
+    const r = new PartitionReader(consumer, topic);
+    await connectClient(consumer, connection);
+    await consumer.subscribe({ topic, fromBeginning: false });
+    await consumer.run({
+      autoCommit: false,
+      eachBatch: async ({ batch }) => r.take(batch.partition, batch.messages),
+    });
+    consumer.pause([{ topic }]);
+    return r;
+  }
+
+  /**
+   * The values of `partition`'s messages in [from, to) whose headers `keep` accepts; fails past `maxBytes`
+   * kept or `timeoutMs`.
+   */
+  read(
+    partition: number,
+    from: number,
+    to: number,
+    keep: (headers: Record<string, string>) => boolean,
+    limits: { maxBytes: number; timeoutMs: number },
+  ): Promise<Buffer[]> {
+    if (from >= to) return Promise.resolve([]);
+    const before = this.queues.get(partition) ?? Promise.resolve();
+    const run = before.then(
+      () =>
+        new Promise<Buffer[]>((resolve, reject) => {
+          const timer = setTimeout(() => {
+            finish(
+              new TrajflowError(
+                "KAFKA_CLIENT_FAILED",
+                `reading partition ${partition} of ${this.topic} from ${from} to ${to} took longer than ${limits.timeoutMs} ms`,
+              ),
+            );
+          }, limits.timeoutMs);
+          const finish = (err: unknown, values?: Buffer[]) => {
+            clearTimeout(timer);
+            this.jobs.delete(partition);
+            this.consumer.pause([{ topic: this.topic, partitions: [partition] }]);
+            if (err !== null) reject(err);
+            else resolve(values!);
+          };
+          this.jobs.set(partition, {
+            next: from,
+            to,
+            keep,
+            values: [],
+            bytes: 0,
+            maxBytes: limits.maxBytes,
+            resolve: (values) => finish(null, values),
+            reject: (err) => finish(err),
+          });
+          this.consumer.seek({ topic: this.topic, partition, offset: String(from) });
+          this.consumer.resume([{ topic: this.topic, partitions: [partition] }]);
+        }),
+    );
+    this.queues.set(
+      partition,
+      run.catch(() => undefined),
+    );
+    return run;
+  }
+
+  private take(
+    partition: number,
+    messages: Array<{ offset: string; value: Buffer | null; headers?: Record<string, unknown> }>,
+  ): void {
+    const job = this.jobs.get(partition);
+    if (job === undefined) return;
+    for (const m of messages) {
+      const offset = Number(m.offset);
+      if (offset < job.next) continue;
+      if (offset >= job.to) break;
+      job.next = offset + 1;
+      if (m.value === null || !job.keep(headersOf(m.headers))) continue;
+      job.bytes += m.value.length;
+      if (job.bytes > job.maxBytes) {
+        job.reject(
+          new TrajflowError(
+            "KAFKA_CLIENT_FAILED",
+            `a session's events in partition ${partition} exceed ${job.maxBytes} bytes; not read back`,
+          ),
+        );
+        return;
+      }
+      job.values.push(m.value);
+    }
+    if (job.next >= job.to) job.resolve(job.values);
+  }
+
+  async close(): Promise<void> {
+    for (const job of this.jobs.values()) job.reject(new Error("the reader is closing"));
+    await disconnectWithin(this.consumer, 10_000);
+  }
+}

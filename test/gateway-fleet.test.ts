@@ -1,0 +1,402 @@
+/**
+ * The gateway as a fleet (docs/gateway.md#a-fleet-of-replicas): three `trajflow gateway --replica-id`
+ * processes on one Kafka topic, behind HAProxy (scripts/haproxy.sh: Debian's package, the session hashed
+ * consistently, /readyz checks, retries on connection failures and 503), in front of llama.cpp's server.
+ * Eight agents run six-turn sessions through the proxy, retrying a call only on a connection error or a
+ * 5xx, while replicas are SIGKILLed and restarted, one is paused (SIGSTOP) long enough for its sessions to
+ * move and then resumed, or every replica is restarted in turn. `trajflow consume` then writes the rows.
+ *
+ * Checked: every answer an agent received is trained, with the engine's logprobs, in exactly one row;
+ * none of them was fenced; the only dead letters are fenced stale writes (FENCED_WRITE), never a
+ * DUPLICATE_CONFLICT or a missing parent; and sessions did move between replicas (events of several
+ * owner generations).
+ */
+import { strict as assert } from "node:assert";
+import { execFileSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { it } from "node:test";
+import { decodeLogprobs, decodeTokenIds } from "../src/schemas/tokens.ts";
+import { runCli, startCli, type RunningCli } from "./helpers/cli.ts";
+import { freePort, waitUntil, type GatewayRow } from "./helpers/gateway.ts";
+import { freshName, kafkaTestScope, readTopic, topicMessages } from "./helpers/kafka.ts";
+import { startInstantEngine } from "./helpers/instant-engine.ts";
+import { llamaServer } from "./helpers/llama.ts";
+import { readWithPython } from "./helpers/python.ts";
+
+const { scratch, broker } = kafkaTestScope("gateway-fleet");
+const HAPROXY = new URL("../scripts/haproxy.sh", import.meta.url).pathname;
+const AGENTS = 8;
+const TURNS = 6;
+/** How long an agent waits for an answer before it gives up and sends the call again. */
+const CLIENT_TIMEOUT_MS = 2_000;
+
+interface Replica {
+  port: number;
+  args: string[];
+  current: RunningCli;
+}
+
+/** A received answer: its session and call id (x-trajflow-call-id). */
+interface Received {
+  session: string;
+  callId: string;
+}
+
+async function ready(replica: Replica): Promise<void> {
+  let exited: number | string | null = null;
+  void replica.current.exited.then((code) => (exited = code));
+  await waitUntil(
+    async () =>
+      exited !== null ||
+      (await fetch(`http://127.0.0.1:${replica.port}/readyz`).catch(() => null))?.ok === true,
+    120_000,
+  ).catch((err: unknown) => {
+    throw new Error(`replica on ${replica.port} not ready:\n${replica.current.stderr().slice(-3000)}`, {
+      cause: err,
+    });
+  });
+  if (exited !== null)
+    throw new Error(
+      `replica on ${replica.port} exited (${exited}):\n${replica.current.stderr().slice(-3000)}`,
+    );
+}
+
+/** `n` replicas on `topic` in front of `engine` (llama.cpp's server by default), each ready. */
+async function startReplicas(topic: string, n: number, engine?: string): Promise<Replica[]> {
+  const replicas: Replica[] = [];
+  for (let i = 0; i < n; i++) {
+    const port = await freePort();
+    const args = [
+      "gateway",
+      "--upstream",
+      ...(engine !== undefined ? [engine] : [llamaServer(), "--engine", "llamacpp"]),
+      "--listen",
+      `127.0.0.1:${port}`,
+      "--topic",
+      topic,
+      "--replica-id",
+      `r${i}`,
+    ];
+    replicas.push({ port, args, current: startCli(args, { KAFKA_BROKERS: broker() }) });
+  }
+  for (const r of replicas) await ready(r);
+  return replicas;
+}
+
+async function startFleet(
+  topic: string,
+  n: number,
+): Promise<{ replicas: Replica[]; proxy: string; haproxyDir: string }> {
+  const replicas = await startReplicas(topic, n);
+  const proxyPort = await freePort();
+  const haproxyDir = join(scratch, freshName("haproxy"));
+  const proxy = execFileSync(
+    "bash",
+    [HAPROXY, "start", String(proxyPort), ...replicas.map((r) => `127.0.0.1:${r.port}`)],
+    { encoding: "utf8", env: { ...process.env, TRAJFLOW_HAPROXY_DIR: haproxyDir } },
+  )
+    .trim()
+    .split("\n")
+    .pop()!;
+  return { replicas, proxy, haproxyDir };
+}
+
+async function restart(r: Replica, signal: "SIGKILL" | "SIGTERM"): Promise<void> {
+  r.current.child.kill(signal);
+  await r.current.exited;
+  r.current = startCli(r.args, { KAFKA_BROKERS: broker() });
+  await ready(r);
+}
+
+/**
+ * One call, sent again on a connection error or a 5xx (as agents' clients do); any other status fails the
+ * test. Seeded by the session and turn, so a call sent twice samples the same tokens.
+ */
+async function call(proxy: string, session: string, body: Record<string, unknown>): Promise<Response> {
+  for (let attempt = 1; ; attempt++) {
+    // An agent gives up on a call after a while (a paused replica's) and sends it again: a connection error.
+    const res = await fetch(`${proxy}/sessions/${session}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-trajflow-uid": "fleet" },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
+    }).catch((err: unknown) => err as Error);
+    if (!(res instanceof Error) && res.status < 500) return res;
+    if (attempt >= 200) throw new Error(`session ${session}: no answer after ${attempt} attempts`);
+    if (!(res instanceof Error)) await res.body?.cancel();
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function control(proxy: string, path: string, body: unknown): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    const res = await fetch(`${proxy}${path}`, { method: "POST", body: JSON.stringify(body) }).catch(
+      (err: unknown) => err as Error,
+    );
+    if (!(res instanceof Error) && res.status < 500) {
+      assert.equal(res.status, 200, `${path}: ${await res.text()}`);
+      return;
+    }
+    if (attempt >= 200) throw new Error(`${path}: no answer after ${attempt} attempts`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** An agent: six-turn sessions one after another until `stop` says so; every answer it received. */
+async function agent(proxy: string, index: number, stop: () => boolean, received: Received[]): Promise<void> {
+  for (let k = 0; !stop() || k === 0; k++) {
+    const session = `a${index}-s${k}`;
+    const messages: Array<{ role: string; content: string }> = [
+      { role: "user", content: `task ${index}.${k}: count to ten` },
+    ];
+    for (let turn = 0; turn < TURNS; turn++) {
+      const res = await call(proxy, session, {
+        model: "tiny",
+        messages,
+        max_tokens: 8,
+        temperature: 1,
+        seed: index * 1000 + k * 10 + turn,
+      });
+      const text = await res.text();
+      assert.equal(res.status, 200, `${session} turn ${turn}: ${text}`);
+      const reply = (JSON.parse(text) as { choices: Array<{ message: { content: string } }> }).choices[0]!
+        .message.content;
+      received.push({ session, callId: res.headers.get("x-trajflow-call-id")! });
+      messages.push({ role: "assistant", content: reply }, { role: "user", content: `go on (${turn})` });
+    }
+    await control(proxy, `/sessions/${session}/reward`, { value: 1 });
+    await control(proxy, `/sessions/${session}/end`, {});
+  }
+}
+
+type Row = GatewayRow;
+
+/**
+ * Whether `row` trains `ids` as one run of masked positions with the engine's `logprobs` (a row without
+ * logprobs only where the engine left some out: it is flagged missing_logprobs then).
+ */
+function trains(row: Row, ids: Int32Array, logprobs: Array<number | null> | null): boolean {
+  const r = row.response_ids;
+  const missing = logprobs === null || logprobs.some((l) => l === null);
+  if (row.rollout_log_probs === null && !(missing && row.flags.includes("missing_logprobs"))) return false;
+  outer: for (let at = 0; at + ids.length <= r.length; at++) {
+    for (let j = 0; j < ids.length; j++) {
+      if (r[at + j] !== ids[j] || row.response_mask[at + j] !== 1) continue outer;
+      const want = logprobs?.[j] ?? null;
+      const lp = row.rollout_log_probs?.[at + j] ?? null;
+      if (
+        row.rollout_log_probs !== null &&
+        (want === null ? lp !== null : lp === null || Math.abs(lp - want) > 1e-5)
+      )
+        continue outer;
+    }
+    return true;
+  }
+  return false;
+}
+
+/** Runs the agents through `chaos`, then consumes the topic and checks every received answer. */
+async function runFleet(
+  chaos: (replicas: Replica[], progress: (answers: number) => Promise<void>) => Promise<void>,
+): Promise<{ moved: number; fenced: number }> {
+  const topic = freshName("fleet");
+  const { replicas, proxy, haproxyDir } = await startFleet(topic, 3);
+  const received: Received[] = [];
+  let stopping = false;
+  try {
+    const agents = Array.from({ length: AGENTS }, (_, i) => agent(proxy, i, () => stopping, received));
+    // The chaos runs while the agents do: it begins once they have answers.
+    await waitUntil(() => received.length >= AGENTS * 2, 120_000);
+    // Resolves once every agent received `answers` more answers: chaos lands while sessions run, and an
+    // agent whose call was stuck has given up on it and gone on.
+    const perAgent = () => {
+      const n = new Array<number>(AGENTS).fill(0);
+      for (const r of received) n[Number(/^a(\d+)-/.exec(r.session)![1])]!++;
+      return n;
+    };
+    const progress = async (answers: number) => {
+      const target = perAgent().map((n) => n + answers);
+      await waitUntil(() => perAgent().every((n, i) => n >= target[i]!), 120_000);
+    };
+    try {
+      await chaos(replicas, progress);
+    } finally {
+      stopping = true;
+    }
+    await Promise.all(agents);
+  } finally {
+    stopping = true;
+    for (const r of replicas) r.current.child.kill("SIGTERM");
+    for (const r of replicas) await r.current.exited;
+    execFileSync("bash", [HAPROXY, "stop"], { env: { ...process.env, TRAJFLOW_HAPROXY_DIR: haproxyDir } });
+  }
+  const out = join(scratch, freshName("rows"));
+  const dlDir = join(scratch, freshName("dead"));
+  const consume = await runCli(
+    [
+      "consume",
+      "--topic",
+      topic,
+      "--group",
+      freshName("g"),
+      "--out",
+      out,
+      "--dead-letter-dir",
+      dlDir,
+      "--until-idle-ms",
+      "2000",
+      "--json",
+    ],
+    { KAFKA_BROKERS: broker() },
+  );
+  assert.equal(consume.code, 0, consume.stderr);
+  const deadCodes = (JSON.parse(consume.stdout) as { metrics: { dead_letters?: Record<string, number> } })
+    .metrics.dead_letters;
+  assert.deepEqual(
+    Object.keys(deadCodes ?? {}).filter((c) => c !== "FENCED_WRITE"),
+    [],
+    `dead letters other than fenced writes: ${JSON.stringify(deadCodes)}`,
+  );
+  const fencedCalls = new Set<string>();
+  const dlFiles = existsSync(dlDir) ? (readdirSync(dlDir, { recursive: true }) as string[]) : [];
+  for (const f of dlFiles)
+    if (f.endsWith(".jsonl"))
+      for (const line of readFileSync(join(dlDir, f), "utf8")
+        .split("\n")
+        .filter((l) => l !== "")) {
+        const letter = JSON.parse(line) as { code: string; raw?: string };
+        if (letter.raw !== undefined)
+          fencedCalls.add((JSON.parse(letter.raw) as { call_id?: string }).call_id ?? "");
+      }
+  // The topic's responses by call id, and each session's generations.
+  const all = (await readTopic(broker(), topic, await topicMessages(broker(), topic), 60_000)).map(
+    (m) => JSON.parse(m.value.toString("utf8")) as Record<string, unknown>,
+  );
+  const responses = new Map<string, Record<string, unknown>>();
+  const gens = new Map<string, Set<number>>();
+  for (const e of all) {
+    if (e.type === "response") responses.set(e.call_id as string, e);
+    if (typeof e.session_id === "string") {
+      const g = gens.get(e.session_id) ?? new Set<number>();
+      g.add(typeof e.gen === "number" ? e.gen : 0);
+      gens.set(e.session_id, g);
+    }
+  }
+  const rows = (await readWithPython<{ rows: Row[] }>("read_output.py", out)).rows;
+  const bySession = new Map<string, Row[]>();
+  for (const r of rows) bySession.set(r.session_id, [...(bySession.get(r.session_id) ?? []), r]);
+  for (const c of received) {
+    assert.ok(!fencedCalls.has(c.callId), `call ${c.callId} of ${c.session} was answered, and fenced`);
+    const ev = responses.get(c.callId);
+    assert.ok(ev !== undefined, `call ${c.callId} of ${c.session} was answered, and is not on the topic`);
+    const ids = decodeTokenIds(ev.output_ids) as Int32Array;
+    const logprobs =
+      ev.logprobs === undefined
+        ? null
+        : [...(decodeLogprobs(ev.logprobs) as Float32Array)].map((l) => (Number.isNaN(l) ? null : l));
+    const holding = (bySession.get(c.session) ?? []).filter((r) => trains(r, ids, logprobs));
+    assert.equal(
+      holding.length,
+      1,
+      `call ${c.callId} of ${c.session} is trained in ${holding.length} rows: ${JSON.stringify({ ids: [...ids], logprobs: logprobs && [...logprobs], rows: bySession.get(c.session) })}`,
+    );
+  }
+  const moved = [...gens.values()].filter((g) => g.size > 1).length;
+  console.log(
+    `fleet: ${received.length} answers received in ${bySession.size} sessions, ${moved} sessions moved, ` +
+      `${fencedCalls.size} fenced calls, dead letters ${JSON.stringify(deadCodes ?? {})}`,
+  );
+  return { moved, fenced: fencedCalls.size };
+}
+
+it("loses no answer through 10 SIGKILLs and a paused replica: every received answer trained exactly once", async () => {
+  const { moved } = await runFleet(async (replicas, progress) => {
+    for (let kill = 0; kill < 10; kill++) {
+      await restart(replicas[kill % replicas.length]!, "SIGKILL");
+      await progress(1);
+    }
+    // A paused replica: the proxy finds it down and its sessions move (the agents go on without it);
+    // resumed, what it then writes of them is fenced, and it answers nothing it cannot stand behind.
+    const paused = replicas[1]!;
+    paused.current.child.kill("SIGSTOP");
+    await progress(2);
+    paused.current.child.kill("SIGCONT");
+    await ready(paused);
+    await progress(1);
+  });
+  assert.ok(moved >= 3, `only ${moved} sessions moved between replicas`);
+});
+
+it("loses nothing through a rolling restart of every replica", async () => {
+  await runFleet(async (replicas, progress) => {
+    for (const r of replicas) {
+      await restart(r, "SIGTERM");
+      await progress(1);
+    }
+  });
+});
+
+it("withholds a paused replica's answer once its session moved: 503 session_moved, its events fenced", async () => {
+  let release: () => void = () => {};
+  const held = new Promise<void>((r) => (release = r));
+  const engine = await startInstantEngine({
+    hold: (_, body) => {
+      const messages = body.messages as Array<{ content: string }>;
+      return messages.at(-1)!.content === "slow" ? held : undefined;
+    },
+  });
+  const topic = freshName("fleet-pause");
+  const [a, b] = await startReplicas(topic, 2, engine.url);
+  const turn = (r: Replica, content: string) =>
+    fetch(`http://127.0.0.1:${r.port}/sessions/p/v1/chat/completions`, {
+      method: "POST",
+      headers: { "x-trajflow-uid": "pause" },
+      body: JSON.stringify({ model: "m", messages: [{ role: "user", content }] }),
+    });
+  try {
+    assert.equal((await turn(a!, "first")).status, 200);
+    // A's call is in flight (held by the engine) when A is paused.
+    const slow = turn(a!, "slow");
+    await waitUntil(() => engine.bodies.some((body) => JSON.stringify(body).includes("slow")));
+    a!.current.child.kill("SIGSTOP");
+    release();
+    // Meanwhile the session's next call reaches B, which takes the session over.
+    const onB = await turn(b!, "second");
+    assert.equal(onB.status, 200, await onB.clone().text());
+    a!.current.child.kill("SIGCONT");
+    const answer = await slow;
+    assert.equal(answer.status, 503);
+    assert.equal(answer.headers.get("x-trajflow-session-moved"), "1");
+    assert.equal(((await answer.json()) as { error: { code: string } }).error.code, "session_moved");
+    // The session goes on, and comes back to A, which takes it over again.
+    assert.equal((await turn(b!, "third")).status, 200);
+    assert.equal((await turn(a!, "fourth")).status, 200);
+  } finally {
+    for (const r of [a!, b!]) r.current.child.kill("SIGTERM");
+    for (const r of [a!, b!]) await r.current.exited;
+    await engine.close();
+  }
+  const dlDir = join(scratch, freshName("dead"));
+  const consume = await runCli(
+    [
+      "consume",
+      "--topic",
+      topic,
+      "--group",
+      freshName("g"),
+      "--out",
+      join(scratch, freshName("rows")),
+      "--dead-letter-dir",
+      dlDir,
+      "--until-idle-ms",
+      "2000",
+      "--json",
+    ],
+    { KAFKA_BROKERS: broker() },
+  );
+  assert.equal(consume.code, 0, consume.stderr);
+  // A's request and response of the withheld call: fenced, each counted; nothing else rejected.
+  const metrics = (JSON.parse(consume.stdout) as { metrics: Record<string, unknown> }).metrics;
+  assert.deepEqual(metrics.dead_letters, { FENCED_WRITE: 2 });
+});
