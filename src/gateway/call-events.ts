@@ -52,10 +52,8 @@ export interface CallEvents {
 function record(s: GatewaySession, event: Record<string, unknown>): EventRecord {
   const value = JSON.stringify(event);
   if (s.fleet === null) return { key: s.uid, value };
-  // A replica of a fleet: the other replicas follow the topic by these headers, never parsing values.
-  const headers: Record<string, string> = { "trajflow-session": s.id, "trajflow-gen": String(s.gen) };
-  if (event.type === "session.start" && s.apiKeyHash !== null) headers["trajflow-key"] = s.apiKeyHash;
-  return { key: s.uid, value, headers };
+  // A replica of a fleet: a takeover reads a session's events back by these, never parsing the others.
+  return { key: s.uid, value, headers: { "trajflow-session": s.id, "trajflow-gen": String(s.gen) } };
 }
 
 function base(s: GatewaySession, type: string, ts: number) {

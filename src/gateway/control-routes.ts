@@ -39,6 +39,13 @@ export interface ControlParts {
 
 export class ControlRoutes {
   private readonly parts: ControlParts;
+  /** A replica of a fleet: tells the other replicas a new policy version (fleet.ts). */
+  announce: ((version: number) => Promise<void>) | null = null;
+  /**
+   * A replica of a fleet: takes a session id over when another replica began it, or reserves it for this
+   * one (fleet.ts); false once it answered the error itself.
+   */
+  take: ((res: ServerResponse, id: string, uid: string) => Promise<boolean>) | null = null;
 
   constructor(parts: ControlParts) {
     this.parts = parts;
@@ -51,6 +58,7 @@ export class ControlRoutes {
     const id = body.session_id ?? `s-${randomBytes(9).toString("base64url")}`;
     const uid = body.uid ?? id;
     const { sample_index: sampleIndex, group_size: groupSize, metadata } = body;
+    if (this.take !== null && !(await this.take(res, id, uid))) return;
     if (this.parts.sessions.get(id) !== undefined)
       return sendError(res, 409, "session_exists", `session ${id} exists already`);
     // Its events are in the log up to some seq: starting it again would write a second seq 0.
@@ -170,6 +178,7 @@ export class ControlRoutes {
     // Recorded as policy.update, so the pipeline's staleness stage and a restarted gateway know it.
     try {
       await this.parts.output.broadcast(policyUpdateEvent(v, Date.now()));
+      await this.announce?.(v);
     } catch (err) {
       return this.parts.refuse(
         res,

@@ -34,14 +34,15 @@ export type SessionState = "open" | "ended";
 
 /** What a replica of a fleet knows of a session it holds (fleet.ts). */
 export interface FleetHold {
-  /** The session's partition of the topic. */
+  /** The session's partition of the topic, and its first event's offset there (-1: none written yet). */
   partition: number;
-  /** Offsets below this were read back when the session was taken (or created): the state holds them. */
+  first: number;
+  /** Offsets below this were read back when the session was taken (or it began at it). */
   restoredTo: number;
   /** The offset of the first event written since the session was taken, once confirmed. */
   claimedAt?: number;
-  /** Other replicas' writes to the session seen since `restoredTo` (offset, generation). */
-  foreign: Array<{ offset: number; gen: number }>;
+  /** When the session directory last recorded it here (ms). */
+  recordedAt: number;
 }
 
 export interface SessionInit {

@@ -12,6 +12,7 @@
 import { randomBytes } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { isTrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { prometheusText, type Gauge } from "../core/status-server.ts";
@@ -29,7 +30,7 @@ import { ModelRoutes } from "./model-routes.ts";
 import type { EventOutput } from "./outputs/output.ts";
 import { tokenPrompts } from "./continuation/token-adapter.ts";
 import { Recorder } from "./recorder.ts";
-import type { Fleet } from "./fleet.ts";
+import { withholdMoved, type Fleet } from "./fleet.ts";
 import { keyHash, SessionTable } from "./sessions.ts";
 import { apiKey, findSession } from "./session-finder.ts";
 import { UpstreamPool } from "./upstreams.ts";
@@ -151,6 +152,8 @@ export class GatewayServer {
     this.sessions.onCreate = (s) => fleet.adopt(s);
     this.recorder.confirm = (s, at) => fleet.confirm(s, at);
     fleet.onPolicy = (v) => (this.weightVersion = v);
+    this.control.announce = (v) => fleet.announcePolicy(v);
+    this.control.take = (res, id, uid) => this.takeOver(res, id, uid);
   }
 
   /**
@@ -171,11 +174,22 @@ export class GatewayServer {
       const header = req.headers["x-session-id"];
       if (id === null && typeof header === "string" && header !== "") id = header;
     }
-    if (id === null) return true;
+    return id === null || this.takeOver(res, id, header(req, "x-trajflow-uid") ?? id);
+  }
+
+  /**
+   * Session `id` taken over (or, new, reserved) by this replica of a fleet (`uid`: the uid a new session
+   * would get); false once answered 503.
+   */
+  private async takeOver(res: ServerResponse, id: string, uid: string): Promise<boolean> {
     try {
-      await this.fleet.take(id);
+      await this.fleet!.take(id, uid);
       return true;
     } catch (err) {
+      if (isTrajflowError(err) && err.code === "SESSION_MOVED") {
+        withholdMoved(res, err);
+        return false;
+      }
       this.logger.warn({ session_id: id, err: (err as Error).message }, "A session could not be taken over.");
       this.refuse(
         res,

@@ -37,14 +37,29 @@ export class KeyedProducer {
     this.topic = topic;
   }
 
-  static async connect(connection: KafkaConnection, topic: string, logger: Logger): Promise<KeyedProducer> {
+  /** `partitions`: how many a topic created here gets (default: the broker's num.partitions). */
+  static async connect(
+    connection: KafkaConnection,
+    topic: string,
+    logger: Logger,
+    partitions?: number,
+  ): Promise<KeyedProducer> {
     const p = new KeyedProducer(connection, topic, logger);
     await connectClient(p.producer, connection);
     const admin = p.kafka.admin();
     await connectClient(admin, connection);
     try {
       const existing = await admin.listTopics();
-      if (!existing.includes(topic)) await admin.createTopics({ topics: [{ topic }], waitForLeaders: true });
+      if (!existing.includes(topic))
+        await admin
+          .createTopics({
+            topics: [{ topic, ...(partitions !== undefined ? { numPartitions: partitions } : {}) }],
+            waitForLeaders: true,
+          })
+          // Another replica may have created it meanwhile.
+          .catch((err: unknown) => {
+            if (!/already exists/i.test((err as Error).message)) throw err;
+          });
       const meta = await admin.fetchTopicMetadata({ topics: [topic] });
       p.partitions = meta.topics[0]!.partitions.length;
     } finally {
@@ -85,8 +100,21 @@ export class KeyedProducer {
 
   private metadata: Parameters<ReturnType<typeof keyPartitioner>>[0]["partitionMetadata"] | null = null;
 
+  /** Each partition's end offset now (its high watermark: every acknowledged message lies below it). */
+  async endOffsets(): Promise<Map<number, number>> {
+    if (this.offsetsAdmin === null) {
+      const admin = this.kafka.admin();
+      await admin.connect();
+      this.offsetsAdmin = admin;
+    }
+    const offsets = await this.offsetsAdmin.fetchTopicOffsets(this.topic);
+    return new Map(offsets.map((o) => [o.partition, Number(o.high)]));
+  }
+
+  private offsetsAdmin: ReturnType<ReturnType<typeof createKafka>["admin"]> | null = null;
+
   /** Sends one unkeyed message to every partition of the topic (control events every member must see). */
-  async sendToAll(value: string, headers?: Record<string, string>): Promise<void> {
+  async sendToAll(value: string): Promise<void> {
     const admin = this.kafka.admin();
     await admin.connect();
     let partitions: number[];
@@ -99,11 +127,7 @@ export class KeyedProducer {
     await this.producer.send({
       topic: this.topic,
       acks: -1,
-      messages: partitions.map((partition) => ({
-        value,
-        partition,
-        ...(headers !== undefined ? { headers } : {}),
-      })),
+      messages: partitions.map((partition) => ({ value, partition })),
     });
   }
 
@@ -122,6 +146,7 @@ export class KeyedProducer {
   }
 
   async close(): Promise<void> {
+    if (this.offsetsAdmin !== null) await disconnectWithin(this.offsetsAdmin, 2_000);
     await disconnectWithin(this.producer, 10_000);
   }
 }

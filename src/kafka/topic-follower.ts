@@ -2,8 +2,8 @@
  * Two readers a gateway replica of a fleet keeps on its event topic (gateway/fleet.ts), each a kafkajs
  * consumer in a group of its own (joined once, at start: a group per read would pay a join, seconds on a
  * broker with the default group.initial.rebalance.delay.ms), committing nothing:
- * - TopicFollower reads every partition from a point in time on, for ever, handing each message's headers
- *   (never its value) to a callback, and tells when a partition has been read past an offset;
+ * - TopicFollower reads every partition from a point in time on, for ever, handing each message to a
+ *   callback, and tells when a partition has been read past an offset;
  * - PartitionReader reads one partition's range on demand (a session's events when a replica takes it
  *   over), its partitions paused in between.
  */
@@ -13,11 +13,12 @@ import type { Logger } from "../core/logger.ts";
 import { connectClient, createKafka, disconnectWithin, type Consumer } from "./client.ts";
 import type { KafkaConnection } from "./connection.ts";
 
-/** One message as the follower hands it on: where it is, its key, its headers and its broker time. */
+/** One message as the follower hands it on: where it is, its key, value, headers and broker time. */
 export interface FollowedMessage {
   partition: number;
   offset: number;
   key: Buffer | null;
+  value: Buffer | null;
   headers: Record<string, string>;
   timestamp: number;
 }
@@ -118,6 +119,7 @@ export class TopicFollower {
     messages: Array<{
       offset: string;
       key: Buffer | null;
+      value: Buffer | null;
       headers?: Record<string, unknown>;
       timestamp: string;
     }>,
@@ -135,6 +137,7 @@ export class TopicFollower {
         partition,
         offset,
         key: m.key,
+        value: m.value,
         headers: headersOf(m.headers),
         timestamp: Number(m.timestamp),
       });
@@ -237,7 +240,7 @@ export class PartitionReader {
       autoCommit: false,
       eachBatch: async ({ batch }) => r.take(batch.partition, batch.messages),
     });
-    consumer.pause([{ topic }]);
+    r.fetchOnlyJobs();
     return r;
   }
 
@@ -268,7 +271,7 @@ export class PartitionReader {
           const finish = (err: unknown, values?: Buffer[]) => {
             clearTimeout(timer);
             this.jobs.delete(partition);
-            this.consumer.pause([{ topic: this.topic, partitions: [partition] }]);
+            this.fetchOnlyJobs();
             if (err !== null) reject(err);
             else resolve(values!);
           };
@@ -283,7 +286,7 @@ export class PartitionReader {
             reject: (err) => finish(err),
           });
           this.consumer.seek({ topic: this.topic, partition, offset: String(from) });
-          this.consumer.resume([{ topic: this.topic, partitions: [partition] }]);
+          this.fetchOnlyJobs();
         }),
     );
     this.queues.set(
@@ -291,6 +294,15 @@ export class PartitionReader {
       run.catch(() => undefined),
     );
     return run;
+  }
+
+  /**
+   * Pauses every partition but those being read. (The client's pause of one partition clears a pause of
+   * the whole topic: the topic is paused whole, then the partitions of the reads in progress resumed.)
+   */
+  private fetchOnlyJobs(): void {
+    this.consumer.pause([{ topic: this.topic }]);
+    if (this.jobs.size > 0) this.consumer.resume([{ topic: this.topic, partitions: [...this.jobs.keys()] }]);
   }
 
   private take(
@@ -301,7 +313,9 @@ export class PartitionReader {
     if (job === undefined) return;
     for (const m of messages) {
       const offset = Number(m.offset);
-      if (offset < job.next) continue;
+      // Only the messages from the read's start on, one after another: a batch fetched before the seek
+      // landed (past the start, or before it) is not the read's.
+      if (offset !== job.next) continue;
       if (offset >= job.to) break;
       job.next = offset + 1;
       if (m.value === null || !job.keep(headersOf(m.headers))) continue;

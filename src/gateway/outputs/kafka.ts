@@ -125,12 +125,7 @@ export class KafkaEventOutput implements EventOutput {
 
   async broadcast(value: string): Promise<void> {
     try {
-      // The header lets a fleet's replicas follow the version without parsing values (fleet.ts).
-      const version = (JSON.parse(value) as { weight_version?: unknown }).weight_version;
-      await this.producer.sendToAll(
-        value,
-        typeof version === "number" ? { "trajflow-policy": String(version) } : undefined,
-      );
+      await this.producer.sendToAll(value);
     } catch (err) {
       this.markDown(err);
       throw new TrajflowError(

@@ -9,9 +9,9 @@ export interface EventRecord {
   key: string;
   value: string;
   /**
-   * Kafka headers, in a fleet of replicas only (fleet/follower.ts reads them without parsing the value):
-   * trajflow-session (the session id), trajflow-gen (the writer's owner generation), trajflow-key (the
-   * session key's SHA-256, on session.start).
+   * Kafka headers, in a fleet of replicas only (a takeover reads a session's events back by them without
+   * parsing the others, fleet.ts): trajflow-session (the session id), trajflow-gen (the writer's owner
+   * generation).
    */
   headers?: Record<string, string>;
 }
