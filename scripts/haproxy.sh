@@ -80,6 +80,8 @@ defaults
   retries 3
   retry-on conn-failure empty-response 503
   option redispatch 1
+  # An agent that gives up on a call: the replica sees it leave and makes nothing of the call.
+  option abortonclose
 
 frontend agents
   bind 127.0.0.1:$port

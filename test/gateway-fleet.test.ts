@@ -29,7 +29,7 @@ const HAPROXY = new URL("../scripts/haproxy.sh", import.meta.url).pathname;
 const AGENTS = 8;
 const TURNS = 6;
 /** How long an agent waits for an answer before it gives up and sends the call again. */
-const CLIENT_TIMEOUT_MS = 2_000;
+const CLIENT_TIMEOUT_MS = 6_000;
 
 interface Replica {
   port: number;
@@ -37,10 +37,11 @@ interface Replica {
   current: RunningCli;
 }
 
-/** A received answer: its session and call id (x-trajflow-call-id). */
+/** A received answer: its session, call id (x-trajflow-call-id) and prompt length (usage.prompt_tokens). */
 interface Received {
   session: string;
   callId: string;
+  promptTokens: number;
 }
 
 async function ready(replica: Replica): Promise<void> {
@@ -166,9 +167,16 @@ async function agent(proxy: string, index: number, stop: () => boolean, received
       });
       const text = await res.text();
       assert.equal(res.status, 200, `${session} turn ${turn}: ${text}`);
-      const reply = (JSON.parse(text) as { choices: Array<{ message: { content: string } }> }).choices[0]!
-        .message.content;
-      received.push({ session, callId: res.headers.get("x-trajflow-call-id")! });
+      const answer = JSON.parse(text) as {
+        choices: Array<{ message: { content: string } }>;
+        usage: { prompt_tokens: number };
+      };
+      const reply = answer.choices[0]!.message.content;
+      received.push({
+        session,
+        callId: res.headers.get("x-trajflow-call-id")!,
+        promptTokens: answer.usage.prompt_tokens,
+      });
       messages.push({ role: "assistant", content: reply }, { role: "user", content: `go on (${turn})` });
     }
     // Keyed: a reward sent again after a replica died answering it is applied once.
@@ -180,27 +188,31 @@ async function agent(proxy: string, index: number, stop: () => boolean, received
 type Row = GatewayRow;
 
 /**
- * Whether `row` trains `ids` as one run of masked positions with the engine's `logprobs` (a row without
- * logprobs only where the engine left some out: it is flagged missing_logprobs then).
+ * Whether `row` trains `ids`, sampled after a prompt of `promptTokens` tokens, at that place: the run of
+ * masked positions there is exactly them, with the engine's `logprobs` (a row without logprobs only where
+ * some call of it had one missing: it is flagged missing_logprobs then).
  */
-function trains(row: Row, ids: Int32Array, logprobs: Array<number | null> | null): boolean {
+function trains(
+  row: Row,
+  ids: Int32Array,
+  logprobs: Array<number | null> | null,
+  promptTokens: number,
+): boolean {
+  const at = promptTokens - row.prompt_ids.length;
   const r = row.response_ids;
-  const missing = logprobs === null || logprobs.some((l) => l === null);
-  if (row.rollout_log_probs === null && !(missing && row.flags.includes("missing_logprobs"))) return false;
-  outer: for (let at = 0; at + ids.length <= r.length; at++) {
-    for (let j = 0; j < ids.length; j++) {
-      if (r[at + j] !== ids[j] || row.response_mask[at + j] !== 1) continue outer;
-      const want = logprobs?.[j] ?? null;
-      const lp = row.rollout_log_probs?.[at + j] ?? null;
-      if (
-        row.rollout_log_probs !== null &&
-        (want === null ? lp !== null : lp === null || Math.abs(lp - want) > 1e-5)
-      )
-        continue outer;
-    }
-    return true;
+  if (at < 0 || at + ids.length > r.length) return false;
+  if (row.rollout_log_probs === null && !row.flags.includes("missing_logprobs")) return false;
+  for (let j = 0; j < ids.length; j++) {
+    if (r[at + j] !== ids[j] || row.response_mask[at + j] !== 1) return false;
+    const want = logprobs?.[j] ?? null;
+    const lp = row.rollout_log_probs?.[at + j] ?? null;
+    if (
+      row.rollout_log_probs !== null &&
+      (want === null ? lp !== null : lp === null || Math.abs(lp - want) > 1e-5)
+    )
+      return false;
   }
-  return false;
+  return at + ids.length === r.length || row.response_mask[at + ids.length] === 0;
 }
 
 /** Runs the agents through `chaos`, then consumes the topic and checks every received answer. */
@@ -309,7 +321,7 @@ async function runFleet(
       ev.logprobs === undefined
         ? null
         : [...(decodeLogprobs(ev.logprobs) as Float32Array)].map((l) => (Number.isNaN(l) ? null : l));
-    const holding = (bySession.get(c.session) ?? []).filter((r) => trains(r, ids, logprobs));
+    const holding = (bySession.get(c.session) ?? []).filter((r) => trains(r, ids, logprobs, c.promptTokens));
     assert.equal(
       holding.length,
       1,

@@ -248,7 +248,11 @@ export const METRICS = {
   gateway_sessions_released: {
     kind: "counter",
     label: "reason",
-    help: "A fleet's replica: sessions let go, by reason: taken (another replica claimed it), fenced (a call of ours found it taken).",
+    help: "A fleet's replica: sessions let go, by reason: taken (another replica claimed it), fenced (a call of ours found it taken), lapsed (its lease ran out in a stall).",
+  },
+  gateway_lease_wait_seconds: {
+    kind: "histogram",
+    help: "A fleet's replica: how long a takeover waited for the previous owner's lease to end.",
   },
   gateway_fenced_calls: {
     kind: "counter",

@@ -18,45 +18,37 @@
  *   go. A claim acknowledged before this call's events were is below that end; one acknowledged after came
  *   with a read back that holds this call's events, which the new owner then continues.
  */
-import type { ServerResponse } from "node:http";
+import { randomBytes } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
-import { TrajflowError } from "../core/errors.ts";
-import { PartitionReader, TopicFollower, type FollowedMessage } from "../kafka/topic-follower.ts";
-import { KeyedProducer } from "../kafka/keyed-producer.ts";
+import { isTrajflowError, TrajflowError } from "../core/errors.ts";
+import { PartitionReader } from "../kafka/topic-follower.ts";
+import type { KeyedProducer } from "../kafka/keyed-producer.ts";
 import { nextGeneration } from "../schemas/ownership.ts";
 import type { KafkaOutputConfig } from "./config.ts";
+import { SessionDirectory, type Entry } from "./fleet-directory.ts";
 import { sendError } from "./http.ts";
 import type { AppendedAt } from "./outputs/output.ts";
-import type { GatewaySession, SessionTable } from "./sessions.ts";
+import { header } from "./requests.ts";
+import { apiKey } from "./session-finder.ts";
+import { keyHash, type GatewaySession, type SessionTable } from "./sessions.ts";
 
-/** A directory record: a session begun here, a takeover, or the policy version (POST /weights). */
-interface DirectoryRecord {
-  kind: "start" | "claim" | "policy";
-  session_id?: string;
-  partition?: number;
-  /** start: the offset of the session's first event. */
-  first?: number;
-  gen?: number;
-  key_sha256?: string;
-  version?: number;
-  replica: string;
-}
+/**
+ * A replica holds each session it serves for LEASE_MS at a time, renewed every RENEW_MS while the session
+ * has calls: within its lease it answers without asking the directory, and no other replica claims the
+ * session before the lease ended and LEASE_MARGIN_MS more (the clocks' skew between replicas must stay
+ * below it). A session whose replica died is taken over after at most LEASE_MS + LEASE_MARGIN_MS.
+ */
+const LEASE_MS = 4_000;
+const RENEW_MS = 1_000;
+const LEASE_MARGIN_MS = 1_000;
+/** How long a takeover waits for another replica's lease that keeps being renewed before it gives up. */
+const LEASE_WAIT_MS = 2 * LEASE_MS + LEASE_MARGIN_MS;
 
-/** Where a session's events are, and its claims, as the directory says. */
-interface Entry {
-  /** Its partition, and an offset there below which none of its events lies. */
-  partition: number;
-  first: number;
-  /** The newest claim's generation, and the first record's (the replica that began the session). */
-  gen: number;
-  creator: number;
-  /** The broker time of its last directory record (for forgetting it after the window). */
-  ts: number;
-}
+/** Sessions per lease record (about 60 bytes each). */
+const RENEWALS_PER_RECORD = 5_000;
 
-/** How long a call waits to confirm its session before its answer is withheld. */
-const CONFIRM_TIMEOUT_MS = 10_000;
 /** A session's events read back on a takeover: at most this many bytes, within this long. */
 const TAKE_LIMITS = { maxBytes: 512 * 1024 * 1024, timeoutMs: 60_000 };
 
@@ -64,59 +56,59 @@ export class Fleet {
   private readonly replica: string;
   private readonly sessions: SessionTable;
   private readonly events: KeyedProducer;
-  private readonly directory: KeyedProducer;
+  private readonly dir: SessionDirectory;
   private readonly metrics: Metrics;
   private readonly logger: Logger;
   private readonly windowMs: number;
-  private follower!: TopicFollower;
   private reader!: PartitionReader;
-  private readonly entries = new Map<string, Entry>();
-  /** Session ids by their key's SHA-256. */
-  private readonly byKeyHash = new Map<string, string>();
   /**
    * Sessions take() left for this replica to begin (until adopt()): their generation and whereabouts, and
    * (begun over another replica's record) where the read back ended, past which that one's events would lie.
    */
   private readonly reserved = new Map<
     string,
-    { gen: number; partition: number; first: number; restoredTo: number }
+    { gen: number; partition: number; first: number; restoredTo: number; leaseUntil: number }
   >();
   /** Takeovers in progress, so concurrent first calls of one session read it back once. */
   private readonly taking = new Map<string, Promise<GatewaySession | null>>();
-  /** The directory's end, asked once for the calls that wait at the same time (directoryEnd()). */
-  private asking: Promise<number> | null = null;
-  private nextAsk: Promise<number> | null = null;
-  private sweeper: NodeJS.Timeout | null = null;
-  private policyTs = 0;
-  /** Told each policy version announced in the directory (POST /weights to any replica), newest last. */
-  onPolicy: ((version: number) => void) | null = null;
+  private renewer: NodeJS.Timeout | null = null;
+  private renewing = false;
   /** Whether the directory's window has been read: /readyz waits for it. */
-  ready = false;
+  get ready(): boolean {
+    return this.dir.ready;
+  }
+
+  /** Told each policy version announced in the directory (POST /weights to any replica), newest last. */
+  set onPolicy(f: (version: number) => void) {
+    this.dir.onPolicy = f;
+  }
 
   private constructor(
     replica: string,
     sessions: SessionTable,
     events: KeyedProducer,
-    directory: KeyedProducer,
+    dir: SessionDirectory,
     windowMs: number,
     metrics: Metrics,
     logger: Logger,
   ) {
-    this.replica = replica;
+    // Each process its own owner: a replica restarted under the same name waits out its predecessor's leases.
+    this.replica = `${replica}:${randomBytes(4).toString("hex")}`;
     this.sessions = sessions;
     this.events = events;
-    this.directory = directory;
+    this.dir = dir;
+    dir.onClaim = (id, gen) => {
+      // Taken over by a newer generation: let it go now unless a call of ours is in flight (its confirmation
+      // finds the claim); a later call here takes it back, with what the other replica wrote.
+      const s = this.sessions.get(id);
+      if (s !== undefined && s.fleet !== null && gen > s.gen && s.inFlight === 0) this.release(s, "taken");
+    };
     this.windowMs = windowMs;
     this.metrics = metrics;
     this.logger = logger;
   }
 
-  /** The directory topic of an event topic. */
-  static directoryOf(topic: string): string {
-    return `${topic}.sessions`;
-  }
-
-  /** Starts following the directory from `restore_window_ms` ago; `ready` turns true once that is read. */
+  /** Starts following the session directory from `restore_window_ms` ago; `ready` once that is read. */
   static async start(
     replica: string,
     output: KafkaOutputConfig,
@@ -125,93 +117,80 @@ export class Fleet {
     metrics: Metrics,
     logger: Logger,
   ): Promise<Fleet> {
-    const topic = Fleet.directoryOf(output.topic);
-    const directory = await KeyedProducer.connect(output.connection, topic, logger, 1);
-    const fleet = new Fleet(replica, sessions, events, directory, output.restore_window_ms, metrics, logger);
+    const window = output.restore_window_ms;
+    const dir = await SessionDirectory.open(output.connection, output.topic, window, replica, logger);
+    const fleet = new Fleet(replica, sessions, events, dir, window, metrics, logger);
     fleet.reader = await PartitionReader.start(output.connection, output.topic, replica, logger);
-    fleet.follower = await TopicFollower.start(
-      output.connection,
-      topic,
-      Date.now() - output.restore_window_ms,
-      replica,
-      logger,
-      (m) => fleet.seen(m),
-    );
-    void fleet.follower.ready.then(() => {
-      fleet.ready = true;
-      logger.info({ sessions: fleet.entries.size }, "The session directory's window is read; taking calls.");
-    });
-    fleet.sweeper = setInterval(() => fleet.sweep(), 60_000);
-    fleet.sweeper.unref();
+    fleet.renewer = setInterval(() => {
+      if (fleet.renewing) return;
+      fleet.renewing = true;
+      fleet
+        .renew()
+        .catch((err: unknown) =>
+          logger.warn(
+            { err: (err as Error).message },
+            "Leases could not be renewed; they lapse unless renewed soon.",
+          ),
+        )
+        .finally(() => (fleet.renewing = false));
+    }, RENEW_MS);
+    fleet.renewer.unref();
     return fleet;
   }
 
-  /** One directory record: where a session is, a claim (which lets ours go), or the policy version. */
-  private seen(m: FollowedMessage): void {
-    if (m.value === null) return;
-    let r: DirectoryRecord;
-    try {
-      r = JSON.parse(m.value.toString("utf8")) as DirectoryRecord;
-    } catch {
-      return;
-    }
-    if (r.kind === "policy") {
-      if (typeof r.version === "number" && m.timestamp >= this.policyTs) {
-        this.policyTs = m.timestamp;
-        this.onPolicy?.(r.version);
-      }
-      return;
-    }
-    const id = r.session_id;
-    if (typeof id !== "string" || typeof r.gen !== "number") return;
-    let e = this.entries.get(id);
-    if (e === undefined) {
-      if (r.kind !== "start" || typeof r.partition !== "number" || typeof r.first !== "number") return;
-      e = { partition: r.partition, first: r.first, gen: r.gen, creator: r.gen, ts: m.timestamp };
-      this.entries.set(id, e);
-    }
-    e.ts = m.timestamp;
-    if (r.gen > e.gen) e.gen = r.gen;
-    if (typeof r.key_sha256 === "string") this.byKeyHash.set(r.key_sha256, id);
-    // Taken over by a newer generation: let it go now unless a call of ours is in flight (its confirmation
-    // finds the claim); a later call here takes it back, with what the other replica wrote.
-    const s = this.sessions.get(id);
-    if (r.kind === "claim" && s !== undefined && s.fleet !== null && r.gen > s.gen && s.inFlight === 0)
-      this.release(s, "taken");
-  }
-
-  private release(s: GatewaySession, why: "taken" | "fenced"): void {
+  private release(s: GatewaySession, why: "taken" | "fenced" | "lapsed"): void {
     if (this.sessions.get(s.id) === s) this.sessions.drop(s);
     this.metrics.inc("gateway_sessions_released", why);
   }
 
-  /** Forgets sessions with no directory record in the window. */
-  private sweep(): void {
-    const oldest = Date.now() - this.windowMs;
-    for (const [id, e] of this.entries) if (e.ts < oldest) this.entries.delete(id);
-    for (const [hash, id] of this.byKeyHash) if (!this.entries.has(id)) this.byKeyHash.delete(hash);
+  /**
+   * The session a call names (its path's id, else its key, else X-Session-Id) taken over, or reserved
+   * when new; false once the call was answered 503 (`refuse`: the gateway's answer when it cannot be).
+   */
+  takeCall(
+    req: IncomingMessage,
+    res: ServerResponse,
+    pathId: string | null,
+    refuse: (status: number, message: string) => void,
+  ): Promise<boolean> {
+    let id = pathId;
+    if (id === null) {
+      const key = apiKey(req);
+      if (key !== null && this.sessions.byApiKey(key) === undefined)
+        id = this.dir.sessionOfKey(keyHash(key)) ?? null;
+      const named = req.headers["x-session-id"];
+      if (id === null && typeof named === "string" && named !== "") id = named;
+    }
+    if (id === null) return Promise.resolve(true);
+    return this.takeId(res, id, header(req, "x-trajflow-uid") ?? id, refuse);
   }
 
-  /** The session id a key was issued for, where the directory says so. */
-  sessionOfKey(keyHash: string): string | undefined {
-    return this.byKeyHash.get(keyHash);
-  }
-
-  /** Appends a directory record; resolves with its offset once acknowledged. */
-  private async record(r: DirectoryRecord): Promise<number> {
-    const at = await this.directory.send([{ key: r.session_id ?? "", value: JSON.stringify(r) }]);
-    return at.get(0) ?? 0;
-  }
-
-  /** Resolves once the directory is read up to `offset` (its record included); throws past the timeout. */
-  private async readTo(offset: number): Promise<void> {
-    if (!(await this.follower.reached(0, offset, CONFIRM_TIMEOUT_MS)))
-      throw new TrajflowError("KAFKA_CLIENT_FAILED", "the session directory was not read in time");
+  /** Session `id` taken over, or reserved when new (`uid`: the uid it would begin with); false once answered. */
+  async takeId(
+    res: ServerResponse,
+    id: string,
+    uid: string,
+    refuse: (status: number, message: string) => void,
+  ): Promise<boolean> {
+    try {
+      await this.take(id, uid);
+      return true;
+    } catch (err) {
+      if (isTrajflowError(err) && err.code === "SESSION_MOVED") withholdMoved(res, err);
+      else {
+        this.logger.warn(
+          { session_id: id, err: (err as Error).message },
+          "A session could not be taken over.",
+        );
+        refuse(503, `session ${id} could not be read back: ${(err as Error).message}`);
+      }
+      return false;
+    }
   }
 
   /** Announces a policy version to every replica (POST /weights reached this one). */
   async announcePolicy(version: number): Promise<void> {
-    await this.record({ kind: "policy", version, replica: this.replica });
+    await this.dir.record({ kind: "policy", version, replica: this.replica });
   }
 
   /**
@@ -223,7 +202,7 @@ export class Fleet {
     if (this.sessions.get(id) !== undefined) return Promise.resolve(null);
     let taking = this.taking.get(id);
     if (taking === undefined) {
-      taking = (this.entries.has(id) ? this.claim(id) : this.reserve(id, uid)).finally(() =>
+      taking = (this.dir.entries.has(id) ? this.claim(id) : this.reserve(id, uid)).finally(() =>
         this.taking.delete(id),
       );
       this.taking.set(id, taking);
@@ -241,20 +220,44 @@ export class Fleet {
     const partition = this.events.partitionOf(uid);
     const first = (await this.events.endOffsets()).get(partition) ?? 0;
     const gen = nextGeneration(0);
-    await this.readTo(
-      await this.record({ kind: "start", session_id: id, partition, first, gen, replica: this.replica }),
-    );
-    if (this.entries.get(id)?.creator !== gen) return this.claim(id);
-    this.reserved.set(id, { gen, partition, first, restoredTo: -1 });
+    const leaseUntil = Date.now() + LEASE_MS;
+    const start = { kind: "start", session_id: id, partition, first, gen, lease_until: leaseUntil } as const;
+    await this.dir.readTo(await this.dir.record({ ...start, replica: this.replica }));
+    if (this.dir.entries.get(id)?.creator !== gen) return this.claim(id);
+    this.reserved.set(id, { gen, partition, first, restoredTo: -1, leaseUntil });
     return null;
+  }
+
+  /**
+   * Resolves once the session's owner's lease has ended (and the margin for the clocks' skew), or it was
+   * released; throws SESSION_MOVED when it is renewed on for longer than LEASE_WAIT_MS
+   * (another replica serves its calls now: the proxy's retry finds the one).
+   */
+  private async leaseEnded(id: string, e: Entry): Promise<void> {
+    const started = Date.now();
+    for (let now = started; now < e.leaseUntil + LEASE_MARGIN_MS; now = Date.now()) {
+      if (now - started > LEASE_WAIT_MS)
+        throw new TrajflowError("SESSION_MOVED", `session ${id} is held by gateway replica ${e.owner}`);
+      await new Promise((r) => setTimeout(r, Math.min(100, e.leaseUntil + LEASE_MARGIN_MS - now)));
+    }
+    this.metrics.observe("gateway_lease_wait_seconds", (Date.now() - started) / 1000, TAKE_BUCKETS);
   }
 
   private async claim(id: string): Promise<GatewaySession | null> {
     const started = performance.now();
-    const e = this.entries.get(id)!;
+    const e = this.dir.entries.get(id)!;
+    await this.leaseEnded(id, e);
     const gen = nextGeneration(e.gen);
     // The claim first: a write of the old owner acknowledged after it is fenced, or read back below.
-    await this.record({ kind: "claim", session_id: id, partition: e.partition, gen, replica: this.replica });
+    const leaseUntil = Date.now() + LEASE_MS;
+    const claim = {
+      kind: "claim",
+      session_id: id,
+      partition: e.partition,
+      gen,
+      lease_until: leaseUntil,
+    } as const;
+    await this.dir.record({ ...claim, replica: this.replica });
     const end = (await this.events.endOffsets()).get(e.partition) ?? 0;
     const values = await this.reader.read(
       e.partition,
@@ -269,7 +272,7 @@ export class Fleet {
     if (s === undefined) {
       // Begun elsewhere, none of its events written yet (that replica died, or its first call is still in
       // flight): begun here, above it; its first events are checked against what lands meanwhile.
-      this.reserved.set(id, { gen, partition: e.partition, first: e.first, restoredTo: end });
+      this.reserved.set(id, { gen, partition: e.partition, first: e.first, restoredTo: end, leaseUntil });
       return null;
     }
     const highest = s.ownership?.highest ?? 0;
@@ -281,7 +284,7 @@ export class Fleet {
       return this.claim(id);
     }
     s.gen = gen;
-    s.fleet = { partition: e.partition, first: e.first, restoredTo: end, recordedAt: Date.now() };
+    s.fleet = { partition: e.partition, first: e.first, restoredTo: end, recordedAt: Date.now(), leaseUntil };
     this.sessions.touch(s);
     const ms = performance.now() - started;
     this.metrics.inc("gateway_sessions_taken");
@@ -301,30 +304,13 @@ export class Fleet {
     if (r === undefined) {
       // Not reserved (take() was not asked first): recorded by its first confirmation, unchecked.
       s.gen = nextGeneration(0);
-      s.fleet = { partition: this.events.partitionOf(s.uid), first: -1, restoredTo: -1, recordedAt: 0 };
+      const partition = this.events.partitionOf(s.uid);
+      s.fleet = { partition, first: -1, restoredTo: -1, recordedAt: 0, leaseUntil: 0 };
       return;
     }
     s.gen = r.gen;
-    s.fleet = { partition: r.partition, first: r.first, restoredTo: r.restoredTo, recordedAt: Date.now() };
-  }
-
-  /**
-   * The directory's end, from a request sent after this was called: one request serves every call that
-   * waits while it is in flight's successor.
-   */
-  private directoryEnd(): Promise<number> {
-    const ask = () => this.directory.endOffsets().then((m) => m.get(0) ?? 0);
-    if (this.asking === null) {
-      this.asking = ask().finally(() => (this.asking = null));
-      return this.asking;
-    }
-    this.nextAsk ??= this.asking
-      .catch(() => 0)
-      .then(() => {
-        this.nextAsk = null;
-        return this.directoryEnd();
-      });
-    return this.nextAsk;
+    const { partition, first, restoredTo, leaseUntil } = r;
+    s.fleet = { partition, first, restoredTo, recordedAt: Date.now(), leaseUntil };
   }
 
   /**
@@ -335,6 +321,13 @@ export class Fleet {
   async confirm(s: GatewaySession, at: AppendedAt | undefined): Promise<void> {
     const hold = s.fleet;
     if (hold === null) return;
+    // Within the lease, and the first events since taking the session confirmed (or it began here): no other
+    // replica can have claimed it (none claims before the lease ended).
+    const settled = hold.claimedAt !== undefined || (hold.restoredTo < 0 && hold.first >= 0);
+    if (settled && at !== undefined && Date.now() < hold.leaseUntil) {
+      hold.claimedAt ??= at.first;
+      return;
+    }
     let why: string | null;
     try {
       why = at === undefined ? "its events' place is unknown" : await this.check(s, at);
@@ -346,6 +339,38 @@ export class Fleet {
       throw moved(s, why);
     }
     hold.claimedAt ??= at!.first;
+    // A lease that lapsed (a stall longer than it) is not renewed: another replica may be claiming the
+    // session now. Let it go after this call; the next call here claims it again.
+    if (Date.now() >= hold.leaseUntil) this.release(s, "lapsed");
+  }
+
+  /**
+   * Renews the lease of every session held here that had a call within the lease (RENEW_MS apart): one
+   * directory record for all of them. A lease that already lapsed is not renewed (confirm() lets it go).
+   */
+  private async renew(): Promise<void> {
+    const sentAt = Date.now();
+    const renewed: GatewaySession[] = [];
+    for (const s of this.sessions.all())
+      if (
+        s.fleet !== null &&
+        sentAt < s.fleet.leaseUntil &&
+        (s.inFlight > 0 || sentAt - s.lastActive < LEASE_MS)
+      )
+        renewed.push(s);
+    for (let i = 0; i < renewed.length; i += RENEWALS_PER_RECORD) {
+      const part = renewed.slice(i, i + RENEWALS_PER_RECORD);
+      const leaseUntil = sentAt + LEASE_MS;
+      const sessions = part.map((s): [string, number] => [s.id, s.gen]);
+      await this.dir.record({ kind: "lease", sessions, lease_until: leaseUntil, replica: this.replica });
+      // Renewed only where the lease still ran when the renewal was sent.
+      for (const s of part)
+        if (s.fleet !== null && sentAt < s.fleet.leaseUntil) s.fleet.leaseUntil = leaseUntil;
+    }
+    // A session that goes on is recorded again within every window, so a replica started later finds it.
+    for (const s of renewed)
+      if (s.fleet !== null && s.fleet.first >= 0 && sentAt - s.fleet.recordedAt > this.windowMs / 2)
+        await this.recordStart(s);
   }
 
   /** Why the call's events are not the session's, or null when they are. */
@@ -372,17 +397,15 @@ export class Fleet {
       hold.first = at.first;
       await this.recordStart(s);
     }
-    if (!(await this.follower.reached(0, (await this.directoryEnd()) - 1, CONFIRM_TIMEOUT_MS))) {
+    if (!(await this.dir.reached((await this.dir.end()) - 1))) {
       this.metrics.inc("gateway_fenced_calls", "unconfirmed");
       return "the session directory was not read in time";
     }
-    const newest = this.entries.get(s.id)?.gen ?? 0;
+    const newest = this.dir.entries.get(s.id)?.gen ?? 0;
     if (newest > s.gen) {
       this.metrics.inc("gateway_fenced_calls", "taken");
       return `another gateway replica claimed it (generation ${newest})`;
     }
-    // A session that goes on is recorded again within every window, so a replica started later finds it.
-    if (Date.now() - hold.recordedAt > this.windowMs / 2) await this.recordStart(s);
     return null;
   }
 
@@ -390,7 +413,7 @@ export class Fleet {
   private async recordStart(s: GatewaySession): Promise<void> {
     const hold = s.fleet!;
     hold.recordedAt = Date.now();
-    await this.record({
+    await this.dir.record({
       kind: "start",
       session_id: s.id,
       partition: hold.partition,
@@ -402,9 +425,19 @@ export class Fleet {
   }
 
   async close(): Promise<void> {
-    if (this.sweeper !== null) clearInterval(this.sweeper);
-    await Promise.all([this.follower.close(), this.reader.close()]);
-    await this.directory.close();
+    if (this.renewer !== null) clearInterval(this.renewer);
+    // Stopping (the server took its last call): the sessions held here are let go for the others to take.
+    const held: Array<[string, number]> = [];
+    for (const s of this.sessions.all()) if (s.fleet !== null) held.push([s.id, s.gen]);
+    for (let i = 0; i < held.length; i += RENEWALS_PER_RECORD)
+      await this.dir
+        .record({
+          kind: "release",
+          sessions: held.slice(i, i + RENEWALS_PER_RECORD),
+          replica: this.replica,
+        })
+        .catch(() => undefined);
+    await Promise.all([this.dir.close(), this.reader.close()]);
   }
 }
 

@@ -43,6 +43,8 @@ export interface FleetHold {
   claimedAt?: number;
   /** When the session directory last recorded it here (ms). */
   recordedAt: number;
+  /** Until when this replica holds it (its lease, fleet.ts), by its own clock (ms). */
+  leaseUntil: number;
 }
 
 export interface SessionInit {

@@ -12,7 +12,6 @@
 import { randomBytes } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { isTrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { prometheusText, type Gauge } from "../core/status-server.ts";
@@ -30,9 +29,9 @@ import { ModelRoutes } from "./model-routes.ts";
 import type { EventOutput } from "./outputs/output.ts";
 import { tokenPrompts } from "./continuation/token-adapter.ts";
 import { Recorder } from "./recorder.ts";
-import { withholdMoved, type Fleet } from "./fleet.ts";
-import { keyHash, SessionTable } from "./sessions.ts";
-import { apiKey, findSession } from "./session-finder.ts";
+import type { Fleet } from "./fleet.ts";
+import { SessionTable } from "./sessions.ts";
+import { findSession } from "./session-finder.ts";
 import { UpstreamPool } from "./upstreams.ts";
 import { header, readJsonBody, sendText } from "./requests.ts";
 
@@ -153,52 +152,18 @@ export class GatewayServer {
     this.recorder.confirm = (s, at) => fleet.confirm(s, at);
     fleet.onPolicy = (v) => (this.weightVersion = v);
     this.control.announce = (v) => fleet.announcePolicy(v);
-    this.control.take = (res, id, uid) => this.takeOver(res, id, uid);
-  }
-
-  /**
-   * A replica of a fleet: the call's session (by path, key or X-Session-Id) taken over from the topic
-   * when another replica held it. False (answered 503) when it could not be read back.
-   */
-  private async takeSession(
-    req: IncomingMessage,
-    res: ServerResponse,
-    pathId: string | null,
-  ): Promise<boolean> {
-    if (this.fleet === null) return true;
-    let id = pathId;
-    if (id === null) {
-      const key = apiKey(req);
-      if (key !== null && this.sessions.byApiKey(key) === undefined)
-        id = this.fleet.sessionOfKey(keyHash(key)) ?? null;
-      const header = req.headers["x-session-id"];
-      if (id === null && typeof header === "string" && header !== "") id = header;
-    }
-    return id === null || this.takeOver(res, id, header(req, "x-trajflow-uid") ?? id);
-  }
-
-  /**
-   * Session `id` taken over (or, new, reserved) by this replica of a fleet (`uid`: the uid a new session
-   * would get); false once answered 503.
-   */
-  private async takeOver(res: ServerResponse, id: string, uid: string): Promise<boolean> {
-    try {
-      await this.fleet!.take(id, uid);
-      return true;
-    } catch (err) {
-      if (isTrajflowError(err) && err.code === "SESSION_MOVED") {
-        withholdMoved(res, err);
-        return false;
-      }
-      this.logger.warn({ session_id: id, err: (err as Error).message }, "A session could not be taken over.");
-      this.refuse(
-        res,
-        503,
-        "output_unavailable",
-        `session ${id} could not be read back: ${(err as Error).message}`,
+    this.control.take = (res, id, uid) =>
+      fleet.takeId(res, id, uid, (status, message) =>
+        this.refuse(res, status, "output_unavailable", message),
       );
-      return false;
-    }
+  }
+
+  /** A replica of a fleet: the call's session taken over (fleet.ts); false once answered 503. */
+  private takeSession(req: IncomingMessage, res: ServerResponse, pathId: string | null): Promise<boolean> {
+    if (this.fleet === null) return Promise.resolve(true);
+    return this.fleet.takeCall(req, res, pathId, (status, message) =>
+      this.refuse(res, status, "output_unavailable", message),
+    );
   }
 
   /** Rebuilds the sessions open before a restart from the output's recent events. */
@@ -369,6 +334,8 @@ export class GatewayServer {
     const body = await this.jsonBody(req, res);
     if (body === null) return void this.metrics.inc("gateway_calls", "bad_request");
     if (!(await this.takeSession(req, res, pathId))) return;
+    // An agent that left while its session was taken over (a lease waited out) gets no call made for it.
+    if (res.destroyed || req.socket.destroyed) return void this.metrics.inc("gateway_calls", "client_gone");
     const found = this.sessionFor(req, res, pathId);
     if (found === null) return void this.metrics.inc("gateway_calls", "bad_request");
     const { s, created } = found;

@@ -63,6 +63,11 @@ export class SessionTable {
     return this.byId.size;
   }
 
+  /** Every session held. */
+  all(): IterableIterator<GatewaySession> {
+    return this.byId.values();
+  }
+
   get(id: string): GatewaySession | undefined {
     return this.byId.get(id);
   }
