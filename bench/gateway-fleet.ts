@@ -44,6 +44,7 @@ export interface FleetResult {
   notes: string[];
   takeover: Array<{
     turns: number;
+    how: string;
     firstP50: number;
     firstP90: number;
     nextP50: number;
@@ -146,7 +147,7 @@ async function startGateway(
 }
 
 async function stop(g: Gateway): Promise<void> {
-  if (g.child.exitCode === null) {
+  if (g.child.exitCode === null && g.child.signalCode === null) {
     const exited = new Promise((r) => g.child.once("exit", r));
     g.child.kill("SIGTERM");
     await exited;
@@ -289,26 +290,40 @@ async function takeMedian(base: string): Promise<number> {
   return (buckets.find((b) => b.n >= total / 2)?.le ?? NaN) * 1000;
 }
 
+/**
+ * Takeovers: TAKEOVERS sessions of `turns` turns made on replica A, A then stopped (`how`: SIGTERM, which
+ * releases its sessions; SIGKILL, whose leases B waits out), and each session's next call made on B (read
+ * back from the topic and claimed), then the call after it.
+ */
 async function takeovers(
   upstream: string,
   brokers: string,
   topic: string,
   turns: number,
+  how: "SIGTERM" | "SIGKILL",
 ): Promise<FleetResult["takeover"][number]> {
   const a = await startGateway(upstream, brokers, topic, `take-a-${turns}`);
   const b = await startGateway(upstream, brokers, topic, `take-b-${turns}`);
   try {
-    const first: number[] = [];
-    const next: number[] = [];
+    const sessions: Array<{ sid: string; messages: Array<{ role: string; content: string }> }> = [];
     for (let i = 0; i < TAKEOVERS; i++) {
-      const sid = `take-${turns}-${i}-${Date.now()}`;
+      const sid = `take-${turns}-${how}-${i}-${Date.now()}`;
       const messages = [{ role: "user", content: `task ${i}: please begin` }];
       for (let t = 0; t < turns; t++) await turn(a.base, sid, messages);
+      sessions.push({ sid, messages });
+    }
+    const exited = new Promise((r) => a.child.once("exit", r));
+    a.child.kill(how);
+    await exited;
+    const first: number[] = [];
+    const next: number[] = [];
+    for (const { sid, messages } of sessions) {
       first.push(await turn(b.base, sid, messages));
       next.push(await turn(b.base, sid, messages));
     }
     return {
       turns,
+      how,
       firstP50: quantile(first, 0.5),
       firstP90: quantile(first, 0.9),
       nextP50: quantile(next, 0.5),
@@ -402,9 +417,13 @@ export async function fleetBench(
     }
     await scaling(upstream, upstreamPid, brokers, freshTopic, scratch, false, result);
     await scaling(upstream, upstreamPid, brokers, freshTopic, scratch, true, result);
-    for (const turns of [8, 32]) {
-      console.error(`fleet: takeovers of ${turns}-turn sessions`);
-      result.takeover.push(await takeovers(upstream, brokers, await freshTopic(), turns));
+    for (const [turns, how] of [
+      [8, "SIGTERM"],
+      [32, "SIGTERM"],
+      [8, "SIGKILL"],
+    ] as const) {
+      console.error(`fleet: takeovers of ${turns}-turn sessions, A stopped by ${how}`);
+      result.takeover.push(await takeovers(upstream, brokers, await freshTopic(), turns, how));
     }
   } finally {
     rmSync(scratch, { recursive: true, force: true });
@@ -432,13 +451,13 @@ export function fleetTable(r: FleetResult): string {
     "|---|---|---|---|",
     ...r.latency.map((l) => `| ${l.name} | ${f(l.p50, 2)} | ${f(l.p90, 2)} | ${f(l.p99, 2)} |`),
     "",
-    "A takeover: a session made on replica A, its next call on replica B (read back from the topic, claimed), then B's call after that (client side, ms; take: B's gateway_take_seconds median, bucket bound):",
+    "A takeover: sessions made on replica A, A stopped (SIGTERM: it releases its sessions; SIGKILL: B waits out its leases, 4 s + 1 s), each session's next call on replica B (read back from the topic, claimed), then B's call after that (client side, ms; take: B's gateway_take_seconds median, bucket bound):",
     "",
-    "| turns before | first call on B p50 | p90 | next call p50 | p90 | take p50 |",
-    "|---|---|---|---|---|---|",
+    "| turns before | A stopped by | first call on B p50 | p90 | next call p50 | p90 | take p50 |",
+    "|---|---|---|---|---|---|---|",
     ...r.takeover.map(
       (t) =>
-        `| ${t.turns} | ${f(t.firstP50, 2)} | ${f(t.firstP90, 2)} | ${f(t.nextP50, 2)} | ${f(t.nextP90, 2)} | ≤ ${f(t.takeP50, 0)} |`,
+        `| ${t.turns} | ${t.how} | ${f(t.firstP50, 2)} | ${f(t.firstP90, 2)} | ${f(t.nextP50, 2)} | ${f(t.nextP90, 2)} | ≤ ${f(t.takeP50, 0)} |`,
     ),
     ...r.notes.map((n) => `\nNote: ${n}.`),
   ];

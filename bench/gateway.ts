@@ -27,14 +27,16 @@
  * figures are the proxies' own cost), and llama.cpp's server when LLAMA_SERVER (a base URL) is set or
  * scripts/llama.sh exists (latency phases only: a 2-slot CPU server cannot take 64 sessions). On llama.cpp,
  * prompt mode tokens is then measured against prompt mode engine (bench/gateway-prompt-modes.ts: added
- * latency, the engine's cache hits, event bytes per call at turns 1, 10 and 50).
+ * latency, the engine's cache hits, event bytes per call at turns 1, 10 and 50). The fleet of replicas
+ * behind HAProxy is measured after the instant upstream's paths (bench/gateway-fleet.ts: 1, 2 and 3
+ * replicas, the proxy's latency, takeovers).
  *
  * Needs: a Kafka broker (KAFKA_BROKERS, or the one scripts/kafka.sh starts) and LiteLLM's environment
  * (.cache/litellm, created by scripts/litellm-env.sh from PyPI when missing). Environment: BENCH_GATEWAY_CALLS
  * (latency calls per phase, default 2000), BENCH_GATEWAY_SECONDS (throughput phase, default 10),
  * BENCH_GATEWAY_LLAMA_CALLS (default 40), BENCH_GATEWAY_CPU_PROF (a directory: the gateway runs with
  * --cpu-prof there, and each profile is split by part with bench/gateway-profile.ts), BENCH_GATEWAY_PATHS
- * (a subset of direct,trajflow-log,trajflow-kafka,litellm) and BENCH_GATEWAY_UPSTREAMS (instant,llama) while
+ * (a subset of direct,trajflow-log,trajflow-kafka,litellm,fleet) and BENCH_GATEWAY_UPSTREAMS (instant,llama) while
  * working on one part. `--json <file>` writes the figures.
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
@@ -49,6 +51,7 @@ import { fixKafkajsRequestQueue } from "../src/kafka/request-queue-fix.ts";
 import { benchBrokers } from "./kafka-harness.ts";
 import { translationCost } from "./api-translation.ts";
 import { promptModes, promptModesTable, type ModeResult } from "./gateway-prompt-modes.ts";
+import { fleetBench, fleetTable, type FleetResult } from "./gateway-fleet.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const CALLS = Number(process.env.BENCH_GATEWAY_CALLS ?? 2_000);
@@ -56,7 +59,7 @@ const SECONDS = Number(process.env.BENCH_GATEWAY_SECONDS ?? 10);
 const LLAMA_CALLS = Number(process.env.BENCH_GATEWAY_LLAMA_CALLS ?? 40);
 const PROFILE_DIR = process.env.BENCH_GATEWAY_CPU_PROF;
 /** BENCH_GATEWAY_PATHS: a comma-separated subset of PATH_NAMES to run (while working on one). */
-const PATH_NAMES = ["direct", "trajflow-log", "trajflow-kafka", "litellm"];
+const PATH_NAMES = ["direct", "trajflow-log", "trajflow-kafka", "litellm", "fleet"];
 const ONLY = process.env.BENCH_GATEWAY_PATHS?.split(",") ?? null;
 /** BENCH_GATEWAY_UPSTREAMS: instant, llama or both (default). */
 const UPSTREAMS = (process.env.BENCH_GATEWAY_UPSTREAMS ?? "instant,llama").split(",");
@@ -630,6 +633,7 @@ const machine = `${cpus().length} x ${cpus()[0]?.model ?? "unknown CPU"}, ${(tot
 const results: PathResult[] = [];
 let llamaNote = "";
 let promptModeResults: ModeResult[] = [];
+let fleetResult: FleetResult | null = null;
 try {
   console.error(`trajflow gateway bench on ${machine}; Kafka at ${brokers}`);
   const instant = spawnChild(process.execPath, [join(ROOT, "bench/gateway-upstream.ts")]);
@@ -637,6 +641,9 @@ try {
   upstreamPid = instant.pid!;
   if (UPSTREAMS.includes("instant"))
     results.push(...(await allPaths(instantUrl, "vllm", "instant", CALLS, 16, true)));
+  // Replicas behind HAProxy (bench/gateway-fleet.ts), in front of the same instant upstream.
+  if (UPSTREAMS.includes("instant") && (ONLY === null || ONLY.includes("fleet")))
+    fleetResult = await fleetBench(instantUrl, instant.pid!, brokers, freshTopic);
   await stop(instant);
   upstreamPid = null;
   const llama = UPSTREAMS.includes("llama")
@@ -797,6 +804,7 @@ if (promptModeResults.length > 0) {
     `- ${targets.at(-1)!.path}: ${targets.at(-1)!.target}: ${targets.at(-1)!.figure}: ${targets.at(-1)!.pass ? "pass" : "MISS"}`,
   );
 }
+if (fleetResult !== null) say(`\n${fleetTable(fleetResult)}`);
 for (const r of results) if (r.profile !== undefined) say(`\nCPU profile of the gateway, ${r.profile}`);
 console.log(lines.join("\n"));
 const json = {
@@ -809,6 +817,7 @@ const json = {
   translation,
   results,
   promptModes: promptModeResults,
+  fleet: fleetResult,
   targets,
 };
 const at = process.argv.indexOf("--json");

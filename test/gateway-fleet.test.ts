@@ -15,7 +15,7 @@ import { strict as assert } from "node:assert";
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { it } from "node:test";
+import { after, it } from "node:test";
 import { decodeLogprobs, decodeTokenIds } from "../src/schemas/tokens.ts";
 import { runCli, startCli, type RunningCli } from "./helpers/cli.ts";
 import { freePort, waitUntil, type GatewayRow } from "./helpers/gateway.ts";
@@ -24,6 +24,14 @@ import { startInstantEngine } from "./helpers/instant-engine.ts";
 import { llamaServer } from "./helpers/llama.ts";
 import { readWithPython } from "./helpers/python.ts";
 
+/** HAProxy's directories, each stopped after the tests (a failed test leaves none running). */
+const proxies: string[] = [];
+after(() => {
+  for (const dir of proxies)
+    execFileSync("bash", [new URL("../scripts/haproxy.sh", import.meta.url).pathname, "stop"], {
+      env: { ...process.env, TRAJFLOW_HAPROXY_DIR: dir },
+    });
+});
 const { scratch, broker } = kafkaTestScope("gateway-fleet");
 const HAPROXY = new URL("../scripts/haproxy.sh", import.meta.url).pathname;
 const AGENTS = 8;
@@ -92,6 +100,7 @@ async function startFleet(
   const replicas = await startReplicas(topic, n);
   const proxyPort = await freePort();
   const haproxyDir = join(scratch, freshName("haproxy"));
+  proxies.push(haproxyDir);
   const proxy = execFileSync(
     "bash",
     [HAPROXY, "start", String(proxyPort), ...replicas.map((r) => `127.0.0.1:${r.port}`)],
