@@ -390,6 +390,12 @@ it("withholds a paused replica's answer once its session moved: 503 session_move
       body: JSON.stringify({ model: "m", messages: [{ role: "user", content }] }),
     });
   try {
+    // The trainer's new policy version reaches A; B, which takes the session over, stamps it too.
+    const weights = await fetch(`http://127.0.0.1:${a!.port}/weights`, {
+      method: "POST",
+      body: JSON.stringify({ version: 7 }),
+    });
+    assert.equal(weights.status, 200, await weights.text());
     assert.equal((await turn(a!, "first")).status, 200);
     // A's call is in flight (held by the engine) when A is paused.
     const slow = turn(a!, "slow");
@@ -413,6 +419,7 @@ it("withholds a paused replica's answer once its session moved: 503 session_move
     await engine.close();
   }
   const dlDir = join(scratch, freshName("dead"));
+  const out = join(scratch, freshName("rows"));
   const consume = await runCli(
     [
       "consume",
@@ -421,7 +428,7 @@ it("withholds a paused replica's answer once its session moved: 503 session_move
       "--group",
       freshName("g"),
       "--out",
-      join(scratch, freshName("rows")),
+      out,
       "--dead-letter-dir",
       dlDir,
       "--until-idle-ms",
@@ -434,4 +441,7 @@ it("withholds a paused replica's answer once its session moved: 503 session_move
   // A's request and response of the withheld call: fenced, each counted; nothing else rejected.
   const metrics = (JSON.parse(consume.stdout) as { metrics: Record<string, unknown> }).metrics;
   assert.deepEqual(metrics.dead_letters, { FENCED_WRITE: 2 });
+  const rows = (await readWithPython<{ rows: Row[] }>("read_output.py", out)).rows;
+  assert.ok(rows.length > 0);
+  for (const r of rows) assert.deepEqual([r.weight_version_min, r.weight_version_max], [7, 7], r.key);
 });

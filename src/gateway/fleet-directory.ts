@@ -58,6 +58,8 @@ export class SessionDirectory {
   private nextAsk: Promise<number> | null = null;
   private sweeper: NodeJS.Timeout | null = null;
   private policyTs = 0;
+  /** The newest policy version announced (read before anyone listened, too). */
+  policy: number | undefined;
   /** Told each policy version announced (POST /weights to any replica), newest last. */
   onPolicy: ((version: number) => void) | null = null;
   /** Told each claim of a session (its id and generation). */
@@ -120,6 +122,7 @@ export class SessionDirectory {
     if (r.kind === "policy") {
       if (typeof r.version === "number" && m.timestamp >= this.policyTs) {
         this.policyTs = m.timestamp;
+        this.policy = r.version;
         this.onPolicy?.(r.version);
       }
       return;

@@ -81,6 +81,8 @@ export class Fleet {
   /** Told each policy version announced in the directory (POST /weights to any replica), newest last. */
   set onPolicy(f: (version: number) => void) {
     this.dir.onPolicy = f;
+    // A version posted before this replica started (within the window) holds until the next one.
+    if (this.dir.policy !== undefined) f(this.dir.policy);
   }
 
   private constructor(
