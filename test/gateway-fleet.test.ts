@@ -224,6 +224,24 @@ function trains(
   return at + ids.length === r.length || row.response_mask[at + ids.length] === 0;
 }
 
+/** `trajflow consume` of the whole topic into `out` (dead letters as files in `dlDir`); its --json report. */
+async function consumeTopic(topic: string, out: string, dlDir: string): Promise<{ stdout: string }> {
+  const args = [
+    "consume",
+    "--topic",
+    topic,
+    "--group",
+    freshName("g"),
+    "--out",
+    out,
+    "--dead-letter-dir",
+    dlDir,
+  ];
+  const consume = await runCli([...args, "--until-idle-ms", "2000", "--json"], { KAFKA_BROKERS: broker() });
+  assert.equal(consume.code, 0, consume.stderr);
+  return consume;
+}
+
 /** Runs the agents through `chaos`, then consumes the topic and checks every received answer. */
 async function runFleet(
   chaos: (replicas: Replica[], progress: (answers: number) => Promise<void>) => Promise<void>,
@@ -266,24 +284,7 @@ async function runFleet(
   }
   const out = join(scratch, freshName("rows"));
   const dlDir = join(scratch, freshName("dead"));
-  const consume = await runCli(
-    [
-      "consume",
-      "--topic",
-      topic,
-      "--group",
-      freshName("g"),
-      "--out",
-      out,
-      "--dead-letter-dir",
-      dlDir,
-      "--until-idle-ms",
-      "2000",
-      "--json",
-    ],
-    { KAFKA_BROKERS: broker() },
-  );
-  assert.equal(consume.code, 0, consume.stderr);
+  const consume = await consumeTopic(topic, out, dlDir);
   const deadCodes = (JSON.parse(consume.stdout) as { metrics: { dead_letters?: Record<string, number> } })
     .metrics.dead_letters;
   assert.deepEqual(
@@ -420,24 +421,7 @@ it("withholds a paused replica's answer once its session moved: 503 session_move
   }
   const dlDir = join(scratch, freshName("dead"));
   const out = join(scratch, freshName("rows"));
-  const consume = await runCli(
-    [
-      "consume",
-      "--topic",
-      topic,
-      "--group",
-      freshName("g"),
-      "--out",
-      out,
-      "--dead-letter-dir",
-      dlDir,
-      "--until-idle-ms",
-      "2000",
-      "--json",
-    ],
-    { KAFKA_BROKERS: broker() },
-  );
-  assert.equal(consume.code, 0, consume.stderr);
+  const consume = await consumeTopic(topic, out, dlDir);
   // A's request and response of the withheld call: fenced, each counted; nothing else rejected.
   const metrics = (JSON.parse(consume.stdout) as { metrics: Record<string, unknown> }).metrics;
   assert.deepEqual(metrics.dead_letters, { FENCED_WRITE: 2 });
