@@ -16,11 +16,11 @@
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { ClientResult, ClientSpec } from "./gateway-client.ts";
+import { freePort } from "../test/helpers/gateway.ts";
 
 const run = promisify(execFile);
 const ROOT = new URL("..", import.meta.url).pathname;
@@ -51,14 +51,6 @@ export interface FleetResult {
     nextP90: number;
     takeP50: number;
   }>;
-}
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", () => r()));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
 }
 
 function cpuSeconds(pid: number): number {

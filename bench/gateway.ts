@@ -41,12 +41,12 @@
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { cpus, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import kafkajs from "kafkajs";
 import type { ClientResult, ClientSpec } from "./gateway-client.ts";
+import { freePort } from "../test/helpers/gateway.ts";
 import { fixKafkajsRequestQueue } from "../src/kafka/request-queue-fix.ts";
 import { benchBrokers } from "./kafka-harness.ts";
 import { translationCost } from "./api-translation.ts";
@@ -134,14 +134,6 @@ function lineFrom(child: ChildProcess, pattern: RegExp, what: string, ms = 60_00
       reject(new Error(`${what} exited (${code}) before it was ready:\n${out}\n${stderrTail(child)}`));
     });
   });
-}
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", () => r()));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
 }
 
 async function waitHttp(url: string, what: string, child: ChildProcess, ms: number): Promise<void> {
