@@ -22,6 +22,7 @@ import { connect as tlsConnect } from "node:tls";
 import { TrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import { registerKafkaCodecs } from "./codecs.ts";
+import { applyLeanFetchRecords } from "./fetch-records.ts";
 import { fixKafkajsRequestQueue } from "./request-queue-fix.ts";
 import type { KafkaConnection } from "./connection.ts";
 
@@ -108,6 +109,7 @@ export function createKafka(
 ): InstanceType<typeof Kafka> {
   registerKafkaCodecs();
   fixKafkajsRequestQueue();
+  applyLeanFetchRecords();
   const config: KafkaConfig = {
     clientId: connection.client_id,
     brokers: connection.brokers,

@@ -8,6 +8,7 @@ import type { Logger } from "../core/logger.ts";
 import { assignedPartitions, connectClient, createKafka, disconnectWithin, type Consumer } from "./client.ts";
 import { GroupAdmin } from "./group-admin.ts";
 import {
+  FETCH_DEFAULTS,
   heartbeatInterval,
   type ConsumerEvents,
   type TopicConsumer,
@@ -38,9 +39,8 @@ export class KafkajsConsumer implements TopicConsumer {
       // disconnect after its files were written; an idle member's empty fetches every 500 ms cost nothing.
       maxWaitTimeInMs: Math.min(500, heartbeatIntervalMs),
       allowAutoTopicCreation: false,
-      ...(settings.fetch_max_bytes === undefined
-        ? {}
-        : { maxBytes: settings.fetch_max_bytes, maxBytesPerPartition: settings.fetch_max_bytes }),
+      maxBytes: settings.fetch_max_bytes ?? FETCH_DEFAULTS.total,
+      maxBytesPerPartition: settings.fetch_max_bytes ?? FETCH_DEFAULTS.perPartition,
     });
   }
 

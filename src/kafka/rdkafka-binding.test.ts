@@ -17,11 +17,11 @@ it("says how to build the addon when it does not load, with its own code", () =>
   );
 });
 
-it("bounds fetches and librdkafka's prefetch queue by fetch_max_bytes, kafkajs's defaults without it", () => {
+it("bounds fetches and librdkafka's prefetch queue by fetch_max_bytes, 256 KiB and 1 MiB without it", () => {
   assert.deepEqual(fetchConfig(undefined), {
-    "max.partition.fetch.bytes": 1_048_576,
-    "fetch.max.bytes": 10_485_760,
-    "queued.max.messages.kbytes": 10_240,
+    "max.partition.fetch.bytes": 262_144,
+    "fetch.max.bytes": 1_048_576,
+    "queued.max.messages.kbytes": 1_024,
     "fetch.queue.backoff.ms": 10,
   });
   // Below librdkafka's message.max.bytes, which it requires fetch.max.bytes to reach, both go down.

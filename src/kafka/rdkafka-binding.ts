@@ -11,7 +11,7 @@ import { createRequire } from "node:module";
 import { TrajflowError } from "../core/errors.ts";
 import { tlsOptions } from "./client.ts";
 import type { KafkaConnection } from "./connection.ts";
-import type { TopicConsumerSettings } from "./topic-consumer.ts";
+import { FETCH_DEFAULTS, type TopicConsumerSettings } from "./topic-consumer.ts";
 
 /** A librdkafka error as the binding reports it. */
 export interface RdError extends Error {
@@ -108,17 +108,15 @@ export function rdkafkaAvailable(): boolean {
 }
 
 const MESSAGE_MAX_BYTES = 1_000_000; // librdkafka's default message.max.bytes
-const KAFKAJS_FETCH_DEFAULTS = { perPartition: 1_048_576, total: 10_485_760 };
-
 /**
- * The fetch limits: fetch_max_bytes per partition and in all (kafkajs's defaults, 1 MiB and 10 MiB, when
- * it is absent), and the prefetch queue librdkafka fills ahead of the consumer bounded to one fetch's worth
+ * The fetch limits: fetch_max_bytes per partition and in all (FETCH_DEFAULTS, 256 KiB and 1 MiB, when it
+ * is absent), and the prefetch queue librdkafka fills ahead of the consumer bounded to one fetch's worth
  * (`queued.max.messages.kbytes`, 64 MiB by default): the consumer holds at most about two fetches of
  * messages, what it fetched and the response it is reading, as kafkajs does.
  */
 export function fetchConfig(fetchMaxBytes: number | undefined): Record<string, number> {
-  const perPartition = fetchMaxBytes ?? KAFKAJS_FETCH_DEFAULTS.perPartition;
-  const total = fetchMaxBytes ?? KAFKAJS_FETCH_DEFAULTS.total;
+  const perPartition = fetchMaxBytes ?? FETCH_DEFAULTS.perPartition;
+  const total = fetchMaxBytes ?? FETCH_DEFAULTS.total;
   return {
     "max.partition.fetch.bytes": perPartition,
     "fetch.max.bytes": total,

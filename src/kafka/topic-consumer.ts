@@ -16,9 +16,21 @@ export interface TopicConsumerSettings {
   /** Where a group without committed offsets starts: the earliest offset, or the latest. */
   from_beginning: boolean;
   session_timeout_ms: number;
-  /** Most bytes one fetch returns, per partition and in all (the client's defaults when absent). */
+  /** Most bytes one fetch returns, per partition and in all (FETCH_DEFAULTS when absent). */
   fetch_max_bytes?: number | undefined;
 }
+
+/**
+ * The fetch limits when fetch_max_bytes is not set, for both clients: 256 KiB per partition, 1 MiB in all
+ * (kafkajs's own are 1 MiB and 10 MiB). The limits count compressed bytes, and a fetch's batches are
+ * decompressed and decoded at once: JSON events with full prompts compress ~24x under zstd (each call
+ * repeats the session's context), so kafkajs's 10 MiB fetch held ~100 MiB of events in flight. Measured on
+ * the shared harness's short workload (BENCHMARKS.md, "Memory and CPU, round three"): peak RSS 570-600 MiB
+ * with kafkajs's limits, 410-460 with these, at the same speed (a fetch's round trip on a broker that has
+ * the data is ~1 ms; 1 MiB of even poorly compressed events is thousands of events, tens of ms of work).
+ * The broker returns at least one whole batch however large, so no batch is too big for them.
+ */
+export const FETCH_DEFAULTS = { perPartition: 256 * 1024, total: 1024 * 1024 };
 
 /** One message of a batch: what the source reads of it (kafkajs gives offsets as strings, librdkafka as numbers). */
 export interface BatchMessage {

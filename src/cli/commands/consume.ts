@@ -46,8 +46,8 @@ ${KAFKA_CLIENT_HELP}
   --idle-advance-ms <n>     a caught-up partition quiet for n ms moves its clock with the wall clock, so
                             reward grace and timeouts elapse and its rows are written (default 1000;
                             0: pure event time; docs/assembly.md)
-  --fetch-max-bytes <n>     most bytes per fetch (default 1 MiB per partition, 10 MiB in all; with
-                            librdkafka also its prefetch queue, default 10 MiB)
+  --fetch-max-bytes <n>     most bytes per fetch (default 256 KiB per partition, 1 MiB in all; with
+                            librdkafka also its prefetch queue, default 1 MiB)
   --session-timeout-ms <n>  consumer group session timeout (default 30000): how soon a dead member's
                             partitions move to the others
   --max-open-sessions <n>   open sessions past which the oldest are cut (default 100000)

@@ -48,9 +48,11 @@ export const kafkaSourceConfigSchema = z.strictObject({
     .optional()
     .describe(
       "Most bytes one fetch returns, per partition and in all (kafkajs's maxBytesPerPartition and " +
-        "maxBytes; defaults 1 MiB and 10 MiB). Smaller: less memory per fetch, more round trips. With " +
-        "librdkafka also its prefetch queue (queued.max.messages.kbytes), which it fills ahead of the " +
-        "consumer: one fetch's worth, 10 MiB by default (librdkafka's own default is 64 MiB).",
+        "maxBytes; defaults 256 KiB and 1 MiB, kafka/topic-consumer.ts FETCH_DEFAULTS). Counted compressed: " +
+        "a fetch is held decompressed while it is applied (~24x for zstd JSON events with full prompts). " +
+        "Smaller: less memory per fetch, more round trips. With librdkafka also its prefetch queue " +
+        "(queued.max.messages.kbytes), which it fills ahead of the consumer: one fetch's worth, 1 MiB by " +
+        "default (librdkafka's own default is 64 MiB).",
     ),
   lag_interval_ms: z
     .int()
