@@ -35,6 +35,9 @@ function timing(t: Timeline): string[] {
   return [
     `  startup       first record ${after(t.first_record_at_ms)} after the process started` +
       (t.first_file_at_ms === null ? "" : `, first file ${after(t.first_file_at_ms)}`),
+    ...(t.last_record_at_ms === null || t.last_file_at_ms === null
+      ? []
+      : [`  last          record applied ${after(t.last_record_at_ms)}, file ${after(t.last_file_at_ms)}`]),
   ];
 }
 

@@ -21,6 +21,8 @@ export interface Timeline {
   /** When this process started (ms since the epoch). */
   process_started_at_ms: number;
   first_record_at_ms: number | null;
+  /** When the last batch of records read so far was applied (a drain's last files follow it). */
+  last_record_at_ms: number | null;
   first_file_at_ms: number | null;
   last_file_at_ms: number | null;
 }
@@ -35,13 +37,14 @@ export class Metrics {
   private readonly histograms = new Map<string, Histogram>();
 
   /**
-   * When the run's milestones happened (ms since the epoch): the first record read, the first and the
-   * last data file committed. The report prints them, so an operator (or a benchmark) can tell startup
+   * When the run's milestones happened (ms since the epoch): the first record read, the last batch of
+   * records applied, the first and the last data file committed. The report prints them, so an operator (or a benchmark) can tell startup
    * from steady state.
    */
   readonly timeline: Timeline = {
     process_started_at_ms: Math.round(performance.timeOrigin),
     first_record_at_ms: null,
+    last_record_at_ms: null,
     first_file_at_ms: null,
     last_file_at_ms: null,
   };

@@ -33,7 +33,7 @@ import type { DeadLetterOutput, RawRecord } from "../core/records.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { originOffset } from "../schemas/origin.ts";
 import { decodeWorkers } from "./decode-workers.ts";
-import { DrainWatch } from "./drain-watch.ts";
+import { DRAIN_CUT_QUIET_MS, DrainWatch } from "./drain-watch.ts";
 import { LaneRunner } from "./lane.ts";
 import type { Plan } from "./plan.ts";
 import { REGISTRY, type RegistryContext, type StageContext } from "./registry.ts";
@@ -85,6 +85,8 @@ export class Runtime implements SourceHandler {
   private readonly lanes = new Map<Lane, LaneRunner>();
   /** Batches being applied (idle detection waits for them). */
   private inFlight = 0;
+  /** A draining run's watch, told when every batch handed over is applied. */
+  private onSettled: (() => void) | null = null;
   /** Settles once the last batch handed over (and every one before it) is applied: a stop waits for it. */
   private applying: Promise<void> = Promise.resolve();
   private failure: Error | null = null;
@@ -235,6 +237,8 @@ export class Runtime implements SourceHandler {
       .catch(() => {})
       .finally(() => {
         this.inFlight--;
+        this.metrics.timeline.last_record_at_ms = Date.now();
+        if (this.inFlight === 0) this.onSettled?.();
         if (runner !== undefined) {
           runner.batchesInFlight--;
           runner.applied();
@@ -390,8 +394,31 @@ export class Runtime implements SourceHandler {
     const watch = new DrainWatch(this.options.untilIdleMs, () =>
       live === undefined ? Promise.resolve(true) : live.drained().catch(() => false),
     );
+    try {
+      return await this.watchUntilEnd(watch, ended, signal);
+    } finally {
+      this.onSettled = null;
+    }
+  }
+
+  private async watchUntilEnd(
+    watch: DrainWatch,
+    ended: Promise<"ended">,
+    signal: Promise<"signal"> | undefined,
+  ): Promise<"ended" | "idle" | "signal"> {
     for (;;) {
-      const tick = new Promise<"tick">((r) => setTimeout(() => r("tick"), 100).unref());
+      let wake!: () => void;
+      const tick = new Promise<"tick">((r) => {
+        wake = () => r("tick");
+        setTimeout(wake, 100).unref();
+      });
+      if (this.options.untilIdleMs !== undefined) {
+        // A drain looks again just after its last batch is applied, not at the next tick.
+        this.onSettled = () => {
+          watch.settled(this.source.delivered);
+          setTimeout(wake, DRAIN_CUT_QUIET_MS).unref();
+        };
+      }
       const why = await Promise.race([ended, tick, ...(signal === undefined ? [] : [signal])]);
       this.sampleUsage();
       if (why !== "tick") return why;

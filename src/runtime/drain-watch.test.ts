@@ -1,0 +1,45 @@
+import assert from "node:assert/strict";
+import { mock, test } from "node:test";
+import { DRAIN_CUT_QUIET_MS, DrainWatch } from "./drain-watch.ts";
+
+test("a drain cuts once its batches are applied and quiet briefly, asking the source once per count", async (t) => {
+  t.mock.timers.enable({ apis: ["Date"], now: 1_000_000 });
+  let asked = 0;
+  let drained = false;
+  const watch = new DrainWatch(4000, () => {
+    asked++;
+    return Promise.resolve(drained);
+  });
+  assert.equal(await watch.tick(10, true), "go-on", "busy: a batch is being applied");
+  watch.settled(10);
+  assert.equal(await watch.tick(10, false), "go-on", "not yet quiet");
+  assert.equal(asked, 0);
+  t.mock.timers.tick(DRAIN_CUT_QUIET_MS);
+  assert.equal(await watch.tick(10, false), "go-on", "quiet, but the source has more");
+  assert.equal(asked, 1);
+  assert.equal(await watch.tick(10, false), "go-on");
+  assert.equal(asked, 1, "asked again only at the ticks' pace");
+  t.mock.timers.tick(100);
+  drained = true;
+  assert.equal(await watch.tick(10, false), "cut");
+  assert.equal(asked, 2);
+  t.mock.timers.tick(100);
+  assert.equal(await watch.tick(10, false), "go-on", "one cut per count delivered");
+  watch.settled(12);
+  t.mock.timers.tick(DRAIN_CUT_QUIET_MS);
+  assert.equal(await watch.tick(12, false), "cut", "more records, caught up again: another cut");
+  t.mock.timers.tick(4000);
+  assert.equal(await watch.tick(12, false), "idle", "quiet for --until-idle-ms and drained: stop");
+});
+
+test("without --until-idle-ms nothing is cut or stopped", async () => {
+  mock.timers.enable({ apis: ["Date"], now: 0 });
+  try {
+    const watch = new DrainWatch(undefined, () => Promise.resolve(true));
+    watch.settled(5);
+    mock.timers.tick(60_000);
+    assert.equal(await watch.tick(5, false), "go-on");
+  } finally {
+    mock.timers.reset();
+  }
+});
