@@ -16,6 +16,8 @@ export interface DecodeJob {
   bytes: Uint8Array;
   /** End offset of each event in `bytes`. */
   ends: Uint32Array;
+  /** Start offset of each event in `bytes` when there are bytes between them; else each starts where the one before ends. */
+  starts?: Uint32Array;
 }
 
 /**
@@ -36,6 +38,8 @@ export interface DecodeReply {
   items: DecodedItem[];
   /** This worker's CPU and memory so far (the run report's per-thread figures). */
   usage: ThreadUsage;
+  /** The job's buffer, read and handed back for the next job (nothing decoded refers to it). */
+  spent: ArrayBuffer;
 }
 
 // Never read: rejections go back as reasons, and the ingest thread adds the real origin.
@@ -66,7 +70,9 @@ parentPort!.on("message", (job: DecodeJob) => {
   const items: DecodedItem[] = [];
   const transfer: ArrayBuffer[] = [];
   let start = 0;
+  const starts = job.starts;
   for (let i = 0; i < job.ends.length; i++) {
+    if (starts !== undefined) start = starts[i]!;
     const end = job.ends[i]!;
     const result = decodeOutcome({ raw: job.bytes.subarray(start, end), origin: ORIGIN }, null);
     start = end;
@@ -82,6 +88,8 @@ parentPort!.on("message", (job: DecodeJob) => {
     }
   }
   for (const block of arena.take()) transfer.push(block);
-  const reply: DecodeReply = { id: job.id, items, usage: meter.sample() };
+  const spent = job.bytes.buffer as ArrayBuffer;
+  transfer.push(spent);
+  const reply: DecodeReply = { id: job.id, items, usage: meter.sample(), spent };
   parentPort!.postMessage(reply, transfer);
 });
