@@ -4,7 +4,20 @@
  * (`file:line: path: message`), never thrown one at a time.
  */
 import { readFileSync } from "node:fs";
-import { isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document } from "yaml";
+import { createRequire } from "node:module";
+import type * as Yaml from "yaml";
+import type { Document, LineCounter, Scalar, YAMLMap, YAMLSeq } from "yaml";
+
+/**
+ * yaml, loaded when a pipeline file is first read: the commands that take no YAML (consume, the gateway)
+ * start without its 73 modules.
+ */
+const yaml = (): typeof Yaml => createRequire(import.meta.url)("yaml") as typeof Yaml;
+
+function isNode(node: unknown): node is Scalar | YAMLMap | YAMLSeq {
+  const { isMap, isScalar, isSeq } = yaml();
+  return isScalar(node) || isMap(node) || isSeq(node);
+}
 
 export interface LoadedPipeline {
   file: string;
@@ -18,7 +31,7 @@ const VAR = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
 
 /** A scalar written in YAML syntax (`--set x=3` gives a number, `--set x=true` a boolean). */
 function scalar(text: string): unknown {
-  const doc = parseDocument(text);
+  const doc = yaml().parseDocument(text);
   if (doc.errors.length > 0) return text;
   try {
     return doc.toJS() as unknown;
@@ -96,10 +109,7 @@ function locator(
   return (path) => {
     for (let n = path.length; n >= 0; n--) {
       const node = n === 0 ? doc.contents : doc.getIn(path.slice(0, n), true);
-      const range =
-        node !== undefined && node !== null && (isScalar(node) || isMap(node) || isSeq(node))
-          ? node.range
-          : undefined;
+      const range = node !== undefined && node !== null && isNode(node) ? node.range : undefined;
       if (range !== undefined && range !== null) return `${file}:${lines.linePos(range[0]).line}`;
     }
     return file;
@@ -111,7 +121,8 @@ function locator(
  * their problems point into them as a pipeline file's do.
  */
 export function jsonLocator(file: string, text: string): (path: ReadonlyArray<string | number>) => string {
-  const lines = new LineCounter();
+  const { LineCounter: Lines, parseDocument } = yaml();
+  const lines = new Lines();
   const doc = parseDocument(text, { lineCounter: lines });
   return doc.errors.length > 0 ? () => file : locator(file, doc, lines);
 }
@@ -119,6 +130,7 @@ export function jsonLocator(file: string, text: string): (path: ReadonlyArray<st
 /** `:line` of the document's first alias, or "". */
 function aliasLine(doc: Document, lines: LineCounter): string {
   let at: number | undefined;
+  const { visit } = yaml();
   visit(doc, {
     Alias(_key, node) {
       at = node.range?.[0];
@@ -142,7 +154,8 @@ export function loadPipeline(
       problems: [`${file}: cannot read: ${(err as Error).message}`],
     };
   }
-  const lines = new LineCounter();
+  const { LineCounter: Lines, parseDocument } = yaml();
+  const lines = new Lines();
   const doc: Document = parseDocument(text, { lineCounter: lines, prettyErrors: true });
   for (const e of doc.errors) {
     const at = e.linePos?.[0];
