@@ -1,14 +1,24 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
-import { addUsage, registerThread, resetThreads, ThreadMeter, threadUsages } from "./thread-usage.ts";
+import {
+  addUsage,
+  MEMORY_SAMPLE_MS,
+  registerThread,
+  resetThreads,
+  ThreadMeter,
+  threadUsages,
+} from "./thread-usage.ts";
 
 describe("thread usage", () => {
   it("measures this thread's CPU as it works, and keeps the heap and off-heap peaks", () => {
     const meter = new ThreadMeter();
+    const sampledAt = performance.now();
     const before = meter.sample();
     let x = 0;
     for (let i = 0; i < 5e7; i++) x += i % 7;
     const held = Buffer.alloc(32 * 2 ** 20, x % 2);
+    // Memory is read again once MEMORY_SAMPLE_MS passed (until then the last figures stand).
+    while (performance.now() - sampledAt < MEMORY_SAMPLE_MS) x += 1;
     const after = meter.sample();
     assert.ok(after.cpu_seconds > before.cpu_seconds, `${after.cpu_seconds} vs ${before.cpu_seconds}`);
     assert.ok(after.external_peak_bytes >= held.length, String(after.external_peak_bytes));
