@@ -13,6 +13,8 @@
  */
 export const DRAIN_CUT_QUIET_MS = 20;
 const ASK_AGAIN_MS = 100;
+/** The status tick: how often a run looks at its quiet, its failures and its memory. */
+const TICK_MS = 100;
 
 export type DrainStep = "go-on" | "cut" | "idle";
 
@@ -32,10 +34,24 @@ export class DrainWatch {
     this.drained = drained;
   }
 
+  /** Wakes the look in progress (next()). */
+  private wake: (() => void) | null = null;
+
+  /** The next look: at the status tick, or, draining, DRAIN_CUT_QUIET_MS after every batch is applied. */
+  next(): Promise<"tick"> {
+    return new Promise((resolve) => {
+      this.wake = () => resolve("tick");
+      setTimeout(this.wake, TICK_MS).unref();
+    });
+  }
+
   /** Every batch handed over is applied, `delivered` records in all: the quiet starts now. */
   settled(delivered: number): void {
     this.last = delivered;
     this.quietSince = Date.now();
+    // A drain looks again just after its last batch is applied, not at the next tick.
+    if (this.untilIdleMs !== undefined && this.wake !== null)
+      setTimeout(this.wake, DRAIN_CUT_QUIET_MS).unref();
   }
 
   /** One tick: `delivered` records so far, `busy` while a batch is still being applied. */

@@ -57,13 +57,13 @@ describe("planPipeline: a memory limit", () => {
     assert.equal(files.max_tokens_per_file, 419_430);
     assert.equal(files.max_bytes_per_file, 16 * MiB);
     assert.equal(files.max_in_flight, 3);
-    assert.equal(config(plan.source.config).fetch_max_bytes, 512 * 1024);
+    assert.equal(config(plan.source.config).fetch_max_bytes, 256 * 1024);
     assert.equal(config(plan.source.config).decode_workers, 0);
     assert.equal(config(plan.transforms[0]!.config).max_buffered_bytes, 16 * MiB);
     assert.deepEqual(plan.memory, {
       limit: { bytes: 384 * MiB, source: "--max-memory" },
       sized: [
-        "in.fetch_max_bytes = 524288",
+        "in.fetch_max_bytes = 262144",
         "in.decode_workers = 0",
         "assemble.max_buffered_bytes = 16777216",
         "files.max_tokens_per_file = 419430",

@@ -33,7 +33,7 @@ import type { DeadLetterOutput, RawRecord } from "../core/records.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { originOffset } from "../schemas/origin.ts";
 import { decodeWorkers } from "./decode-workers.ts";
-import { DRAIN_CUT_QUIET_MS, DrainWatch } from "./drain-watch.ts";
+import { DrainWatch } from "./drain-watch.ts";
 import { LaneRunner } from "./lane.ts";
 import type { Plan } from "./plan.ts";
 import { REGISTRY, type RegistryContext, type StageContext } from "./registry.ts";
@@ -394,47 +394,21 @@ export class Runtime implements SourceHandler {
     const watch = new DrainWatch(this.options.untilIdleMs, () =>
       live === undefined ? Promise.resolve(true) : live.drained().catch(() => false),
     );
+    this.onSettled = () => watch.settled(this.source.delivered);
     try {
-      return await this.watchUntilEnd(watch, ended, signal);
+      for (;;) {
+        const why = await Promise.race([ended, watch.next(), ...(signal === undefined ? [] : [signal])]);
+        this.sampleUsage();
+        if (why !== "tick") return why;
+        if (this.failure !== null) throw this.failure;
+        if (this.source.error !== null) throw sourceFailure(this.source.error);
+        // Not quiet while a batch is still being applied (waiting on a sink's backpressure, say).
+        const step = await watch.tick(this.source.delivered, this.inFlight > 0);
+        if (step === "idle") return "idle";
+        if (step === "cut") await this.cutDrainedLanes();
+      }
     } finally {
       this.onSettled = null;
-    }
-  }
-
-  private async watchUntilEnd(
-    watch: DrainWatch,
-    ended: Promise<"ended">,
-    signal: Promise<"signal"> | undefined,
-  ): Promise<"ended" | "idle" | "signal"> {
-    for (;;) {
-      let wake!: () => void;
-      const tick = new Promise<"tick">((r) => {
-        wake = () => r("tick");
-        setTimeout(wake, 100).unref();
-      });
-      if (this.options.untilIdleMs !== undefined) {
-        // A drain looks again just after its last batch is applied, not at the next tick.
-        this.onSettled = () => {
-          watch.settled(this.source.delivered);
-          setTimeout(wake, DRAIN_CUT_QUIET_MS).unref();
-        };
-      }
-      const why = await Promise.race([ended, tick, ...(signal === undefined ? [] : [signal])]);
-      this.sampleUsage();
-      if (why !== "tick") return why;
-      if (this.failure !== null) throw this.failure;
-      const error = this.source.error;
-      if (error !== null) {
-        // trajflow's own errors (a file that cannot be written) keep their code; the client's become
-        // SOURCE_READ_FAILED.
-        throw isTrajflowError(error)
-          ? error
-          : new TrajflowError("SOURCE_READ_FAILED", `the source failed: ${error.message}`, { cause: error });
-      }
-      // Not quiet while a batch is still being applied (waiting on a sink's backpressure, say).
-      const step = await watch.tick(this.source.delivered, this.inFlight > 0);
-      if (step === "idle") return "idle";
-      if (step === "cut") await this.cutDrainedLanes();
     }
   }
 
@@ -517,4 +491,10 @@ export class Runtime implements SourceHandler {
     for (const t of this.transforms) await t.close?.();
     await this.ingest?.close();
   }
+}
+
+/** A source's error: trajflow's own (a file that cannot be written) keep their code; the client's become SOURCE_READ_FAILED. */
+function sourceFailure(error: Error): Error {
+  if (isTrajflowError(error)) return error;
+  return new TrajflowError("SOURCE_READ_FAILED", `the source failed: ${error.message}`, { cause: error });
 }

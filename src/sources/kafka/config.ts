@@ -2,6 +2,7 @@ import { z } from "zod";
 import type { SharedSettings } from "../../contract/components.ts";
 import { clampSize, dataBudget, decodeWorkersFor } from "../../core/memory-limit.ts";
 import { kafkaConnectionSchema, shareConnection } from "../../kafka/connection.ts";
+import { FETCH_DEFAULTS } from "../../kafka/topic-consumer.ts";
 
 /** Configuration of the `kafka` source. */
 export const kafkaSourceConfigSchema = z.strictObject({
@@ -73,11 +74,12 @@ export type KafkaSourceConfigInput = z.input<typeof kafkaSourceConfigSchema>;
 
 /**
  * Defaults under a memory limit (core/memory-limit.ts): below 1 GiB, fetches of 1/128 of the data budget
- * (256 KiB to 1 MiB: a fetch's batches are held compressed and decompressed, ~5x for JSON under zstd, and
- * the client fetches ahead while a batch is applied), and no decode worker below 512 MiB.
+ * up to the default per partition (256 KiB, also in all: a fetch's batches are held compressed and
+ * decompressed, 5-24x for JSON under zstd, and the client fetches ahead while a batch is applied), and no
+ * decode worker below 512 MiB.
  */
 export function kafkaSourceSizing(limit: number): Partial<KafkaSourceConfigInput> {
-  const fetch = clampSize(dataBudget(limit) / 128, 256 * 1024, 2 ** 20);
+  const fetch = clampSize(dataBudget(limit) / 128, 64 * 1024, FETCH_DEFAULTS.perPartition);
   return {
     ...(limit < 2 ** 30 ? { fetch_max_bytes: fetch } : {}),
     ...decodeWorkersFor(limit),
