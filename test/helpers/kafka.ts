@@ -77,6 +77,8 @@ export async function readTopic(
 
 /** How many messages a topic holds (the sum of its partitions' high watermarks: nothing is deleted). */
 export async function topicMessages(broker: string, topic: string): Promise<number> {
+  // Without it kafkajs re-arms a timer with a negative delay (Node's TimeoutNegativeWarning in the fleet test).
+  fixKafkajsRequestQueue();
   const kafka = new kafkajs.Kafka({ brokers: [broker], logLevel: kafkajs.logLevel.NOTHING });
   const admin = kafka.admin();
   await admin.connect();
