@@ -19,7 +19,7 @@ import { after, it } from "node:test";
 import { decodeLogprobs, decodeTokenIds } from "../src/schemas/tokens.ts";
 import { runCli, startCli, type RunningCli } from "./helpers/cli.ts";
 import { freePort, waitUntil, type GatewayRow } from "./helpers/gateway.ts";
-import { freshName, kafkaTestScope, readTopic, topicMessages } from "./helpers/kafka.ts";
+import { consumeArgs, freshName, kafkaTestScope, readTopic, topicMessages } from "./helpers/kafka.ts";
 import { startInstantEngine } from "./helpers/instant-engine.ts";
 import { llamaServer } from "./helpers/llama.ts";
 import { readWithPython } from "./helpers/python.ts";
@@ -226,18 +226,8 @@ function trains(
 
 /** `trajflow consume` of the whole topic into `out` (dead letters as files in `dlDir`); its --json report. */
 async function consumeTopic(topic: string, out: string, dlDir: string): Promise<{ stdout: string }> {
-  const args = [
-    "consume",
-    "--topic",
-    topic,
-    "--group",
-    freshName("g"),
-    "--out",
-    out,
-    "--dead-letter-dir",
-    dlDir,
-  ];
-  const consume = await runCli([...args, "--until-idle-ms", "2000", "--json"], { KAFKA_BROKERS: broker() });
+  const args = consumeArgs(topic, out, "--dead-letter-dir", dlDir, "--until-idle-ms", "2000", "--json");
+  const consume = await runCli(args, { KAFKA_BROKERS: broker() });
   assert.equal(consume.code, 0, consume.stderr);
   return consume;
 }

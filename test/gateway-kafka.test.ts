@@ -11,7 +11,7 @@ import { it } from "node:test";
 import { runCli, startCli, type RunningCli } from "./helpers/cli.ts";
 import { freePort, waitUntil, type GatewayRow } from "./helpers/gateway.ts";
 import { startInstantEngine } from "./helpers/instant-engine.ts";
-import { freshName, kafkaTestScope, readTopic } from "./helpers/kafka.ts";
+import { consumeArgs, freshName, kafkaTestScope, readTopic } from "./helpers/kafka.ts";
 import { readWithPython } from "./helpers/python.ts";
 
 const { scratch, broker } = kafkaTestScope("gateway-kafka");
@@ -131,21 +131,7 @@ it("gives the embedded mode's rows through the topic and consume, across a gatew
     gw.current.child.kill("SIGTERM");
     assert.equal(await gw.current.exited, 0, gw.current.stderr());
     const out = join(scratch, "from-topic");
-    const consume = await runCli(
-      [
-        "consume",
-        "--topic",
-        topic,
-        "--group",
-        freshName("g"),
-        "--out",
-        out,
-        "--until-idle-ms",
-        "1500",
-        "--json",
-      ],
-      env,
-    );
+    const consume = await runCli(consumeArgs(topic, out, "--until-idle-ms", "1500", "--json"), env);
     assert.equal(consume.code, 0, consume.stderr);
     assert.equal(
       (JSON.parse(consume.stdout) as { metrics: { dead_letters?: unknown } }).metrics.dead_letters,

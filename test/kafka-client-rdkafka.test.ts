@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { it } from "node:test";
 import { loadRdkafka } from "../src/kafka/rdkafka-binding.ts";
 import { killAfterFiles, parquetFiles, runCli } from "./helpers/cli.ts";
-import { freshName, kafkaTestScope, sourceOverOneEvent, waitFor } from "./helpers/kafka.ts";
+import { consumeArgs, freshName, kafkaTestScope, sourceOverOneEvent, waitFor } from "./helpers/kafka.ts";
 import { mulberry32 } from "./helpers/prng.ts";
 import { assemble, plain } from "./helpers/sessions.ts";
 import { byKey, rowsIn, twoPartWorkload } from "./helpers/workload.ts";
@@ -54,17 +54,7 @@ it("fails at once with KAFKA_CLIENT_UNAVAILABLE, saying how to build it, where t
   // Node without native addons stands for a machine where scripts/librdkafka.sh has not run.
   const topic = freshName("rdkafka-unavailable");
   const result = await runCli(
-    [
-      "consume",
-      "--topic",
-      topic,
-      "--group",
-      freshName("g"),
-      "--out",
-      dir("unavailable"),
-      "--kafka-client",
-      "librdkafka",
-    ],
+    consumeArgs(topic, dir("unavailable"), "--kafka-client", "librdkafka"),
     { KAFKA_BROKERS: broker() },
     ["--no-addons"],
   );

@@ -16,7 +16,7 @@ import { tableToRows } from "../src/schemas/trajectory-arrow.ts";
 import type { TrajectoryRow } from "../src/schemas/trajectory.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { killRunning, runCli, startCli } from "./helpers/cli.ts";
-import { brokers, freshName, readTopic, waitFor } from "./helpers/kafka.ts";
+import { brokers, consumeArgs, freshName, readTopic, waitFor } from "./helpers/kafka.ts";
 import { PYTHON, readWithPython } from "./helpers/python.ts";
 import { assemble, plain, plainWithTimes } from "./helpers/sessions.ts";
 
@@ -50,22 +50,9 @@ async function rowsIn(dir: string) {
 }
 
 async function consumeAll(topic: string, out: string, ...extra: string[]) {
-  const result = await runCli(
-    [
-      "consume",
-      "--topic",
-      topic,
-      "--group",
-      freshName("g"),
-      "--out",
-      out,
-      "--until-idle-ms",
-      "2000",
-      "--json",
-      ...extra,
-    ],
-    { KAFKA_BROKERS: broker },
-  );
+  const result = await runCli(consumeArgs(topic, out, "--until-idle-ms", "2000", "--json", ...extra), {
+    KAFKA_BROKERS: broker,
+  });
   assert.equal(result.code, 0, result.stderr);
   // Regression: every run warned about its idempotent producers' bounded retries (noise: docs/kafka.md
   // promises at least once), and Node 24 about kafkajs's negative timer.

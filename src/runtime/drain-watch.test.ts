@@ -43,3 +43,26 @@ test("without --until-idle-ms nothing is cut or stopped", async () => {
     mock.timers.reset();
   }
 });
+
+test("a draining run looks again DRAIN_CUT_QUIET_MS after its last batch is applied, not at the next tick", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"], now: 0 });
+  // The looks' promises settle on the real event loop: one turn lets a woken look's callback run.
+  const turn = () => new Promise((resolve) => setImmediate(resolve));
+  const woken: string[] = [];
+  const draining = new DrainWatch(4000, () => Promise.resolve(true));
+  void draining.next().then(() => woken.push("draining"));
+  draining.settled(3);
+  t.mock.timers.tick(DRAIN_CUT_QUIET_MS);
+  await turn();
+  assert.deepEqual(woken, ["draining"]);
+  // Not draining: the same settle leaves the look to the status tick.
+  const live = new DrainWatch(undefined, () => Promise.resolve(true));
+  void live.next().then(() => woken.push("live"));
+  live.settled(3);
+  t.mock.timers.tick(DRAIN_CUT_QUIET_MS);
+  await turn();
+  assert.deepEqual(woken, ["draining"]);
+  t.mock.timers.tick(100);
+  await turn();
+  assert.deepEqual(woken, ["draining", "live"]);
+});

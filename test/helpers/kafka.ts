@@ -32,6 +32,11 @@ export function freshName(prefix: string): string {
   return `${prefix}-${randomBytes(4).toString("hex")}`;
 }
 
+/** `trajflow consume` arguments reading `topic` into `out` in a consumer group of its own, then `extra`. */
+export function consumeArgs(topic: string, out: string, ...extra: string[]): string[] {
+  return ["consume", "--topic", topic, "--group", freshName("g"), "--out", out, ...extra];
+}
+
 /** Waits for `check` to be true, polling; fails after `ms` (no bare sleeps in tests). */
 export async function waitFor(
   what: string,

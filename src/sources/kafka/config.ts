@@ -1,6 +1,6 @@
 import { z } from "zod";
 import type { SharedSettings } from "../../contract/components.ts";
-import { clampSize, dataBudget, decodeWorkersFor } from "../../core/memory-limit.ts";
+import { decodeWorkersFor } from "../../core/memory-limit.ts";
 import { kafkaConnectionSchema, shareConnection } from "../../kafka/connection.ts";
 import { FETCH_DEFAULTS } from "../../kafka/topic-consumer.ts";
 
@@ -73,15 +73,13 @@ export type KafkaSourceConfig = z.output<typeof kafkaSourceConfigSchema>;
 export type KafkaSourceConfigInput = z.input<typeof kafkaSourceConfigSchema>;
 
 /**
- * Defaults under a memory limit (core/memory-limit.ts): below 1 GiB, fetches of 1/128 of the data budget
- * up to the default per partition (256 KiB, also in all: a fetch's batches are held compressed and
- * decompressed, 5-24x for JSON under zstd, and the client fetches ahead while a batch is applied), and no
- * decode worker below 512 MiB.
+ * Defaults under a memory limit (core/memory-limit.ts): below 1 GiB, fetches of the default per partition
+ * in all too (256 KiB: a fetch's batches are held compressed and decompressed, 5-24x for JSON under zstd,
+ * and the client fetches ahead while a batch is applied), and no decode worker below 512 MiB.
  */
 export function kafkaSourceSizing(limit: number): Partial<KafkaSourceConfigInput> {
-  const fetch = clampSize(dataBudget(limit) / 128, 64 * 1024, FETCH_DEFAULTS.perPartition);
   return {
-    ...(limit < 2 ** 30 ? { fetch_max_bytes: fetch } : {}),
+    ...(limit < 2 ** 30 ? { fetch_max_bytes: FETCH_DEFAULTS.perPartition } : {}),
     ...decodeWorkersFor(limit),
   };
 }
