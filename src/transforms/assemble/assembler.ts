@@ -294,6 +294,8 @@ export class Assembler {
     session.close(status);
     const turns: RowTurn[][] = [];
     const rows = extractRows(session, this.ctx.config, this.ctx.metrics, turns);
+    // The rows hold copies of the tokens: the session's chunks go to the next sessions.
+    session.trie.release();
     this.sessions.delete(key);
     this.finalized.add(key);
     const owner = session.fence?.gen ?? 0;

@@ -15,7 +15,7 @@ import type { PolicyUpdateEvent } from "../../schemas/events.ts";
 import type { Origin } from "../../schemas/origin.ts";
 import { sessionKey, type SessionOutput } from "../../schemas/session.ts";
 import type { DecodeResult } from "./decode/decode.ts";
-import { DecodePool } from "./decode/pool.ts";
+import { DecodePool, type DecodeTicket } from "./decode/pool.ts";
 import { Assembler } from "./assembler.ts";
 import { SESSION_OVERHEAD_BYTES, type AssembleConfig } from "./config.ts";
 
@@ -61,6 +61,8 @@ export class LaneAssembler implements LaneIngest {
   private readonly written: Map<string, number>;
   /** Open sessions in opening order. */
   readonly spans = new Map<string, OpenSpan>();
+  /** Chunks of batches handed over and not applied yet (a revoked lane's are never iterated). */
+  private readonly tickets = new Set<DecodeTicket>();
 
   constructor(
     owner: AssembleComponent,
@@ -90,27 +92,44 @@ export class LaneAssembler implements LaneIngest {
 
   records(records: RawRecord[], offsets: number[], live: () => boolean): AsyncIterable<Unit[]> {
     // Decoding starts now; applying once the caller iterates (after the batches handed over before).
-    return this.apply(records, offsets, live, this.owner.decode(records));
+    const chunks = this.owner.decode(records);
+    for (const c of chunks) this.tickets.add(c);
+    return this.apply(records, offsets, live, chunks);
   }
 
   private async *apply(
     records: RawRecord[],
     offsets: number[],
     live: () => boolean,
-    chunks: Array<Promise<DecodeResult[]>>,
+    chunks: DecodeTicket[],
   ): AsyncGenerator<Unit[]> {
     const { ledger } = this.lane;
     let at = 0;
-    batch: for (const chunk of chunks) {
-      const decoded = await chunk;
-      for (let i = 0; i < decoded.length; i++, at++) {
-        if (!live()) break batch;
-        const offset = offsets[at]!;
-        if (offset < ledger.next) continue; // delivered again within this generation
-        const units = this.push(records[at]!, offset, decoded[i]!);
-        ledger.next = offset + 1;
-        // Only when there is something to do: a yield per record would cost every event an await.
-        if (units.length > 0 || this.owner.overLimits) yield units;
+    try {
+      batch: for (let c = 0; c < chunks.length; c++) {
+        const chunk = chunks[c]!;
+        const decoded = await chunk.results;
+        for (let i = 0; i < decoded.length; i++, at++) {
+          if (!live()) break batch;
+          const offset = offsets[at]!;
+          const result = decoded[i]!;
+          // The batch no longer holds what it applied: its events lived as long as the whole batch did,
+          // long enough to be promoted to the old generation (half of what the ingest thread promoted).
+          (decoded as Array<DecodeResult | null>)[i] = null;
+          if (offset < ledger.next) continue; // delivered again within this generation
+          const units = this.push(records[at]!, offset, result);
+          ledger.next = offset + 1;
+          // Only when there is something to do: a yield per record would cost every event an await.
+          if (units.length > 0 || this.owner.overLimits) yield units;
+        }
+        chunk.done();
+        this.tickets.delete(chunk);
+      }
+    } finally {
+      // A batch left early (stopped, failed) frees its chunks' places for the next batches.
+      for (const chunk of chunks) {
+        chunk.done();
+        this.tickets.delete(chunk);
       }
     }
     this.owner.ctx.metrics.inc("events_read", "", at);
@@ -220,6 +239,8 @@ export class LaneAssembler implements LaneIngest {
 
   /** The lane was revoked: its sessions are dropped (the next owner reads them again). */
   drop(): void {
+    for (const ticket of this.tickets) ticket.done();
+    this.tickets.clear();
     for (const span of this.spans.values()) this.owner.bufferedBytes -= span.bytes;
     this.spans.clear();
     this.owner.closed(this);
@@ -287,19 +308,19 @@ export class AssembleComponent implements IngestStage {
     this.decoders = new DecodePool(ctx.decodeWorkers);
   }
 
-  /** The records in chunks, all handed to the decoders at once (they decode ahead of assembly). */
-  decode(records: RawRecord[]): Array<Promise<DecodeResult[]>> {
-    const chunks: Array<Promise<DecodeResult[]>> = [];
+  /** The records in chunks, all handed to the decoders at once (they decode a window ahead of assembly). */
+  decode(records: RawRecord[]): DecodeTicket[] {
+    const chunks: DecodeTicket[] = [];
     let start = 0;
     let bytes = 0;
     for (let i = 0; i < records.length; i++) {
       const raw = records[i]!.raw;
       bytes += typeof raw === "string" ? raw.length : raw.byteLength;
       if (i + 1 - start >= DECODE_CHUNK_RECORDS || bytes >= DECODE_CHUNK_BYTES || i === records.length - 1) {
-        const results = this.decoders.decode(records.slice(start, i + 1));
+        const ticket = this.decoders.decode(records.slice(start, i + 1));
         // A chunk left behind by a rebalance may fail after nobody awaits it any more.
-        results.catch(() => {});
-        chunks.push(results);
+        ticket.results.catch(() => {});
+        chunks.push(ticket);
         start = i + 1;
         bytes = 0;
       }

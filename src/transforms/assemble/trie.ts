@@ -83,12 +83,62 @@ const GROWTH = 1.25;
 const NO_TOKENS = new Int32Array(0);
 const NO_LOGPROBS = new Float32Array(0);
 
+/** Chunks up to this many tokens are a power of two in size and recycled through the chunk pool. */
+const POOLED_MAX_TOKENS = SMALL_CHUNK;
+/** Free chunks the pool keeps at most, in bytes (a few thousand sessions' worth). */
+const POOL_SPARE_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Free chunk buffers by size (tokens): a session hands its chunks back once its rows are copied out
+ * (`TokenTrie.release`), and the next sessions take them. Allocating each chunk (two or three per session
+ * of the shared harness's short workload) was 82 ms of the ingest thread, and the ~100 MiB of buffers a
+ * run went through was memory the garbage collector and the allocator tracked and freed one by one.
+ */
+class ChunkPool {
+  private readonly free = new Map<number, ArrayBuffer[]>();
+  private spareBytes = 0;
+
+  /** A buffer of `tokens` token slots and as many logprob slots; not zeroed. */
+  take(tokens: number): ArrayBuffer {
+    const spare = this.free.get(tokens)?.pop();
+    if (spare !== undefined) {
+      this.spareBytes -= spare.byteLength;
+      return spare;
+    }
+    return Buffer.allocUnsafeSlow(tokens * 8).buffer;
+  }
+
+  /** A chunk nothing reads any more; kept for reuse while the pool has room. */
+  give(buffer: ArrayBuffer): void {
+    const tokens = buffer.byteLength / 8;
+    if (tokens > POOLED_MAX_TOKENS || this.spareBytes + buffer.byteLength > POOL_SPARE_BYTES) return;
+    let list = this.free.get(tokens);
+    if (list === undefined) this.free.set(tokens, (list = []));
+    list.push(buffer);
+    this.spareBytes += buffer.byteLength;
+  }
+
+  /** Bytes of free chunks waiting to be reused. */
+  get bytes(): number {
+    return this.spareBytes;
+  }
+}
+
+/** This thread's pool of free chunks (tries live on the thread that assembles). */
+export const chunkPool = new ChunkPool();
+
+/** The smallest power of two at least `n`. */
+const powerOfTwo = (n: number) => 2 ** Math.ceil(Math.log2(n));
+
 export class TokenTrie {
   // No chunk until the first span: a session that never makes a call holds no arena, and the first chunk
   // fits the first span (a fixed 8 KB first chunk made 50,000 tiny sessions cost 800 MB, issue 27 item 9).
   private chunkTokens = NO_TOKENS;
   private chunkLogprobs = NO_LOGPROBS;
   private used = 0;
+  /** The chunks' buffers, handed back to the pool by `release`. */
+  private chunks: ArrayBuffer[] = [];
+  private released = false;
   /** Tokens stored, and token slots allocated across chunks. */
   length = 0;
   allocated = 0;
@@ -107,8 +157,25 @@ export class TokenTrie {
    */
   private nextChunkSize(need: number): number {
     const last = this.chunkTokens.length;
-    if (last === 0) return Math.min(SMALL_CHUNK, Math.max(MIN_CHUNK, need));
-    return Math.min(MAX_CHUNK, last < SMALL_CHUNK ? last * 4 : Math.ceil(last * GROWTH));
+    const size =
+      last === 0
+        ? Math.min(SMALL_CHUNK, Math.max(MIN_CHUNK, need))
+        : Math.min(MAX_CHUNK, last < SMALL_CHUNK ? last * 4 : Math.ceil(last * GROWTH));
+    // Pooled sizes are few, so a chunk a session hands back fits the next session's.
+    return size <= POOLED_MAX_TOKENS ? powerOfTwo(size) : size;
+  }
+
+  /**
+   * Hands the chunks back to the pool for other sessions: call only once nothing reads this trie's tokens
+   * any more (its rows are copied out), and never use the trie again.
+   */
+  release(): void {
+    this.released = true;
+    for (const chunk of this.chunks) chunkPool.give(chunk);
+    this.chunks = [];
+    this.chunkTokens = NO_TOKENS;
+    this.chunkLogprobs = NO_LOGPROBS;
+    this.used = 0;
   }
 
   /**
@@ -122,6 +189,7 @@ export class TokenTrie {
     call: CallHandle | null,
   ): { first: TrieNode; last: TrieNode } {
     if (ids.length === 0) throw new Error("a trie span needs at least one token");
+    if (this.released) throw new Error("a released trie takes no more tokens");
     let first: TrieNode | null = null;
     let at = parent;
     let i = 0;
@@ -131,7 +199,8 @@ export class TokenTrie {
         // One buffer for both: a chunk is one allocation, and one object fewer per chunk in the heap. Not
         // zeroed (every range is written before it is read): zeroing them was 86 ms of the ingest thread
         // on the shared harness's short workload.
-        const buffer = Buffer.allocUnsafeSlow(size * 8).buffer;
+        const buffer = chunkPool.take(size);
+        this.chunks.push(buffer);
         this.chunkTokens = new Int32Array(buffer, 0, size);
         this.chunkLogprobs = new Float32Array(buffer, size * 4, size);
         this.used = 0;

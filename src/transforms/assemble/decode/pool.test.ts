@@ -3,7 +3,7 @@ import { after, it } from "node:test";
 import type { RawRecord } from "../../../core/records.ts";
 import { packLogprobs, packTokenIds } from "../../../schemas/tokens.ts";
 import { decodeEvent } from "./decode.ts";
-import { DecodePool } from "./pool.ts";
+import { DECODE_WINDOW, DecodePool } from "./pool.ts";
 
 const pools: DecodePool[] = [];
 after(async () => {
@@ -51,7 +51,10 @@ for (const size of [0, 1, 2]) {
     pools.push(pool);
     const input = records();
     // Several chunks in flight at once come back in order.
-    const chunks = await Promise.all([pool.decode(input.slice(0, 4)), pool.decode(input.slice(4))]);
+    const chunks = await Promise.all([
+      pool.decode(input.slice(0, 4)).results,
+      pool.decode(input.slice(4)).results,
+    ]);
     const got = chunks.flat();
     const want = records().map(decodeEvent);
     assert.equal(got.length, want.length);
@@ -95,7 +98,7 @@ it("rejects deeply nested events on a worker without crashing it", async () => {
     raw: new TextEncoder().encode(raw),
     origin: { kind: "file", file: "x.jsonl", line: i + 1 },
   }));
-  const [rejected, ok] = await pool.decode(records);
+  const [rejected, ok] = await pool.decode(records).results;
   assert.ok(rejected!.kind === "rejected");
   assert.equal(rejected!.deadLetter.code, "NESTING_TOO_DEEP");
   assert.equal(ok!.kind, "event");
@@ -112,7 +115,7 @@ it("gives the ingest thread an event too deep to clone as its bytes, rejected as
     raw: new TextEncoder().encode(raw),
     origin: { kind: "file", file: "x.jsonl", line: i + 1 },
   }));
-  const [rejected, ok] = await pool.decode(records);
+  const [rejected, ok] = await pool.decode(records).results;
   assert.deepEqual(rejected, decodeEvent(records[0]!));
   assert.equal(rejected!.kind, "rejected");
   assert.equal(ok!.kind, "event");
@@ -151,7 +154,9 @@ it("decodes small and large JSON arrays on a worker as decodeEvent does", async 
     raw: Buffer.from(JSON.stringify(e)),
     origin: { kind: "kafka", topic: "t", partition: 0, offset: String(i) },
   }));
-  const got = (await Promise.all([pool.decode(input.slice(0, 150)), pool.decode(input.slice(150))])).flat();
+  const got = (
+    await Promise.all([pool.decode(input.slice(0, 150)).results, pool.decode(input.slice(150)).results])
+  ).flat();
   const want = input.map(decodeEvent);
   assert.equal(got.length, want.length);
   for (let i = 0; i < want.length; i++) assert.deepEqual(got[i], want[i], `record ${i}`);
@@ -159,4 +164,31 @@ it("decodes small and large JSON arrays on a worker as decodeEvent does", async 
   assert.ok(big.kind === "event" && big.value.event.type === "response");
   assert.equal(big.value.event.output_ids.length, 20_000);
   assert.equal(big.value.event.logprobs!.length, 20_000);
+});
+
+// Decoding ran a whole fetch ahead of assembly, and every decoded chunk waited on the ingest thread's heap
+// long enough to be promoted (issue 46): at most DECODE_WINDOW chunks are decoded and not yet done.
+it("decodes at most DECODE_WINDOW chunks ahead of the caller, in order, skipping chunks given up", async () => {
+  const pool = new DecodePool(1);
+  pools.push(pool);
+  const input = records();
+  const tickets = Array.from({ length: DECODE_WINDOW + 2 }, (_, i) => pool.decode(input.slice(i, i + 1)));
+  assert.equal(pool.queued, 2);
+  const first = await tickets[0]!.results;
+  assert.deepEqual(first, [decodeEvent(input[0]!)]);
+  // The last one is given up before it was sent (a revoked lane): it never takes a place.
+  tickets[DECODE_WINDOW + 1]!.done();
+  assert.equal(pool.queued, 1);
+  tickets[0]!.done();
+  tickets[0]!.done(); // twice is once
+  assert.equal(pool.queued, 0);
+  for (let i = 1; i <= DECODE_WINDOW; i++) {
+    assert.deepEqual(await tickets[i]!.results, [decodeEvent(input[i]!)]);
+    tickets[i]!.done();
+  }
+  // The window is free again: a new chunk is sent at once.
+  const next = pool.decode(input.slice(0, 1));
+  assert.equal(pool.queued, 0);
+  assert.deepEqual(await next.results, [decodeEvent(input[0]!)]);
+  next.done();
 });
