@@ -6,6 +6,16 @@ import type { ErrorCode } from "./errors.ts";
 export interface RawRecord {
   raw: string | Uint8Array;
   origin: Origin;
+  /** The length of `raw`, where a record knows it without making `raw` (a Kafka record's value view). */
+  readonly rawLength?: number;
+}
+
+/** What a record's bytes count for the limits: its bytes, or a string's UTF-16 length. */
+export function recordSize(record: RawRecord): number {
+  const known = record.rawLength;
+  if (known !== undefined) return known;
+  const raw = record.raw;
+  return typeof raw === "string" ? raw.length : raw.byteLength;
 }
 
 /** Where dead letters go. Sinks implement it; the runner hands one to every component. */

@@ -20,6 +20,7 @@ import type { Metrics } from "../../core/metrics.ts";
 import type { RawRecord } from "../../core/records.ts";
 import { describeConnection, isBrokerAway, isClientError, setupError } from "../../kafka/client.ts";
 import { createTopicConsumer } from "../../kafka/consumer.ts";
+import { FetchedMessage } from "../../kafka/fetch-records.ts";
 import {
   heartbeatInterval,
   type Batch,
@@ -421,6 +422,13 @@ function recordsOf(topic: string, batch: Batch) {
   let bytes = 0;
   for (let i = 0; i < batch.messages.length; i++) {
     const m = batch.messages[i]!;
+    if (m instanceof FetchedMessage) {
+      // The lean decoder's message is the record itself: no record, origin or value view per message.
+      records[i] = m.from(topic, batch.partition);
+      bytes += m.rawLength;
+      offsets[i] = Number(m.offset);
+      continue;
+    }
     const raw = m.value ?? EMPTY;
     bytes += raw.length;
     const offset = String(m.offset);

@@ -10,7 +10,7 @@ import type { IngestStage, Lane, LaneIngest, SessionSpan, Unit } from "../../con
 import type { Holdings } from "../../core/held-memory.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
-import { makeDeadLetter, type DeadLetterOutput, type RawRecord } from "../../core/records.ts";
+import { makeDeadLetter, recordSize, type DeadLetterOutput, type RawRecord } from "../../core/records.ts";
 import type { PolicyUpdateEvent } from "../../schemas/events.ts";
 import type { Origin } from "../../schemas/origin.ts";
 import { sessionKey, type SessionOutput } from "../../schemas/session.ts";
@@ -176,7 +176,7 @@ export class LaneAssembler implements LaneIngest {
       // remembers its seq, so a restart reads it again before the session's later events.
       return this.units(this.assembler.pushRejected(decoded.envelope!, this.lane.ledger.hold(offset)));
     }
-    let bytes = typeof record.raw === "string" ? record.raw.length : record.raw.byteLength;
+    let bytes = recordSize(record);
     const span = this.spans.get(key);
     if (span === undefined) {
       // Counted with what a session holds beyond its events, so the limits bound memory (issue 27 item 9).
@@ -314,8 +314,7 @@ export class AssembleComponent implements IngestStage {
     let start = 0;
     let bytes = 0;
     for (let i = 0; i < records.length; i++) {
-      const raw = records[i]!.raw;
-      bytes += typeof raw === "string" ? raw.length : raw.byteLength;
+      bytes += recordSize(records[i]!);
       if (i + 1 - start >= DECODE_CHUNK_RECORDS || bytes >= DECODE_CHUNK_BYTES || i === records.length - 1) {
         const ticket = this.decoders.decode(records.slice(start, i + 1));
         // A chunk left behind by a rebalance may fail after nobody awaits it any more.

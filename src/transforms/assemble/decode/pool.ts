@@ -182,26 +182,28 @@ function settled(results: Promise<DecodeResult[]>): DecodeTicket {
  * begins): one copy instead of one per record. Otherwise they are packed back to back.
  */
 export function packRecords(id: number, records: RawRecord[], buffers: JobBuffers): DecodeJob {
-  const ends = new Uint32Array(records.length);
-  const span = sharedSpan(records);
+  // Read once: a record may make its bytes' view on each read (a Kafka record does).
+  const raws = records.map((r) => r.raw);
+  const ends = new Uint32Array(raws.length);
+  const span = sharedSpan(raws);
   if (span !== null) {
     const bytes = buffers.take(span.end - span.start);
     bytes.set(new Uint8Array(span.buffer, span.start, span.end - span.start));
-    const starts = new Uint32Array(records.length);
-    for (let i = 0; i < records.length; i++) {
-      const raw = records[i]!.raw as Uint8Array;
+    const starts = new Uint32Array(raws.length);
+    for (let i = 0; i < raws.length; i++) {
+      const raw = raws[i] as Uint8Array;
       starts[i] = raw.byteOffset - span.start;
       ends[i] = starts[i]! + raw.length;
     }
     return { id, bytes, ends, starts };
   }
   let total = 0;
-  for (const r of records) total += typeof r.raw === "string" ? Buffer.byteLength(r.raw) : r.raw.length;
+  for (const raw of raws) total += typeof raw === "string" ? Buffer.byteLength(raw) : raw.length;
   const bytes = buffers.take(total);
   const view = Buffer.from(bytes.buffer, 0, total);
   let at = 0;
-  for (let i = 0; i < records.length; i++) {
-    const raw = records[i]!.raw;
+  for (let i = 0; i < raws.length; i++) {
+    const raw = raws[i]!;
     if (typeof raw === "string") at += view.write(raw, at);
     else {
       view.set(raw, at);
@@ -251,14 +253,15 @@ const MAX_SPARE_BYTES = 4 * 1024 * 1024;
 const MAX_FRAMING_SHARE = 0.25;
 
 /** Where the records lie in order in one buffer, with little between them; null otherwise. */
-function sharedSpan(records: RawRecord[]): { buffer: ArrayBufferLike; start: number; end: number } | null {
-  const first = records[0]!.raw;
+function sharedSpan(
+  raws: Array<string | Uint8Array>,
+): { buffer: ArrayBufferLike; start: number; end: number } | null {
+  const first = raws[0]!;
   if (typeof first === "string") return null;
   const buffer = first.buffer;
   let end = first.byteOffset;
   let total = 0;
-  for (const r of records) {
-    const raw = r.raw;
+  for (const raw of raws) {
     if (typeof raw === "string" || raw.buffer !== buffer || raw.byteOffset < end) return null;
     end = raw.byteOffset + raw.length;
     total += raw.length;
