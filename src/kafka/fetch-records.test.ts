@@ -103,6 +103,23 @@ test("record batches: the lean decoder gives kafkajs's messages, uncompressed an
   }
 });
 
+// Each message waited from its fetch until applied as a record object, an origin and a value view besides
+// the message (40 of the 90 MiB the ingest thread promoted, issue 46): the message is the record.
+test("record batches: a message is the pipeline's record once its source names topic and partition", async () => {
+  const set = recordSet([
+    await batchBytes({ compression: 4, firstOffset: 40n, firstTimestamp: 1n, records: records(3, false) }),
+  ]);
+  const messages = (await lean(new Decoder(set))) as FetchedMessage[];
+  const [first, , nullValue] = messages.map((m) => m.from("events", 3));
+  assert.deepEqual(first!.origin, { kind: "kafka", topic: "events", partition: 3, offset: "40" });
+  assert.equal(first!.raw.toString(), JSON.stringify({ type: "request", seq: 0, prompt_ids: [1, 2, 0] }));
+  assert.equal(first!.rawLength, first!.raw.length);
+  assert.deepEqual(first!.value, first!.raw);
+  // A null value is an empty record, as the source always read it.
+  assert.equal(nullValue!.value, null);
+  assert.deepEqual([nullValue!.raw.length, nullValue!.rawLength], [0, 0]);
+});
+
 test("record batches: a batch cut by the fetch's byte limit is left out, as kafkajs does", async () => {
   const whole = await batchBytes({
     compression: 4,
