@@ -66,3 +66,39 @@ test("a draining run looks again DRAIN_CUT_QUIET_MS after its last batch is appl
   await turn();
   assert.deepEqual(woken, ["draining", "live"]);
 });
+
+// Regression (issue 46): the last batch applied while the runtime was asking the broker (or cutting) woke
+// no look, and the catch-up's last files waited for the next 100 ms tick.
+test("a batch applied while the runtime looks still brings the next look DRAIN_CUT_QUIET_MS after it", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"], now: 0 });
+  const turn = () => new Promise((resolve) => setImmediate(resolve));
+  let answer: ((v: boolean) => void) | null = null;
+  let asks = 0;
+  // The first answer takes a while; later ones come at once.
+  const watch = new DrainWatch(4000, () =>
+    asks++ === 0 ? new Promise((resolve) => (answer = resolve)) : Promise.resolve(false),
+  );
+  let looks = 0;
+  void watch.next().then(() => looks++);
+  watch.settled(3);
+  t.mock.timers.tick(DRAIN_CUT_QUIET_MS);
+  await turn();
+  assert.equal(looks, 1);
+  const step = watch.tick(3, false); // asks the source, which takes a while to answer
+  watch.settled(5); // meanwhile the last batch is applied
+  answer!(false);
+  assert.equal(await step, "go-on");
+  void watch.next().then(() => looks++);
+  t.mock.timers.tick(DRAIN_CUT_QUIET_MS);
+  await turn();
+  assert.equal(looks, 2, "looked again 20 ms after the settle, not at the 100 ms tick");
+  // Nothing applied since that look began: the next one waits for the tick.
+  assert.equal(await watch.tick(5, false), "go-on");
+  void watch.next().then(() => looks++);
+  t.mock.timers.tick(DRAIN_CUT_QUIET_MS);
+  await turn();
+  assert.equal(looks, 2);
+  t.mock.timers.tick(100);
+  await turn();
+  assert.equal(looks, 3);
+});

@@ -34,21 +34,32 @@ export class DrainWatch {
     this.drained = drained;
   }
 
-  /** Wakes the look in progress (next()). */
+  /** Wakes the look in progress (next()); null while the runtime is looking (tick, a cut). */
   private wake: (() => void) | null = null;
+  /** When every batch was last applied, and when the last look began. */
+  private settledAt = -Infinity;
+  private lookedAt = -Infinity;
 
   /** The next look: at the status tick, or, draining, DRAIN_CUT_QUIET_MS after every batch is applied. */
   next(): Promise<"tick"> {
+    // Applied while the runtime was looking (asking the broker, cutting files): no look was waiting to be
+    // woken, and the status tick would have come up to 100 ms late (a catch-up's last files with it).
+    const missed = this.untilIdleMs !== undefined && this.settledAt >= this.lookedAt;
+    const delay = missed ? Math.max(0, this.settledAt + DRAIN_CUT_QUIET_MS - Date.now()) : TICK_MS;
     return new Promise((resolve) => {
-      this.wake = () => resolve("tick");
-      setTimeout(this.wake, TICK_MS).unref();
+      const wake = () => {
+        if (this.wake === wake) this.wake = null;
+        resolve("tick");
+      };
+      this.wake = wake;
+      setTimeout(wake, delay).unref();
     });
   }
 
   /** Every batch handed over is applied, `delivered` records in all: the quiet starts now. */
   settled(delivered: number): void {
     this.last = delivered;
-    this.quietSince = Date.now();
+    this.quietSince = this.settledAt = Date.now();
     // A drain looks again just after its last batch is applied, not at the next tick.
     if (this.untilIdleMs !== undefined && this.wake !== null)
       setTimeout(this.wake, DRAIN_CUT_QUIET_MS).unref();
@@ -56,6 +67,7 @@ export class DrainWatch {
 
   /** One tick: `delivered` records so far, `busy` while a batch is still being applied. */
   async tick(delivered: number, busy: boolean): Promise<DrainStep> {
+    this.lookedAt = Date.now();
     if (delivered !== this.last || busy) {
       this.last = delivered;
       this.quietSince = Date.now();
