@@ -399,7 +399,7 @@ describe("replay", () => {
     assert.equal(sized.code, 0, sized.stderr);
     assert.match(
       sized.stderr,
-      /"limit_mib":1024,"from":"--max-memory","sized":\[[^\]]*"files\.max_tokens_per_file = 1000000"/,
+      /"limit_mib":1024,"from":"--max-memory","sized":\[[^\]]*"files\.max_tokens_per_file = 500000"/,
     );
     const bad = await runCli([
       "replay",

@@ -76,7 +76,7 @@ describe("planPipeline: a memory limit", () => {
   it("leaves the defaults alone above what they need, and without a limit", () => {
     const big = planPipeline(pipeline(), [], { bytes: 8 * 2 ** 30, source: "cgroup" });
     const files = big.sinks.at(-1)!.config as Record<string, unknown>;
-    assert.equal(files.max_tokens_per_file, 1_000_000);
+    assert.equal(files.max_tokens_per_file, 500_000);
     assert.equal(files.max_in_flight, 2);
     assert.equal((big.source.config as Record<string, unknown>).fetch_max_bytes, undefined);
     assert.equal(planPipeline(pipeline()).memory, null);

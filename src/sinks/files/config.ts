@@ -39,8 +39,10 @@ export const fileSinkConfigSchema = z
       // measured (bench:kafka workload): 16M tokens per file gave 3.8 M tokens/s end to end, 4M gave 6.1:
       // smaller files let the encoder work while ingest goes on instead of at the end. 1M (issue 46, the
       // shared harness's 880,000-event backlog): 7.6 M tokens/s against 5.8 at 4M, and a peak RSS 444 MiB
-      // lower, the two files in flight no longer holding 4M tokens each.
-      .default(1_000_000)
+      // lower, the two files in flight no longer holding 4M tokens each. 500k (issue 46, once a file's
+      // chunks went out in one write): the harness's short workload at the same speed, 25-30 MiB less peak
+      // RSS (every partition's rows waiting and in flight at the catch-up's first cut).
+      .default(500_000)
       .describe("A file is cut once its rows hold this many tokens; bounds the memory of buffered rows."),
     max_bytes_per_file: z
       .int()
@@ -110,7 +112,7 @@ export type FileSinkConfig = z.output<typeof fileSinkConfigSchema>;
 export function fileSinkSizing(limit: number): Partial<FileSinkConfigInput> {
   const budget = dataBudget(limit);
   return {
-    max_tokens_per_file: Math.floor(Math.min(1_000_000, Math.max(128 * 1024, budget / 2 / 80))),
+    max_tokens_per_file: Math.floor(Math.min(500_000, Math.max(128 * 1024, budget / 2 / 80))),
     max_bytes_per_file: clampSize(budget / 4, 4 * 2 ** 20, 256 * 2 ** 20),
     max_buffered_bytes: clampSize(budget / 4, 4 * 2 ** 20, 256 * 2 ** 20),
     ...(limit < 2 ** 30 ? { max_in_flight: 1 } : {}),

@@ -48,13 +48,38 @@ export async function writeTemp(path: string, bytes: Uint8Array | Iterable<Uint8
   const temp = join(dir, `${TEMP_PREFIX}${randomBytes(6).toString("hex")}~${WRITER}~${basename(path)}`);
   const handle = await fs.open(temp, "wx");
   try {
-    // writeFile on a handle appends at its position: one call per chunk writes them in order.
-    for (const chunk of bytes instanceof Uint8Array ? [bytes] : bytes) await handle.writeFile(chunk);
+    // Chunks go out together, a few at a time: an encoder makes two per column page (~80 for a small
+    // Parquet file), and a write each was 2.4 ms of the encoder thread per file (issue 46).
+    let batch: Uint8Array[] = [];
+    let batchBytes = 0;
+    for (const chunk of bytes instanceof Uint8Array ? [bytes] : bytes) {
+      batch.push(chunk);
+      batchBytes += chunk.length;
+      if (batchBytes >= WRITE_BATCH_BYTES || batch.length >= WRITE_BATCH_CHUNKS) {
+        await writeAll(handle, batch, batchBytes);
+        batch = [];
+        batchBytes = 0;
+      }
+    }
+    if (batch.length > 0) await writeAll(handle, batch, batchBytes);
     await handle.sync();
   } finally {
     await handle.close();
   }
   return temp;
+}
+
+/** Bytes and chunks gathered into one write of a file's chunks (a writev; IOV_MAX is 1,024 on Linux). */
+const WRITE_BATCH_BYTES = 1 << 20;
+const WRITE_BATCH_CHUNKS = 256;
+
+/** Appends `chunks` (`total` bytes) at the handle's position; a short write is finished byte by byte. */
+async function writeAll(handle: fs.FileHandle, chunks: Uint8Array[], total: number): Promise<void> {
+  const { bytesWritten } = await handle.writev(chunks);
+  if (bytesWritten === total) return;
+  // Rare (a full disk answers with an error instead): the rest, from where the write stopped.
+  const rest = Buffer.concat(chunks).subarray(bytesWritten);
+  await handle.writeFile(rest);
 }
 
 /**
