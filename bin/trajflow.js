@@ -21,14 +21,30 @@ if (major < 24) {
   process.exit(2);
 }
 
-import("../src/cli/main.ts").then(async ({ main }) => {
-  const { setTimeout } = await import("node:timers");
-  process.exitCode = await main(process.argv.slice(2));
-  // Everything is settled when main returns. A handle a library left open (kafkajs has kept reconnect
-  // timers after a broker restart) must not keep the process alive: say what it was, and exit.
-  setTimeout(() => {
-    const open = process.getActiveResourcesInfo().filter((r) => r !== "TTYWrap");
-    process.stderr.write(`trajflow: exiting with handles still open: ${open.join(", ")}\n`);
-    process.exit();
-  }, 5000).unref();
-});
+// Node's compile cache (module.enableCompileCache, in the OS's temporary directory unless
+// NODE_COMPILE_CACHE names one): the type-stripped and compiled sources are kept between runs, so a start
+// loads ~430 modules in ~40% of the time (stripping the types alone was a third of it; BENCHMARKS.md).
+// Passed on to the worker threads through the environment. Where the cache cannot be written, nothing
+// changes but the time.
+import("node:module")
+  .then(function (mod) {
+    if (typeof mod.enableCompileCache !== "function") return;
+    var cache = mod.enableCompileCache(process.env.NODE_COMPILE_CACHE);
+    if (cache && cache.directory && process.env.NODE_COMPILE_CACHE === undefined)
+      process.env.NODE_COMPILE_CACHE = cache.directory;
+  })
+  .catch(function () {})
+  .then(function () {
+    return import("../src/cli/main.ts");
+  })
+  .then(async ({ main }) => {
+    const { setTimeout } = await import("node:timers");
+    process.exitCode = await main(process.argv.slice(2));
+    // Everything is settled when main returns. A handle a library left open (kafkajs has kept reconnect
+    // timers after a broker restart) must not keep the process alive: say what it was, and exit.
+    setTimeout(() => {
+      const open = process.getActiveResourcesInfo().filter((r) => r !== "TTYWrap");
+      process.stderr.write(`trajflow: exiting with handles still open: ${open.join(", ")}\n`);
+      process.exit();
+    }, 5000).unref();
+  });
