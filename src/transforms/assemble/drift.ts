@@ -60,7 +60,9 @@ export class DriftTracker {
     if (walk.off < walk.node.len) {
       suspect = walk.node.call as CallState | null;
     } else {
-      for (const child of walk.node.children) if (child.call !== null) suspect = child.call as CallState;
+      const children = walk.node.children; // index loop: possibly the frozen empty array (trie.ts)
+      for (let c = 0; c < children.length; c++)
+        if (children[c]!.call !== null) suspect = children[c]!.call as CallState;
     }
     if (suspect === null) return; // diverged in context: a genuine branch (e.g. a different tool result)
     if (call.hasMessages && suspect.hasMessages) {

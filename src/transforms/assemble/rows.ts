@@ -36,12 +36,13 @@ function markLive(root: TrieNode, suppressed: Set<TrieNode> | null): void {
   while (stack.length > 0) {
     const node = stack.pop()!;
     order.push(node);
-    for (const child of node.children) stack.push(child);
+    // Index loops: children may be the frozen empty array, which for...of iterates slowly (trie.ts).
+    for (let c = 0; c < node.children.length; c++) stack.push(node.children[c]!);
   }
   for (let i = order.length - 1; i >= 0; i--) {
     const node = order[i]!;
     let liveChild = false;
-    for (const child of node.children) if (child.live) liveChild = true;
+    for (let c = 0; c < node.children.length; c++) if (node.children[c]!.live) liveChild = true;
     node.live =
       liveChild ||
       // A demoted call's tokens (train: false, realigned drift) are context: they end no row of their own.
@@ -99,7 +100,7 @@ export function extractRows(
     }
     // No more live children: if this node had none at all, it is a leaf and yields a row.
     let hasLiveChild = false;
-    for (const c of children) if (c.live) hasLiveChild = true;
+    for (let c = 0; c < children.length; c++) if (children[c]!.live) hasLiveChild = true;
     if (!hasLiveChild && node !== trie.root) {
       const index = rows.length;
       const row = buildRow(session, path, firstUnowned, index, owner, config, metrics, rowTurns);

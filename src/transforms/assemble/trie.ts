@@ -16,7 +16,9 @@ export interface CallHandle {
   end: TrieNode | null;
 }
 
-// Frozen: a push to it would throw, not give every leaf a child.
+// Frozen: a push to it would throw, not give every leaf a child. Read with index loops: a for...of over a
+// frozen array is not optimized, and made an iterator and a result object per step (40 MiB of the ingest
+// thread's garbage on the shared harness's short workload, issue 46).
 const NO_CHILDREN = Object.freeze([]) as unknown as TrieNode[];
 
 export class TrieNode {
@@ -207,9 +209,12 @@ export class TokenTrie {
         this.allocated += size;
       }
       const take = Math.min(ids.length - i, this.chunkTokens.length - this.used);
-      this.chunkTokens.set(ids.subarray(i, i + take), this.used);
+      // The whole span, most often: no view made for it.
+      const whole = i === 0 && take === ids.length;
+      this.chunkTokens.set(whole ? ids : ids.subarray(i, i + take), this.used);
       // Context positions hold logprob 0; they are never read as trained.
-      if (logprobs !== null) this.chunkLogprobs.set(logprobs.subarray(i, i + take), this.used);
+      if (logprobs !== null)
+        this.chunkLogprobs.set(whole ? logprobs : logprobs.subarray(i, i + take), this.used);
       else this.chunkLogprobs.fill(0, this.used, this.used + take);
       const node = new TrieNode(this.chunkTokens, this.chunkLogprobs, this.used, take, call, at);
       // Most nodes have one child or none: an exact one-element array, not push's 16 slots.
@@ -244,7 +249,9 @@ export class TokenTrie {
     let best: TrieNode | null = null;
     let bestLen = 0;
     let candidates = 0;
-    for (const child of node.children) {
+    const children = node.children;
+    for (let c = 0; c < children.length; c++) {
+      const child = children[c]!;
       if (child.tokens[child.start] !== first) continue;
       candidates++;
       if (candidates === 1) {
@@ -294,7 +301,7 @@ export class TokenTrie {
   split(node: TrieNode, off: number): TrieNode {
     const tail = new TrieNode(node.tokens, node.logprobs, node.start + off, node.len - off, node.call, node);
     tail.children = node.children;
-    for (const child of tail.children) child.parent = tail;
+    for (let c = 0; c < tail.children.length; c++) tail.children[c]!.parent = tail;
     tail.endOf = node.endOf;
     if (tail.endOf !== null) for (const call of tail.endOf) call.end = tail;
     node.endOf = null;
