@@ -78,8 +78,8 @@ export class Assembler {
   }
 
   /** True when the session was finalized here (its later events are dead-lettered as LATE_EVENT). */
-  isFinalized(uid: string, sessionId: string): boolean {
-    return this.finalized.has(sessionKey(uid, sessionId));
+  isFinalized(uid: string, sessionId: string, key = sessionKey(uid, sessionId)): boolean {
+    return this.finalized.has(key);
   }
 
   /** The greatest event time seen: the clock that closes sessions (and times out groups downstream). */
@@ -149,12 +149,15 @@ export class Assembler {
     }
   }
 
-  /** Applies one event; returns the sessions it caused to finalize (possibly none). */
-  push(d: DecodedEvent): SessionOutput[] {
+  /**
+   * Applies one event; returns the sessions it caused to finalize (possibly none). `key`: its session's
+   * key, and `open`: the caller found the session not finalized (isFinalized), both so that an event's key
+   * is made and looked up once.
+   */
+  push(d: DecodedEvent, key = sessionKey(d.event.uid, d.event.session_id), open = false): SessionOutput[] {
     const ev = d.event;
     this.ctx.metrics.inc("events_received", ev.type);
-    const key = sessionKey(ev.uid, ev.session_id);
-    if (this.finalized.has(key)) {
+    if (!open && this.finalized.has(key)) {
       const owner = this.finalOwners.get(key);
       if (owner !== undefined && (ev.gen ?? 0) < owner) {
         // A stale gateway replica's write to a session its new owner already ended: fenced, not late.

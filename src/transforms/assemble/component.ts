@@ -167,8 +167,8 @@ export class LaneAssembler implements LaneIngest {
         return [];
       }
     }
-    if (this.assembler.isFinalized(envelope.uid, envelope.session_id)) {
-      return decoded.kind === "event" ? this.units(this.assembler.push(decoded.value)) : [];
+    if (this.assembler.isFinalized(envelope.uid, envelope.session_id, key)) {
+      return decoded.kind === "event" ? this.units(this.assembler.push(decoded.value, key)) : [];
     }
     if (decoded.kind !== "event" && !this.spans.has(key)) {
       // A rejected event (its dead letter written) opens no session: garbage with a new session id per
@@ -200,7 +200,7 @@ export class LaneAssembler implements LaneIngest {
     this.owner.bufferedBytes += bytes;
     return this.units(
       decoded.kind === "event"
-        ? this.assembler.push(decoded.value)
+        ? this.assembler.push(decoded.value, key, true)
         : this.assembler.pushRejected(decoded.envelope!),
     );
   }
