@@ -8,6 +8,7 @@
  * registers them here under a name. What no thread here accounts for (V8's garbage-collection and
  * compiler helper threads, libuv's thread pool) is the process's CPU minus the sum.
  */
+import { getHeapStatistics } from "node:v8";
 
 export interface ThreadUsage {
   /** CPU seconds (user + system) this thread has spent since it started. */
@@ -23,9 +24,10 @@ export interface ThreadUsage {
 }
 
 /**
- * Memory is read at most this often: process.memoryUsage() also reads the process's RSS from /proc, and
- * a decode worker sampling it with every job spent 159 ms of its 1.7 s on it (shared harness, short
- * workload in the delta form). Jobs come every few ms; a peak is still seen within this.
+ * Memory is read at most this often, from V8's heap statistics: a decode worker reading
+ * process.memoryUsage() (which also reads the process's RSS from /proc) with every job spent 159 ms of its
+ * 1.7 s on it (shared harness, short workload in the delta form), and still ~50 ms at this pace. Jobs come
+ * every few ms; a peak is still seen within this.
  */
 export const MEMORY_SAMPLE_MS = 20;
 
@@ -41,12 +43,13 @@ export class ThreadMeter {
     const now = performance.now();
     if (now - this.sampledAt >= MEMORY_SAMPLE_MS) {
       this.sampledAt = now;
-      const m = process.memoryUsage();
-      this.heap = m.heapTotal;
-      // `external` includes `arrayBuffers`; both are this isolate's.
-      this.external = m.external;
-      if (m.heapTotal > this.heapPeak) this.heapPeak = m.heapTotal;
-      if (m.external > this.externalPeak) this.externalPeak = m.external;
+      // This isolate's figures, as process.memoryUsage() gives them (heapTotal, external: ArrayBuffers
+      // included), without its read of the process's RSS from /proc.
+      const m = getHeapStatistics();
+      this.heap = m.total_heap_size;
+      this.external = m.external_memory;
+      if (this.heap > this.heapPeak) this.heapPeak = this.heap;
+      if (this.external > this.externalPeak) this.externalPeak = this.external;
     }
     const cpu = process.threadCpuUsage();
     return {
