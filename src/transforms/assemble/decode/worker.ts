@@ -50,7 +50,9 @@ const ORIGIN = { kind: "kafka", topic: "", partition: 0, offset: "0" } as const;
  * too large for the arena's blocks), so they can move; the arena's shared blocks are listed once per chunk.
  */
 function addBuffers(event: GatewayEvent, out: ArrayBuffer[]): void {
-  for (const value of Object.values(event)) {
+  // for...in, not Object.values: no array made per event.
+  for (const key in event) {
+    const value = (event as unknown as Record<string, unknown>)[key];
     // Routed experts are an object around their bytes (routed-experts.ts), always a buffer of their own.
     const view = isRoutedExperts(value) ? value.data : value;
     if (ArrayBuffer.isView(view) && view.byteLength === view.buffer.byteLength) {
