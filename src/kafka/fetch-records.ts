@@ -9,11 +9,12 @@
  * collections while the batch waits for its decoding. This reads the same bytes with plain numbers (exact:
  * 64-bit fields past 2^53 fall back to BigInt) and gives the same messages: offset and timestamp as decimal
  * strings, key and value as Buffers sharing the batch's (decompressed) bytes or null, headers as kafkajs
- * builds them, isControlRecord, batchContext, magicByte, attributes. Key, headers and timestamp, which the
- * pipeline never reads, are made when first read (getters on the message's prototype): three objects fewer
- * per message. Legacy message sets (magic 0 and 1) still go to kafkajs's decoder.
+ * builds them, isControlRecord, batchContext, magicByte, attributes. Key, value, headers and timestamp are
+ * made when read (getters on the message's prototype): four objects fewer per message, and the message
+ * serves as the pipeline's record (`raw`, `origin`). Legacy message sets (magic 0 and 1) still go to kafkajs's decoder.
  */
 import { createRequire } from "node:module";
+import type { Origin } from "../schemas/origin.ts";
 
 interface KafkajsDecoder {
   buffer: Buffer;
@@ -108,7 +109,7 @@ export class FetchedMessage {
 
   /** The value's bytes (empty for a null value), as a RawRecord has them. */
   get raw(): Buffer {
-    return this.valueAt < 0 ? NO_VALUE : this.bytes.subarray(this.valueAt, this.valueAt + this.valueLength);
+    return this.value ?? NO_VALUE;
   }
 
   /** The value's length (0 for null), without a view. */
@@ -117,7 +118,7 @@ export class FetchedMessage {
   }
 
   /** Where the record came from, as a RawRecord says (after `from`). */
-  get origin(): { kind: "kafka"; topic: string; partition: number; offset: string } {
+  get origin(): Extract<Origin, { kind: "kafka" }> {
     return { kind: "kafka", topic: this.topic, partition: this.partition, offset: this.offset };
   }
 

@@ -4,6 +4,9 @@ import { outputLocationSchema } from "../shared/location-schema.ts";
 import { s3OptionsSchema } from "../shared/s3-options.ts";
 import { ENGINE_CODECS } from "./encoders/types.ts";
 
+/** Tokens a file holds by default, and at most under a memory limit (`fileSinkSizing`). */
+const TOKENS_PER_FILE = 500_000;
+
 /**
  * Configuration of the file sinks (`parquet` and `arrow`). Unknown keys are rejected so a typo fails
  * loudly; engine and codec are checked together.
@@ -42,7 +45,7 @@ export const fileSinkConfigSchema = z
       // lower, the two files in flight no longer holding 4M tokens each. 500k (issue 46, once a file's
       // chunks went out in one write): the harness's short workload at the same speed, 25-30 MiB less peak
       // RSS (every partition's rows waiting and in flight at the catch-up's first cut).
-      .default(500_000)
+      .default(TOKENS_PER_FILE)
       .describe("A file is cut once its rows hold this many tokens; bounds the memory of buffered rows."),
     max_bytes_per_file: z
       .int()
@@ -112,7 +115,7 @@ export type FileSinkConfig = z.output<typeof fileSinkConfigSchema>;
 export function fileSinkSizing(limit: number): Partial<FileSinkConfigInput> {
   const budget = dataBudget(limit);
   return {
-    max_tokens_per_file: Math.floor(Math.min(500_000, Math.max(128 * 1024, budget / 2 / 80))),
+    max_tokens_per_file: Math.floor(Math.min(TOKENS_PER_FILE, Math.max(128 * 1024, budget / 2 / 80))),
     max_bytes_per_file: clampSize(budget / 4, 4 * 2 ** 20, 256 * 2 ** 20),
     max_buffered_bytes: clampSize(budget / 4, 4 * 2 ** 20, 256 * 2 ** 20),
     ...(limit < 2 ** 30 ? { max_in_flight: 1 } : {}),

@@ -119,11 +119,6 @@ class ChunkPool {
     list.push(buffer);
     this.spareBytes += buffer.byteLength;
   }
-
-  /** Bytes of free chunks waiting to be reused. */
-  get bytes(): number {
-    return this.spareBytes;
-  }
 }
 
 /** This thread's pool of free chunks (tries live on the thread that assembles). */

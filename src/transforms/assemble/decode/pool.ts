@@ -27,7 +27,7 @@ interface Queued extends Pending {
 /** A chunk handed to the pool: its results, and `done` once the caller has applied them (or gave up). */
 export interface DecodeTicket {
   results: Promise<DecodeResult[]>;
-  /** Frees the chunk's place in the window; call exactly once, also for a chunk never awaited. */
+  /** Frees the chunk's place in the window; also for a chunk never awaited. Later calls do nothing. */
   done(): void;
 }
 
