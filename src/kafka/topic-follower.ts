@@ -10,7 +10,13 @@
 import { randomBytes } from "node:crypto";
 import { TrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
-import { connectClient, createKafka, disconnectWithin, type Consumer } from "./client.ts";
+import {
+  connectClient,
+  createKafka,
+  disconnectWithin,
+  type Consumer,
+  type EachBatchPayload,
+} from "./client.ts";
 import type { KafkaConnection } from "./connection.ts";
 
 /** One message as the follower hands it on: where it is, its key, value, headers and broker time. */
@@ -57,6 +63,79 @@ async function windowOf(
   }
 }
 
+/** How long a reader waits for its first group join at start (kafkajs retries meanwhile). */
+const JOIN_TIMEOUT_MS = 60_000;
+
+type EachBatch = (payload: EachBatchPayload) => Promise<void>;
+
+/**
+ * Runs `consumer` and resolves at its first group join. kafkajs restarts a consumer itself after a
+ * retriable failure (a group coordinator still loading on a broker just started, a broker restart) as a
+ * new group membership that keeps none of the seeks and pauses made before: `onJoin` runs at every join,
+ * before that membership's first fetch, to make them again. `onFailed`: a failure kafkajs does not restart
+ * from. Rejects when that comes before the first join, or no join comes within JOIN_TIMEOUT_MS.
+ */
+export function runJoined(
+  consumer: Consumer,
+  eachBatch: EachBatch,
+  onJoin: () => void,
+  onFailed: (err: unknown) => void,
+  what: string,
+  logger: Logger,
+): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let joined = false;
+    let lastError = "";
+    const fail = (err: unknown) => {
+      if (joined) return;
+      joined = true;
+      clearTimeout(timer);
+      reject(err);
+    };
+    const timer = setTimeout(() => {
+      const last = lastError === "" ? "" : ` (last error: ${lastError})`;
+      fail(
+        new TrajflowError(
+          "KAFKA_CLIENT_FAILED",
+          `${what}: no group join within ${JOIN_TIMEOUT_MS} ms${last}`,
+        ),
+      );
+    }, JOIN_TIMEOUT_MS);
+    consumer.on(consumer.events.GROUP_JOIN, () => {
+      onJoin();
+      if (joined) return;
+      joined = true;
+      clearTimeout(timer);
+      resolve();
+    });
+    consumer.on(consumer.events.CRASH, (e) => {
+      const err = e.payload.error as Error;
+      lastError = err.message;
+      if (e.payload.restart) {
+        logger.warn({ err: err.message }, `${what}: the Kafka client failed; it restarts and reads on.`);
+        return;
+      }
+      logger.error({ err: err.message }, `${what} failed.`);
+      onFailed(err);
+      fail(new TrajflowError("KAFKA_CLIENT_FAILED", `${what} failed: ${err.message}`, { cause: err }));
+    });
+    consumer.run({ autoCommit: false, eachBatch }).catch(fail);
+  });
+}
+
+/** Runs `start`; when it fails, hangs `consumer` up before passing the failure on. */
+async function orDisconnect<T>(consumer: Consumer, start: () => Promise<T>): Promise<T> {
+  try {
+    return await start();
+  } catch (err) {
+    await disconnectWithin(consumer, 5_000);
+    throw err;
+  }
+}
+
+/** kafkajs's answer to a seek or pause while it has no group membership (between a failure and its restart). */
+const notRunning = (err: unknown) => /consumer#run must be called first/.test((err as Error)?.message ?? "");
+
 export class TopicFollower {
   private readonly consumer: Consumer;
   private readonly topic: string;
@@ -99,17 +178,22 @@ export class TopicFollower {
       f.done.set(p, w.from);
       if (w.from < w.end) f.catchingUp.set(p, w.end);
     }
-    await connectClient(consumer, connection);
-    await consumer.subscribe({ topic, fromBeginning: false });
-    consumer.on(consumer.events.CRASH, (e) => {
-      f.failed = e.payload.error;
-      logger.error({ err: (e.payload.error as Error).message }, "Following the event topic failed.");
+    await orDisconnect(consumer, async () => {
+      await connectClient(consumer, connection);
+      await consumer.subscribe({ topic, fromBeginning: false });
+      // At every join (a restart's too): on from the next offset not read yet, the window's start at first.
+      const seekAll = () => {
+        for (const p of window.keys()) consumer.seek({ topic, partition: p, offset: String(f.position(p)) });
+      };
+      await runJoined(
+        consumer,
+        async ({ batch }) => f.take(batch.partition, batch.messages),
+        seekAll,
+        (err) => (f.failed = err),
+        "Following the event topic",
+        logger,
+      );
     });
-    await consumer.run({
-      autoCommit: false,
-      eachBatch: async ({ batch }) => f.take(batch.partition, batch.messages),
-    });
-    for (const [p, w] of window) consumer.seek({ topic, partition: p, offset: String(w.from) });
     if (f.catchingUp.size === 0) f.readyResolve!();
     return f;
   }
@@ -234,13 +318,18 @@ export class PartitionReader {
       maxWaitTimeInMs: 20,
     });
     const r = new PartitionReader(consumer, topic);
-    await connectClient(consumer, connection);
-    await consumer.subscribe({ topic, fromBeginning: false });
-    await consumer.run({
-      autoCommit: false,
-      eachBatch: async ({ batch }) => r.take(batch.partition, batch.messages),
+    await orDisconnect(consumer, async () => {
+      await connectClient(consumer, connection);
+      await consumer.subscribe({ topic, fromBeginning: false });
+      await runJoined(
+        consumer,
+        async ({ batch }) => r.take(batch.partition, batch.messages),
+        () => r.rejoined(),
+        () => r.failAll(),
+        "Reading the event topic",
+        logger,
+      );
     });
-    r.fetchOnlyJobs();
     return r;
   }
 
@@ -285,7 +374,7 @@ export class PartitionReader {
             resolve: (values) => finish(null, values),
             reject: (err) => finish(err),
           });
-          this.consumer.seek({ topic: this.topic, partition, offset: String(from) });
+          this.seekJob(partition, from);
           this.fetchOnlyJobs();
         }),
     );
@@ -299,10 +388,38 @@ export class PartitionReader {
   /**
    * Pauses every partition but those being read. (The client's pause of one partition clears a pause of
    * the whole topic: the topic is paused whole, then the partitions of the reads in progress resumed.)
+   * Between a failure and kafkajs's restart the client has no membership to pause: the next join does it.
    */
   private fetchOnlyJobs(): void {
-    this.consumer.pause([{ topic: this.topic }]);
-    if (this.jobs.size > 0) this.consumer.resume([{ topic: this.topic, partitions: [...this.jobs.keys()] }]);
+    try {
+      this.consumer.pause([{ topic: this.topic }]);
+      if (this.jobs.size > 0)
+        this.consumer.resume([{ topic: this.topic, partitions: [...this.jobs.keys()] }]);
+    } catch (err) {
+      if (!notRunning(err)) throw err;
+    }
+  }
+
+  /** Seeks a read's partition to `offset`, or leaves it to the next join (as fetchOnlyJobs). */
+  private seekJob(partition: number, offset: number): void {
+    try {
+      this.consumer.seek({ topic: this.topic, partition, offset: String(offset) });
+    } catch (err) {
+      if (!notRunning(err)) throw err;
+    }
+  }
+
+  /** At every join: the pauses, and each read in progress on from where it is. */
+  private rejoined(): void {
+    this.fetchOnlyJobs();
+    for (const [partition, job] of this.jobs) this.seekJob(partition, job.next);
+  }
+
+  /** The client failed for good: the reads in progress fail now rather than at their time limits. */
+  private failAll(): void {
+    for (const job of this.jobs.values()) {
+      job.reject(new TrajflowError("KAFKA_CLIENT_FAILED", "reading the event topic failed"));
+    }
   }
 
   private take(
