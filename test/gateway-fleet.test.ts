@@ -38,6 +38,12 @@ const AGENTS = 8;
 const TURNS = 6;
 /** How long an agent waits for an answer before it gives up and sends the call again. */
 const CLIENT_TIMEOUT_MS = 6_000;
+/**
+ * How long an agent keeps sending a call again (connection errors, 5xx) before the test fails. Time, not a
+ * count of attempts: on a loaded CI host a replica's restart (Kafka, its readers' catch-up) took longer
+ * than 200 attempts 50 ms apart, while HAProxy had every server marked down ("no server available").
+ */
+const CALL_PATIENCE_MS = 60_000;
 
 interface Replica {
   port: number;
@@ -124,6 +130,7 @@ async function restart(r: Replica, signal: "SIGKILL" | "SIGTERM"): Promise<void>
  * test. Seeded by the session and turn, so a call sent twice samples the same tokens.
  */
 async function call(proxy: string, session: string, body: Record<string, unknown>): Promise<Response> {
+  const started = Date.now();
   for (let attempt = 1; ; attempt++) {
     // An agent gives up on a call after a while (a paused replica's) and sends it again: a connection error.
     const res = await fetch(`${proxy}/sessions/${session}/v1/chat/completions`, {
@@ -134,13 +141,14 @@ async function call(proxy: string, session: string, body: Record<string, unknown
     }).catch((err: unknown) => err as Error);
     if (!(res instanceof Error) && res.status < 500) return res;
     const last = res instanceof Error ? res.message : `${res.status} ${await res.text()}`;
-    if (attempt >= 200)
+    if (Date.now() - started > CALL_PATIENCE_MS)
       throw new Error(`session ${session}: no answer after ${attempt} attempts; the last: ${last}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }
 
 async function control(proxy: string, path: string, body: unknown): Promise<void> {
+  const started = Date.now();
   for (let attempt = 1; ; attempt++) {
     const res = await fetch(`${proxy}${path}`, { method: "POST", body: JSON.stringify(body) }).catch(
       (err: unknown) => err as Error,
@@ -154,7 +162,8 @@ async function control(proxy: string, path: string, body: unknown): Promise<void
       return;
     }
     const last = res instanceof Error ? res.message : `${res.status} ${await res.text()}`;
-    if (attempt >= 200) throw new Error(`${path}: no answer after ${attempt} attempts; the last: ${last}`);
+    if (Date.now() - started > CALL_PATIENCE_MS)
+      throw new Error(`${path}: no answer after ${attempt} attempts; the last: ${last}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }

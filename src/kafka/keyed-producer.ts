@@ -19,6 +19,73 @@ import type { KafkaConnection } from "./connection.ts";
 /** How long reading a topic back may go without a batch before it gives up. */
 const STALL_MS = 30_000;
 
+/**
+ * How long a starting gateway waits for its topic to be usable. A broker that has just started refuses
+ * for a while what it will do a moment later: its controller has not registered it yet (a topic cannot
+ * get its replication factor), its partitions' leaders are being elected, its coordinator is loading.
+ */
+const TOPIC_READY_MS = 60_000;
+
+/** Refusals that waiting does not change: permissions, the cluster's policies, an invalid name or config. */
+function refused(err: unknown): boolean {
+  const e = err as { type?: unknown; errors?: unknown[]; name?: unknown };
+  const types = [
+    e.type,
+    ...(Array.isArray(e.errors) ? e.errors.map((x) => (x as { type?: unknown }).type) : []),
+  ];
+  return (
+    e.name === "KafkaJSSASLAuthenticationError" ||
+    types.some(
+      (t) => typeof t === "string" && /AUTHORIZATION|POLICY_VIOLATION|INVALID_CONFIG|INVALID_TOPIC/.test(t),
+    )
+  );
+}
+
+/**
+ * Creates `topic` when it does not exist (another replica may create it at the same time) and waits until
+ * each of its partitions has a leader; returns its partition count. Tries again for TOPIC_READY_MS, with a
+ * client of its own whose retries suit a start (the producer's are short: a call waits on them).
+ */
+async function ensureTopic(
+  kafka: ReturnType<typeof createKafka>,
+  connection: KafkaConnection,
+  topic: string,
+  partitions: number | undefined,
+  logger: Logger,
+): Promise<number> {
+  const deadline = Date.now() + TOPIC_READY_MS;
+  for (let attempt = 1; ; attempt++) {
+    const admin = kafka.admin();
+    try {
+      await connectClient(admin, connection);
+      const existing = await admin.listTopics();
+      if (!existing.includes(topic))
+        await admin
+          .createTopics({
+            topics: [{ topic, ...(partitions !== undefined ? { numPartitions: partitions } : {}) }],
+            waitForLeaders: true,
+          })
+          // Another replica may have created it meanwhile.
+          .catch((err: unknown) => {
+            if (!/already exists/i.test((err as Error).message)) throw err;
+          });
+      const meta = await admin.fetchTopicMetadata({ topics: [topic] });
+      const found = meta.topics[0]?.partitions ?? [];
+      if (found.length > 0 && found.every((x) => x.leader >= 0)) return found.length;
+      throw new Error(`topic ${topic}: ${found.length} partitions, not every one with a leader yet`);
+    } catch (err) {
+      if (refused(err) || Date.now() > deadline) throw err;
+      logger.warn(
+        { topic, attempt, err: (err as Error).message },
+        "The event topic is not usable yet (a broker starting?); trying again.",
+      );
+      await new Promise((r) => setTimeout(r, Math.min(250 * attempt, 2_000)));
+    } finally {
+      await disconnectWithin(admin, 5_000);
+    }
+  }
+}
+
 export class KeyedProducer {
   private readonly kafka: ReturnType<typeof createKafka>;
   private readonly producer: Producer;
@@ -46,25 +113,7 @@ export class KeyedProducer {
   ): Promise<KeyedProducer> {
     const p = new KeyedProducer(connection, topic, logger);
     await connectClient(p.producer, connection);
-    const admin = p.kafka.admin();
-    await connectClient(admin, connection);
-    try {
-      const existing = await admin.listTopics();
-      if (!existing.includes(topic))
-        await admin
-          .createTopics({
-            topics: [{ topic, ...(partitions !== undefined ? { numPartitions: partitions } : {}) }],
-            waitForLeaders: true,
-          })
-          // Another replica may have created it meanwhile.
-          .catch((err: unknown) => {
-            if (!/already exists/i.test((err as Error).message)) throw err;
-          });
-      const meta = await admin.fetchTopicMetadata({ topics: [topic] });
-      p.partitions = meta.topics[0]!.partitions.length;
-    } finally {
-      await disconnectWithin(admin, 5_000);
-    }
+    p.partitions = await ensureTopic(createKafka(connection, logger), connection, topic, partitions, logger);
     return p;
   }
 
