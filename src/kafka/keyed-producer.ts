@@ -26,7 +26,10 @@ const STALL_MS = 30_000;
  */
 const TOPIC_READY_MS = 60_000;
 
-/** Refusals that waiting does not change: permissions, the cluster's policies, an invalid name or config. */
+/**
+ * Refusals that waiting does not change: permissions, the cluster's policies, an invalid name, partition
+ * count or config. (Too few brokers for the replication factor is not one: a starting broker says so.)
+ */
 function refused(err: unknown): boolean {
   const e = err as { type?: unknown; errors?: unknown[]; name?: unknown };
   const types = [
@@ -36,7 +39,9 @@ function refused(err: unknown): boolean {
   return (
     e.name === "KafkaJSSASLAuthenticationError" ||
     types.some(
-      (t) => typeof t === "string" && /AUTHORIZATION|POLICY_VIOLATION|INVALID_CONFIG|INVALID_TOPIC/.test(t),
+      (t) =>
+        typeof t === "string" &&
+        /AUTHORIZATION|POLICY_VIOLATION|INVALID_CONFIG|INVALID_TOPIC|INVALID_PARTITIONS/.test(t),
     )
   );
 }
@@ -72,7 +77,10 @@ async function ensureTopic(
       const meta = await admin.fetchTopicMetadata({ topics: [topic] });
       const found = meta.topics[0]?.partitions ?? [];
       if (found.length > 0 && found.every((x) => x.leader >= 0)) return found.length;
-      throw new Error(`topic ${topic}: ${found.length} partitions, not every one with a leader yet`);
+      throw new TrajflowError(
+        "KAFKA_CLIENT_FAILED",
+        `topic ${topic}: ${found.length} partitions, not every one with a leader yet`,
+      );
     } catch (err) {
       if (refused(err) || Date.now() > deadline) throw err;
       logger.warn(

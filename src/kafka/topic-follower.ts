@@ -123,10 +123,21 @@ export function runJoined(
   });
 }
 
-/** Runs `start`; when it fails, hangs `consumer` up before passing the failure on. */
-async function orDisconnect<T>(consumer: Consumer, start: () => Promise<T>): Promise<T> {
+/**
+ * Connects `consumer`, subscribes it to `topic` (not from the beginning: `onJoin` seeks) and runs it until
+ * its first join (`runJoined`); when any of that fails, hangs the consumer up before passing it on.
+ */
+async function startReader(
+  consumer: Consumer,
+  connection: KafkaConnection,
+  topic: string,
+  reader: { eachBatch: EachBatch; onJoin: () => void; onFailed: (err: unknown) => void; what: string },
+  logger: Logger,
+): Promise<void> {
   try {
-    return await start();
+    await connectClient(consumer, connection);
+    await consumer.subscribe({ topic, fromBeginning: false });
+    await runJoined(consumer, reader.eachBatch, reader.onJoin, reader.onFailed, reader.what, logger);
   } catch (err) {
     await disconnectWithin(consumer, 5_000);
     throw err;
@@ -178,22 +189,22 @@ export class TopicFollower {
       f.done.set(p, w.from);
       if (w.from < w.end) f.catchingUp.set(p, w.end);
     }
-    await orDisconnect(consumer, async () => {
-      await connectClient(consumer, connection);
-      await consumer.subscribe({ topic, fromBeginning: false });
-      // At every join (a restart's too): on from the next offset not read yet, the window's start at first.
-      const seekAll = () => {
-        for (const p of window.keys()) consumer.seek({ topic, partition: p, offset: String(f.position(p)) });
-      };
-      await runJoined(
-        consumer,
-        async ({ batch }) => f.take(batch.partition, batch.messages),
-        seekAll,
-        (err) => (f.failed = err),
-        "Following the event topic",
-        logger,
-      );
-    });
+    await startReader(
+      consumer,
+      connection,
+      topic,
+      {
+        eachBatch: async ({ batch }) => f.take(batch.partition, batch.messages),
+        // At every join (a restart's too): on from the next offset not read yet, the window's start first.
+        onJoin: () => {
+          for (const p of window.keys())
+            consumer.seek({ topic, partition: p, offset: String(f.position(p)) });
+        },
+        onFailed: (err) => (f.failed = err),
+        what: "Following the event topic",
+      },
+      logger,
+    );
     if (f.catchingUp.size === 0) f.readyResolve!();
     return f;
   }
@@ -318,18 +329,18 @@ export class PartitionReader {
       maxWaitTimeInMs: 20,
     });
     const r = new PartitionReader(consumer, topic);
-    await orDisconnect(consumer, async () => {
-      await connectClient(consumer, connection);
-      await consumer.subscribe({ topic, fromBeginning: false });
-      await runJoined(
-        consumer,
-        async ({ batch }) => r.take(batch.partition, batch.messages),
-        () => r.rejoined(),
-        () => r.failAll(),
-        "Reading the event topic",
-        logger,
-      );
-    });
+    await startReader(
+      consumer,
+      connection,
+      topic,
+      {
+        eachBatch: async ({ batch }) => r.take(batch.partition, batch.messages),
+        onJoin: () => r.rejoined(),
+        onFailed: () => r.failAll(),
+        what: "Reading the event topic",
+      },
+      logger,
+    );
     return r;
   }
 
