@@ -104,20 +104,42 @@ export function useArrayArena(a: ArrayArena | null): void {
   arena = a;
 }
 
+/**
+ * Token ids a decode worker already read from JSON and checked (decode/prompt-prefix.ts), handed to the
+ * event checks as they are. JSON never makes one: only that reader does.
+ */
+export class CheckedTokenIds {
+  readonly ids: Int32Array;
+  constructor(ids: Int32Array) {
+    this.ids = ids;
+  }
+}
+
+/** Allocates `n` int32 values where this thread's decoded JSON arrays go (the arena, on decode workers). */
+export function tokenIdArray(n: number): Int32Array {
+  return arena === null ? new Int32Array(n) : arena.int32(n);
+}
+
+/** Copies a JSON array of token ids into `out` from index `at`, each checked; what is wrong, or null. */
+export function copyTokenIds(values: unknown[], out: Int32Array, at: number): string | null {
+  const n = values.length;
+  for (let i = 0; i < n; i++) {
+    const v = values[i];
+    if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > INT32_MAX) {
+      return `element ${i} is ${preview(v)}, not a token id (an integer 0..${INT32_MAX})`;
+    }
+    out[at + i] = v;
+  }
+  return null;
+}
+
 /** Decodes token ids: non-negative int32 values. */
 export function decodeTokenIds(value: unknown): Int32Array | string {
   if (Array.isArray(value)) {
-    const n = value.length;
-    const out = arena === null ? new Int32Array(n) : arena.int32(n);
-    for (let i = 0; i < n; i++) {
-      const v = value[i];
-      if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > INT32_MAX) {
-        return `element ${i} is ${preview(v)}, not a token id (an integer 0..${INT32_MAX})`;
-      }
-      out[i] = v;
-    }
-    return out;
+    const out = tokenIdArray(value.length);
+    return copyTokenIds(value, out, 0) ?? out;
   }
+  if (value instanceof CheckedTokenIds) return value.ids;
   if (isPacked(value)) {
     const buf = unpack(value.b64);
     if (typeof buf === "string") return buf;

@@ -22,6 +22,7 @@ import {
 } from "../../../schemas/event-constants.ts";
 import type { GatewayEvent, PolicyUpdateEvent } from "../../../schemas/events.ts";
 import { fastEvent } from "../../../schemas/fast-events.ts";
+import type { PromptPrefixes } from "./prompt-prefix.ts";
 import { formatOrigin } from "../../../schemas/origin.ts";
 import { describeLayout, sameLayout } from "../../../schemas/routed-experts.ts";
 import { firstInfinite } from "../../../schemas/tokens.ts";
@@ -203,10 +204,28 @@ function describeIssues(error: ZodError): { code: ErrorCode; message: string; is
  * failure nobody foresaw (a bug meeting a hostile event) rejects that event alone, so one line never
  * costs the valid ones. Without `schemas`, an event the fast path hands over comes back as `schema`.
  */
-export function decodeOutcome(record: RawRecord, schemas: SchemaCheck | null): DecodeOutcome {
+export function decodeOutcome(
+  record: RawRecord,
+  schemas: SchemaCheck | null,
+  prefixes: PromptPrefixes | null = null,
+): DecodeOutcome {
   try {
+    if (prefixes !== null && typeof record.raw !== "string") {
+      // A full prompt that continues its session's last one: only the new tokens parsed. Anything but an
+      // accepted event is read again the usual way, so rejections are exactly what they always were.
+      const read = prefixes.read(record.raw);
+      if (read !== null) {
+        const outcome = checkObject(read.obj, record) ?? validateEvent(read.obj, record, null);
+        if (outcome.kind === "event") {
+          prefixes.accepted(outcome.value.event, read);
+          return outcome;
+        }
+      }
+    }
     const parsed = parseObject(record);
-    return "kind" in parsed ? parsed : validateEvent(parsed.obj, record, schemas);
+    const outcome = "kind" in parsed ? parsed : validateEvent(parsed.obj, record, schemas);
+    if (prefixes !== null && outcome.kind === "event") prefixes.accepted(outcome.value.event, null);
+    return outcome;
   } catch (err) {
     return undecodable(err, record);
   }
@@ -251,6 +270,11 @@ function parseObject(record: RawRecord): { obj: Record<string, unknown> } | Deco
     return reject("NOT_AN_OBJECT", "an event must be a JSON object", record);
   }
   const obj = parsed as Record<string, unknown>;
+  return checkObject(obj, record) ?? { obj };
+}
+
+/** A parsed object's protocol version and nesting: a rejection, or null when they are fine. */
+function checkObject(obj: Record<string, unknown>, record: RawRecord): DecodeOutcome | null {
   if (obj.v !== PROTOCOL_VERSION) {
     return obj.v === undefined
       ? reject("INVALID_EVENT", `missing protocol version "v" (expected 1)`, record, obj)
@@ -268,7 +292,7 @@ function parseObject(record: RawRecord): { obj: Record<string, unknown> } | Deco
       });
     }
   }
-  return { obj };
+  return null;
 }
 
 /** An event for the zod schemas, as a decode worker hands it back (the free-form fields' limit, plus one). */

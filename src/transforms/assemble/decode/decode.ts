@@ -12,6 +12,7 @@ import {
   type DecodeResult,
   type SchemaCheck,
 } from "./decode-core.ts";
+import { PromptPrefixes } from "./prompt-prefix.ts";
 
 export {
   COMPONENT,
@@ -30,12 +31,15 @@ const SCHEMAS: SchemaCheck = {
   event: (type) => (obj) => eventSchemas[type].safeParse(obj),
 };
 
+/** Sessions' last long prompts, for events decoded on this thread (prompt-prefix.ts). */
+const PREFIXES = new PromptPrefixes();
+
 /**
  * Decodes one raw record. Never throws on bad input: a failure nobody foresaw (a bug meeting a hostile
  * event) rejects that event alone, so one line never costs the valid ones.
  */
 export function decodeEvent(record: RawRecord): DecodeResult {
-  return result(decodeOutcome(record, SCHEMAS), record);
+  return result(decodeOutcome(record, SCHEMAS, PREFIXES), record);
 }
 
 /**

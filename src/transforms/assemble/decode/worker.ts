@@ -9,6 +9,7 @@ import type { RoutedExperts } from "../../../schemas/routed-experts.ts";
 import { ThreadMeter, type ThreadUsage } from "../../../core/thread-usage.ts";
 import { ArrayArena, useArrayArena } from "../../../schemas/tokens.ts";
 import { decodeOutcome, type Rejection } from "./decode-core.ts";
+import { PromptPrefixes } from "./prompt-prefix.ts";
 
 export interface DecodeJob {
   id: number;
@@ -67,6 +68,7 @@ const isRoutedExperts = (v: unknown): v is RoutedExperts =>
 const arena = new ArrayArena();
 useArrayArena(arena);
 const meter = new ThreadMeter();
+const prefixes = new PromptPrefixes();
 
 parentPort!.on("message", (job: DecodeJob) => {
   const items: DecodedItem[] = [];
@@ -76,7 +78,7 @@ parentPort!.on("message", (job: DecodeJob) => {
   for (let i = 0; i < job.ends.length; i++) {
     if (starts !== undefined) start = starts[i]!;
     const end = job.ends[i]!;
-    const result = decodeOutcome({ raw: job.bytes.subarray(start, end), origin: ORIGIN }, null);
+    const result = decodeOutcome({ raw: job.bytes.subarray(start, end), origin: ORIGIN }, null, prefixes);
     start = end;
     if (result.kind === "event") {
       items.push({ event: result.value.event, digest: result.value.digest });
