@@ -106,6 +106,16 @@ describe("prompt prefixes", () => {
       `{"v":1,"session_id":"s1","uid":"u1","seq":2,"ts":1,"type":"response","call_id":"c1","tool_calls":[{"id":"t","prompt_ids":${known.slice(0, -1)},7]}],"output_ids":[1],"finish_reason":"stop"}`,
       // An escaped prompt_ids before it: JSON.parse keeps the later one, in the earlier one's place.
       `{"v":1,"session_id":"s1","uid":"u1","seq":1,"ts":1,"type":"request","prompt\\u005fids":[1],"call_id":"c1","prompt_ids":${known}}`,
+      // Bytes on either side of the cut that would join into something else without the member
+      // (found in review: `]0` after `"ts":1` read as `"ts":10`; `tru` … `e` as `true`).
+      `{"v":1,"session_id":"s1","uid":"u1","seq":1,"ts":1,"prompt_ids":${known}0,"type":"request","call_id":"c1"}`,
+      `{,"prompt_ids":${known}"v":1,"session_id":"s1","uid":"u1","seq":1,"ts":1,"type":"request","call_id":"c1"}`,
+      `{"v":1,"session_id":"s1","uid":"u1","seq":1,"ts":1,"type":"request","call_id":,"prompt_ids":${known}"c1"}`,
+      `{"v":1,"session_id":"s1","uid":"u1","seq":1,"ts":1,"type":"request","call_id":"c1","train":tru,"prompt_ids":${known}e}`,
+      `{"v":1,"session_id":"s1","uid":"u1","seq":1,"ts":1,"type":"request","call_id","prompt_ids":${known}:"c1"}`,
+      `{"v":1,"session_id":"s1","uid":"u1","seq":1,"ts":1,"type":"request","call_id":"c1",,"prompt_ids":${known}"train":true}`,
+      // Whitespace after the array is fine.
+      `{"v":1,"session_id":"s1","uid":"u1","seq":1,"ts":1,"type":"request","call_id":"c1","prompt_ids":${known} \n,"train":true}`,
       // prompt_ids first: read the usual way.
       `{"prompt_ids":${known},"v":1,"session_id":"s1","uid":"u1","seq":1,"ts":1,"type":"request","call_id":"c1"}`,
       // A member before the opening brace's first: `{,` is not JSON.
@@ -153,9 +163,16 @@ describe("prompt prefixes", () => {
     let seed = 12345;
     const random = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2147483648), seed % n);
     const alphabet = Buffer.from(',[]{}":\\ 0123456789-.eu\u00ff');
-    const base = request(`[${FIRST.join(",")},7,8,9]`, `,"weight_version":3`);
-    for (let round = 0; round < 4000; round++) {
-      const bytes = Buffer.from(base);
+    // The member after a string (call_id) and after a number (a number can be extended by a digit).
+    const bases = [
+      request(`[${FIRST.join(",")},7,8,9]`, `,"weight_version":3`),
+      utf8.encode(
+        `{"v":1,"session_id":"s1","uid":"u1","type":"request","call_id":"c1","seq":1,"ts":1` +
+          `,"prompt_ids":[${FIRST.join(",")},7,8,9],"weight_version":3}`,
+      ),
+    ];
+    for (let round = 0; round < 6000; round++) {
+      const bytes = Buffer.from(bases[round % 2]!);
       const edits = 1 + random(3);
       let mutated: Buffer = bytes;
       for (let e = 0; e < edits; e++) {
@@ -199,6 +216,20 @@ describe("prompt prefixes", () => {
       `{"v":1,"session_id":"a","uid":"u1","seq":2,"ts":1,"type":"request","call_id":"c2","prompt_ids":${text([...FIRST, 1])}}`,
     );
     assert.equal(small.read(oldest)!.knownIds, 0);
+  });
+
+  it("counts a session's key in what it holds (uids and session ids have no length limit)", () => {
+    const prefixes = new PromptPrefixes({ minBytes: 0, maxBytes: 20_000 });
+    const longUid = "u".repeat(50_000);
+    const raw = utf8.encode(
+      `{"v":1,"session_id":"s1","uid":"${longUid}","seq":1,"ts":1,"type":"request","call_id":"c1","prompt_ids":${text(FIRST)}}`,
+    );
+    assert.equal(agree(prefixes, raw, "a 50,000-character uid").kind, "event");
+    assert.equal(prefixes.size, 0, "an entry larger than the limit is not kept");
+    assert.equal(prefixes.heldBytes, 0);
+    agree(prefixes, request(text(FIRST)), "a short key");
+    assert.equal(prefixes.size, 1);
+    assert.ok(prefixes.heldBytes > FIRST.length * 4 + 2 * "2:u1s1".length);
   });
 
   it("leaves events and prompts below its minimum to the usual way", () => {

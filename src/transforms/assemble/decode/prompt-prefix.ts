@@ -10,7 +10,8 @@
  * Exact or nothing: what this reader returns is what JSON.parse and the token checks give for the whole
  * event, or null, and the event is read the usual way. The member must be in the top-level object (a
  * scan of the bytes before it, exact for valid JSON, which the event without the member is shown to be by
- * parsing it), its array must hold plain values (the first `]` closes it, and what it holds parses), and
+ * parsing it), a delimiter must follow it (so the bytes on either side of the cut read as they would
+ * around it), its array must hold plain values (the first `]` closes it, and what it holds parses), and
  * no other prompt_ids may follow. Bytes equal to bytes already read as token ids are those ids.
  */
 import type { GatewayEvent } from "../../../schemas/events.ts";
@@ -51,6 +52,8 @@ const utf8Inner = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /** A session's last prompt: its array's bytes from `[` up to, not including, its `]`, and its ids. */
 interface Remembered {
+  /** The session key's length: a key is as long as its uid and session id, which no schema bounds. */
+  keyLength: number;
   text: Uint8Array;
   textLength: number;
   ids: Int32Array;
@@ -102,6 +105,10 @@ export class PromptPrefixes {
     const open = at + KEY.length - 1;
     const close = buf.indexOf(CLOSE_ARRAY, open);
     if (close < 0 || close - open < this.minBytes || !atTopLevel(buf, at)) return null;
+    // The member must end where the next one (or the object) begins: `[…]0` after `"ts":1` would
+    // otherwise parse, cut out, as `"ts":10`. With a delimiter on both sides of the cut, the bytes around
+    // it read the same with or without the member.
+    if (!followedByDelimiter(buf, close + 1)) return null;
     try {
       const rest = JSON.parse(
         utf8.decode(buf.subarray(0, at)) + utf8Inner.decode(buf.subarray(close + 1)),
@@ -171,7 +178,7 @@ export class PromptPrefixes {
       this.sessions.delete(key); // re-inserted below: the Map's order is the order of use
       if (text.length > held.text.length || ids.length > held.ids.length) {
         this.bytes -= entrySize(held);
-        held = grown(held, text.length, ids.length);
+        held = grown(held, key, text.length, ids.length);
         this.bytes += entrySize(held);
       }
       held.text.set(text.subarray(held.textLength), held.textLength);
@@ -180,7 +187,7 @@ export class PromptPrefixes {
       held.idsLength = ids.length;
     } else {
       this.forget(key);
-      held = grown(null, text.length, ids.length);
+      held = grown(null, key, text.length, ids.length);
       held.text.set(text);
       held.textLength = text.length;
       held.ids.set(ids);
@@ -208,16 +215,28 @@ export class PromptPrefixes {
 }
 
 /** Room for `textBytes` and `ids` (half as much again, for the next turns), what `from` held copied in. */
-function grown(from: Remembered | null, textBytes: number, ids: number): Remembered {
+function grown(from: Remembered | null, key: string, textBytes: number, ids: number): Remembered {
   const text = new Uint8Array(textBytes + (textBytes >> 1));
   const idArray = new Int32Array(ids + (ids >> 1));
-  if (from === null) return { text, textLength: 0, ids: idArray, idsLength: 0 };
+  const keyLength = key.length;
+  if (from === null) return { keyLength, text, textLength: 0, ids: idArray, idsLength: 0 };
   text.set(from.text.subarray(0, from.textLength));
   idArray.set(from.ids.subarray(0, from.idsLength));
-  return { text, textLength: from.textLength, ids: idArray, idsLength: from.idsLength };
+  return { keyLength, text, textLength: from.textLength, ids: idArray, idsLength: from.idsLength };
 }
 
-const entrySize = (e: Remembered) => e.text.byteLength + e.ids.byteLength + ENTRY_OVERHEAD;
+/** What an entry holds: its buffers, its key (two bytes a character at most) and the Map's own share. */
+const entrySize = (e: Remembered) => e.text.byteLength + e.ids.byteLength + 2 * e.keyLength + ENTRY_OVERHEAD;
+
+/** Whether the first byte at or after `at` that is not JSON whitespace is `,` or `}`. */
+function followedByDelimiter(bytes: Uint8Array, at: number): boolean {
+  for (let i = at; i < bytes.length; i++) {
+    const c = bytes[i]!;
+    if (c === COMMA || c === CLOSE_OBJECT) return true;
+    if (c !== 0x20 && c !== 0x09 && c !== 0x0a && c !== 0x0d) return false;
+  }
+  return false;
+}
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === "object" && v !== null && !Array.isArray(v);
