@@ -227,6 +227,12 @@ describe("prompt prefixes", () => {
     assert.equal(agree(prefixes, raw, "a 50,000-character uid").kind, "event");
     assert.equal(prefixes.size, 0, "an entry larger than the limit is not kept");
     assert.equal(prefixes.heldBytes, 0);
+    // A prompt larger than the limit is not kept either, and the session's smaller one is dropped with it.
+    agree(prefixes, request(text(FIRST)), "a small prompt");
+    assert.equal(prefixes.size, 1);
+    agree(prefixes, request(text([...FIRST, ...ids(1, 6_000)]), "", 2), "a prompt past the limit");
+    assert.equal(prefixes.size, 0);
+    assert.equal(prefixes.heldBytes, 0);
     agree(prefixes, request(text(FIRST)), "a short key");
     assert.equal(prefixes.size, 1);
     assert.ok(prefixes.heldBytes > FIRST.length * 4 + 2 * "2:u1s1".length);

@@ -173,6 +173,11 @@ export class PromptPrefixes {
    */
   private remember(read: PrefixRead): void {
     const { key, text, ids } = read;
+    // A prompt too large to keep at all is not copied (a 100 MB prompt would be allocated, then dropped).
+    if (text.length + ids.byteLength + 2 * key.length + ENTRY_OVERHEAD > this.maxBytes) {
+      this.forget(key);
+      return;
+    }
     let held = this.sessions.get(key);
     if (held !== undefined && read.knownBytes > 0 && held.textLength === read.knownBytes) {
       this.sessions.delete(key); // re-inserted below: the Map's order is the order of use
