@@ -67,6 +67,7 @@ describe("prompt prefixes", () => {
       ["a number running on past the known part", `[${first}9]`],
       ["a number running on, and more", `[${first}99,5]`],
       ["whitespace in the array", `[${first} , 7 ,8 ]`],
+      ["whitespace after the known part's comma", `[${first}, 7 ,8 ]`],
       ["a trailing comma", `[${first},]`],
       ["a trailing comma and space", `[${first}, ]`],
       ["an empty tail", `[${first},`],
@@ -87,8 +88,20 @@ describe("prompt prefixes", () => {
       ["junk after the array", `[${first},7]`, ` x`],
       ["an empty array", `[]`],
     ];
+    // Cases the reader must take itself, continuing from the remembered prompt (else agreeing proves little).
+    const continued = new Set([
+      "a continuation",
+      "the same prompt again (a retry)",
+      "whitespace after the known part's comma",
+      "an exponent (an integer)",
+      "1.0 (an integer)",
+      "a member after it",
+    ]);
     for (const [label, prompt, extra] of cases) {
-      agree(primed(), request(prompt, extra ?? ""), label);
+      const prefixes = primed();
+      const raw = request(prompt, extra ?? "");
+      if (continued.has(label)) assert.equal(prefixes.read(raw)?.knownIds, FIRST.length, label);
+      agree(prefixes, raw, label);
     }
   });
 
@@ -171,6 +184,7 @@ describe("prompt prefixes", () => {
           `,"prompt_ids":[${FIRST.join(",")},7,8,9],"weight_version":3}`,
       ),
     ];
+    let continuedRounds = 0;
     for (let round = 0; round < 6000; round++) {
       const bytes = Buffer.from(bases[round % 2]!);
       const edits = 1 + random(3);
@@ -185,8 +199,12 @@ describe("prompt prefixes", () => {
           mutated = Buffer.concat([mutated.subarray(0, at), Buffer.of(c), mutated.subarray(at)]);
         else mutated = Buffer.concat([mutated.subarray(0, at), mutated.subarray(at + 1)]);
       }
-      agree(primed(), mutated, `round ${round}: ${mutated.toString("latin1").slice(-90)}`);
+      const prefixes = primed();
+      if ((prefixes.read(mutated)?.knownIds ?? 0) > 0) continuedRounds++;
+      agree(prefixes, mutated, `round ${round}: ${mutated.toString("latin1").slice(-90)}`);
     }
+    // The mutations must reach the reader's own path often, not only its refusals.
+    assert.ok(continuedRounds > 300, `${continuedRounds} of 6,000 rounds continued a prompt`);
   });
 
   it("forgets a session at its end, and the sessions used longest ago past its bytes", () => {
