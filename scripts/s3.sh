@@ -38,9 +38,13 @@ running() {
 }
 
 credentials() {
-  if [ ! -f "$dir/credentials" ]; then
+  # The secret begins with '-', as 1 in 64 random ones do, so every test handing it to a program
+  # checks that it is never read as an option (a Python reader's argparse once refused one).
+  # (An older file without the '-' is replaced unless a server already runs with it.)
+  if [ ! -f "$dir/credentials" ] || { [ "$(sed -n 2p "$dir/credentials" | cut -c1)" != "-" ] &&
+    ! running server && ! running readonly; }; then
     mkdir -p "$dir"
-    printf 'trajflow-%s\n%s\n' "$(head -c 6 /dev/urandom | od -An -tx1 | tr -d ' \n')" \
+    printf 'trajflow-%s\n-%s\n' "$(head -c 6 /dev/urandom | od -An -tx1 | tr -d ' \n')" \
       "$(head -c 24 /dev/urandom | base64 | tr '+/' '-_')" > "$dir/credentials"
   fi
 }

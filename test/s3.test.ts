@@ -24,7 +24,7 @@ import { fileKeyValues, listDataFiles, readFileMetadata } from "../src/sinks/fil
 import { openStore } from "../src/sinks/shared/open-store.ts";
 import { s3OptionsSchema } from "../src/sinks/shared/s3-options.ts";
 import { runCli } from "./helpers/cli.ts";
-import { pythonReady, readWithPython } from "./helpers/python.ts";
+import { pythonReady, readWithPython, readWithPythonIn } from "./helpers/python.ts";
 import { freshBucket, getObject, listKeys, s3Server } from "./helpers/s3.ts";
 
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-s3-"));
@@ -115,15 +115,10 @@ describe("replay to s3://", () => {
     const out = await runCli(["replay", EXAMPLE, "--out", `s3://${Bucket}/x`], s3.env);
     assert.equal(out.code, 0, out.stderr);
     const fromDisk = await readWithPython<{ rows: unknown[]; files: string[] }>("read_output.py", dir);
-    const fromS3 = await readWithPython<{ rows: unknown[]; files: string[] }>(
+    const fromS3 = await readWithPythonIn<{ rows: unknown[]; files: string[] }>(
+      s3.env,
       "read_output.py",
       `s3://${Bucket}/x`,
-      "--s3-endpoint",
-      s3.endpoint,
-      "--s3-key",
-      s3.accessKeyId,
-      "--s3-secret",
-      s3.secretAccessKey,
     );
     assert.equal(fromS3.rows.length, 9);
     assert.deepEqual(fromS3.rows, fromDisk.rows);

@@ -2,7 +2,10 @@
 DuckDB) and prints what they saw as JSON, for the Node tests to compare against trajflow's own rows.
 
 usage: read_output.py <dir | s3://bucket/prefix> [--format parquet|ipc] [--hive]
-                      [--s3-endpoint URL --s3-key ID --s3-secret SECRET]
+
+An s3:// path takes its endpoint and credentials from the environment, as a trainer's reader does:
+AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (never on the command line, where
+ps shows them and a secret beginning with '-' reads as an option).
 
 An s3:// path is read through pyarrow's S3 filesystem alone: DuckDB reads S3 through its httpfs
 extension, which it downloads from extensions.duckdb.org (not a package registry; PyPI's
@@ -10,6 +13,7 @@ duckdb-extension-httpfs stops at DuckDB 1.5), so the tests' offline machines can
 """
 import argparse
 import json
+import os
 
 import duckdb
 import pyarrow.dataset as ds
@@ -21,21 +25,19 @@ def main() -> None:
     parser.add_argument("path")
     parser.add_argument("--format", default="parquet")
     parser.add_argument("--hive", action="store_true")
-    parser.add_argument("--s3-endpoint")
-    parser.add_argument("--s3-key")
-    parser.add_argument("--s3-secret")
     args = parser.parse_args()
 
     remote = args.path.startswith("s3://")
     filesystem = None
     path = args.path
     if remote:
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3")
         filesystem = fs.S3FileSystem(
-            endpoint_override=args.s3_endpoint,
-            access_key=args.s3_key,
-            secret_key=args.s3_secret,
-            region="us-east-1",
-            scheme="http" if (args.s3_endpoint or "").startswith("http://") else "https",
+            endpoint_override=endpoint,
+            access_key=os.environ["AWS_ACCESS_KEY_ID"],
+            secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+            region=os.environ.get("AWS_REGION", "us-east-1"),
+            scheme="http" if (endpoint or "").startswith("http://") else "https",
         )
         path = args.path[len("s3://") :]
     dataset = ds.dataset(
