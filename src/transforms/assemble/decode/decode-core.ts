@@ -209,19 +209,25 @@ export function decodeOutcome(
   schemas: SchemaCheck | null,
   prefixes: PromptPrefixes | null = null,
 ): DecodeOutcome {
-  try {
-    if (prefixes !== null && typeof record.raw !== "string") {
-      // A full prompt that continues its session's last one: only the new tokens parsed. Anything but an
-      // accepted event is read again the usual way, so rejections are exactly what they always were.
+  if (prefixes !== null && typeof record.raw !== "string") {
+    // A full prompt that continues its session's last one: only the new tokens parsed. Anything but an
+    // accepted event is read again the usual way, so rejections are exactly what they always were, and so
+    // is anything that throws here (nothing should; it was an INVALID_EVENT rejection). An event for the
+    // zod schemas is not prepared for them here: walking its known ids cost more than reading it again.
+    try {
       const read = prefixes.read(record.raw);
       if (read !== null) {
-        const outcome = checkObject(read.obj, record) ?? validateEvent(read.obj, record, null);
+        const outcome = checkObject(read.obj, record) ?? validateEvent(read.obj, record, null, false);
         if (outcome.kind === "event") {
           prefixes.accepted(outcome.value.event, read);
           return outcome;
         }
       }
+    } catch {
+      // The usual way below.
     }
+  }
+  try {
     const parsed = parseObject(record);
     const outcome = "kind" in parsed ? parsed : validateEvent(parsed.obj, record, schemas);
     if (prefixes !== null && outcome.kind === "event") prefixes.accepted(outcome.value.event, null);
@@ -300,15 +306,22 @@ function handOver(obj: Record<string, unknown>): DecodeOutcome {
   return { kind: "schema", obj: nestsDeeper(obj, MAX_NESTING + 1) ? null : obj };
 }
 
-/** A parsed object → a typed event (the fast path, else the zod schema) with its cross-field checks. */
+/** What validateEvent says of an event it would hand over, when the caller reads such events again. */
+const NOT_HANDED_OVER: DecodeOutcome = { kind: "schema", obj: null };
+
+/**
+ * A parsed object → a typed event (the fast path, else the zod schema) with its cross-field checks.
+ * `handOverable` false: an event for the zod schemas is not prepared for them (the caller reads it again).
+ */
 function validateEvent(
   obj: Record<string, unknown>,
   record: RawRecord,
   schemas: SchemaCheck | null,
+  handOverable = true,
 ): DecodeOutcome {
   const type = obj.type;
   if (type === "policy.update") {
-    if (schemas === null) return handOver(obj);
+    if (schemas === null) return handOverable ? handOver(obj) : NOT_HANDED_OVER;
     const control = schemas.control(obj);
     if (control.success) return { kind: "control", control: control.data, record };
     const { code, message, issues } = describeIssues(control.error);
@@ -324,7 +337,7 @@ function validateEvent(
   }
   let event = fastEvent(type as EventType, obj);
   if (event === null) {
-    if (schemas === null) return handOver(obj);
+    if (schemas === null) return handOverable ? handOver(obj) : NOT_HANDED_OVER;
     const result = schemas.event(type as EventType)(obj);
     if (!result.success) {
       const { code, message, issues } = describeIssues(result.error);

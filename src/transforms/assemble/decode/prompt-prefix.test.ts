@@ -1,7 +1,7 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
 import { decodeOutcome, type DecodeOutcome } from "./decode-core.ts";
-import { PromptPrefixes } from "./prompt-prefix.ts";
+import { PromptPrefixes, type PrefixRead } from "./prompt-prefix.ts";
 
 const origin = { kind: "file", file: "events.jsonl", line: 1 } as const;
 const utf8 = new TextEncoder();
@@ -205,6 +205,23 @@ describe("prompt prefixes", () => {
     }
     // The mutations must reach the reader's own path often, not only its refusals.
     assert.ok(continuedRounds > 300, `${continuedRounds} of 6,000 rounds continued a prompt`);
+  });
+
+  it("falls back to the usual way when anything on its own path throws", () => {
+    class Throwing extends PromptPrefixes {
+      // What it reads throws when the checks look at it.
+      override read(): PrefixRead {
+        const obj = new Proxy({} as Record<string, unknown>, {
+          get() {
+            throw new Error("a bug on the reader's path");
+          },
+        });
+        return { obj, key: "", text: new Uint8Array(0), ids: new Int32Array(0), knownBytes: 0, knownIds: 0 };
+      }
+    }
+    const raw = request(text(FIRST));
+    const outcome = agree(new Throwing({ minBytes: 0 }), raw, "the reader's object throws");
+    assert.equal(outcome.kind, "event", "not an INVALID_EVENT rejection");
   });
 
   it("forgets a session at its end, and the sessions used longest ago past its bytes", () => {
