@@ -3,12 +3,19 @@
  * pipeline runs: started, not failed, not stopping). Counters come from the one Metrics registry; gauges
  * (open sessions, consumer lag) from providers the running pipeline registers.
  */
-import { createServer, type Server } from "node:http";
+import type * as Http from "node:http";
+import type { Server } from "node:http";
+import { createRequire } from "node:module";
 import type { AddressInfo } from "node:net";
 import { TrajflowError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import { METRICS } from "./metric-names.ts";
 import type { Metrics } from "./metrics.ts";
+
+// node:http through require, not an ES import: Node builds an ES module's view of a built-in by reading
+// every export, and node:http's lazy WebSocket getters then load undici (~30 ms of every start, also of
+// runs that never open this endpoint; a require reads only createServer).
+const { createServer } = createRequire(import.meta.url)("node:http") as typeof Http;
 
 const spec = (name: string) => (METRICS as Record<string, { label?: string; help: string }>)[name];
 
