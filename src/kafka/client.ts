@@ -24,6 +24,7 @@ import type { Logger } from "../core/logger.ts";
 import { registerKafkaCodecs } from "./codecs.ts";
 import { applyLeanFetchRecords } from "./fetch-records.ts";
 import { fixKafkajsRequestQueue } from "./request-queue-fix.ts";
+import { fixKafkajsSeekOffsets } from "./seek-offsets-fix.ts";
 import type { KafkaConnection } from "./connection.ts";
 
 const { Kafka, logLevel } = kafkajs;
@@ -109,6 +110,7 @@ export function createKafka(
 ): InstanceType<typeof Kafka> {
   registerKafkaCodecs();
   fixKafkajsRequestQueue();
+  fixKafkajsSeekOffsets();
   applyLeanFetchRecords();
   const config: KafkaConfig = {
     clientId: connection.client_id,
