@@ -34,13 +34,12 @@ export interface DecodeTicket {
 /**
  * Chunks decoded but not yet applied, at most. Decoding runs ahead of assembly, and a chunk that arrives
  * early waits as objects on the ingest thread's heap: unbounded, whole fetches (4 partitions x ~6,000
- * events on the shared harness's short workload) were decoded ahead and promoted to the old generation.
- * Too few, and the worker waits whenever the ingest thread does other work between applying chunks (a
- * fetch's decompression, cutting a file: 5-40 ms, while a chunk of 256 short events decodes in ~2 ms). At 2
- * the worker sat idle through those stretches; 8 (about the two batches the Kafka source hands over ahead)
- * took the short workload's last record 9% sooner, peak RSS +11 MiB (12 alternating pairs, BENCHMARKS.md).
+ * events on the shared harness's short workload) were decoded ahead, promoted to the old generation, and
+ * their buffers freed only by the next full collection. A few chunks keep the worker busy. 8 was tried
+ * (the worker idles while the ingest thread decompresses a fetch or cuts a file): faster in some sets of
+ * alternating runs and not in others, and the harness's peak RSS +30-40 MiB in every run (BENCHMARKS.md).
  */
-export const DECODE_WINDOW = 8;
+export const DECODE_WINDOW = 2;
 
 export class DecodePool {
   private readonly workers: Worker[] = [];
