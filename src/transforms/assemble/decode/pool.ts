@@ -35,11 +35,13 @@ export interface DecodeTicket {
  * Chunks decoded but not yet applied, at most. Decoding runs ahead of assembly, and a chunk that arrives
  * early waits as objects on the ingest thread's heap: unbounded, whole fetches (4 partitions x ~6,000
  * events on the shared harness's short workload) were decoded ahead, promoted to the old generation, and
- * their buffers freed only by the next full collection. A few chunks keep the worker busy. 8 was tried
- * (the worker idles while the ingest thread decompresses a fetch or cuts a file): faster in some sets of
- * alternating runs and not in others, and the harness's peak RSS +30-40 MiB in every run (BENCHMARKS.md).
+ * their buffers freed only by the next full collection. Too few, and the worker idles whenever the ingest
+ * thread does something else between chunks (a fetch's decompression, a file's cut: 5-40 ms, while a chunk
+ * of 256 short events decodes in ~2 ms). 8 against 2, on the shared harness's short workload (BENCHMARKS.md):
+ * end to end 1.13-1.61x the peer (median 1.28x, 12 runs) against 0.90-1.46x (median 1.17x, 11 runs), peak
+ * RSS ~20 MiB higher.
  */
-export const DECODE_WINDOW = 2;
+export const DECODE_WINDOW = 8;
 
 export class DecodePool {
   private readonly workers: Worker[] = [];
