@@ -12,7 +12,7 @@
  * The check is still scheduled whenever it has work to do: a request waits (`push` schedules, responses
  * call `checkPendingRequests` directly) or a throttle ends later.
  */
-import { createRequire } from "node:module";
+import { kafkajsClass, patchKafkajsOnce } from "./kafkajs-internals.ts";
 
 interface RequestQueue {
   pending: unknown[];
@@ -20,21 +20,17 @@ interface RequestQueue {
   scheduleCheckPendingRequests(): void;
 }
 
-let applied = false;
+const QUEUE = "network/requestQueue/index.js";
 
-/** The request queue class of the kafkajs the project resolves (its internals are CommonJS). */
-export function kafkajsRequestQueue(): { prototype: RequestQueue } {
-  const require = createRequire(import.meta.url);
-  return require("kafkajs/src/network/requestQueue/index.js") as { prototype: RequestQueue };
-}
+/** The request queue class of the kafkajs the project resolves. */
+export const kafkajsRequestQueue = () => kafkajsClass<RequestQueue>(QUEUE);
 
 export function fixKafkajsRequestQueue(): void {
-  if (applied) return;
-  applied = true;
-  const proto = kafkajsRequestQueue().prototype;
-  const schedule = proto.scheduleCheckPendingRequests;
-  proto.scheduleCheckPendingRequests = function (this: RequestQueue) {
-    if (this.pending.length === 0 && this.throttledUntil <= Date.now()) return;
-    schedule.call(this);
-  };
+  patchKafkajsOnce<RequestQueue>(QUEUE, "idle timer", (proto) => {
+    const schedule = proto.scheduleCheckPendingRequests;
+    proto.scheduleCheckPendingRequests = function (this: RequestQueue) {
+      if (this.pending.length === 0 && this.throttledUntil <= Date.now()) return;
+      schedule.call(this);
+    };
+  });
 }

@@ -9,27 +9,23 @@
  * ~35 ms of the ingest thread and their garbage. An empty map now answers false without a key; a map
  * holding a seek answers as before.
  */
-import { createRequire } from "node:module";
+import { kafkajsClass, patchKafkajsOnce } from "./kafkajs-internals.ts";
 
 interface SeekOffsets {
   readonly size: number;
   has(topic: string, partition: number): boolean;
 }
 
-let applied = false;
+const SEEK_OFFSETS = "consumer/seekOffsets.js";
 
-/** The SeekOffsets class of the kafkajs the project resolves (its internals are CommonJS). */
-export function kafkajsSeekOffsets(): { prototype: SeekOffsets } {
-  const require = createRequire(import.meta.url);
-  return require("kafkajs/src/consumer/seekOffsets.js") as { prototype: SeekOffsets };
-}
+/** The SeekOffsets class of the kafkajs the project resolves. */
+export const kafkajsSeekOffsets = () => kafkajsClass<SeekOffsets>(SEEK_OFFSETS);
 
 export function fixKafkajsSeekOffsets(): void {
-  if (applied) return;
-  applied = true;
-  const proto = kafkajsSeekOffsets().prototype;
-  const has = proto.has;
-  proto.has = function (this: SeekOffsets, topic: string, partition: number): boolean {
-    return this.size !== 0 && has.call(this, topic, partition);
-  };
+  patchKafkajsOnce<SeekOffsets>(SEEK_OFFSETS, "empty map", (proto) => {
+    const has = proto.has;
+    proto.has = function (this: SeekOffsets, topic: string, partition: number): boolean {
+      return this.size !== 0 && has.call(this, topic, partition);
+    };
+  });
 }
