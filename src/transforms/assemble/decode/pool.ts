@@ -8,7 +8,7 @@
  */
 import { Worker } from "node:worker_threads";
 import { TrajflowError } from "../../../core/errors.ts";
-import type { RawRecord } from "../../../core/records.ts";
+import { recordSize, type RawRecord } from "../../../core/records.ts";
 import { registerThread, type ThreadUsage } from "../../../core/thread-usage.ts";
 import { decodeEvent, finishDecode, rejectedResult, type DecodeResult } from "./decode.ts";
 import type { DecodeJob, DecodeReply } from "./worker.ts";
@@ -22,6 +22,8 @@ interface Pending {
 interface Queued extends Pending {
   id: number;
   dispatched: boolean;
+  /** The records' bytes. */
+  bytes: number;
 }
 
 /** A chunk handed to the pool: its results, and `done` once the caller has applied them (or gave up). */
@@ -32,24 +34,30 @@ export interface DecodeTicket {
 }
 
 /**
- * Chunks decoded but not yet applied, at most. Decoding runs ahead of assembly, and a chunk that arrives
- * early waits as objects on the ingest thread's heap: unbounded, whole fetches (4 partitions x ~6,000
- * events on the shared harness's short workload) were decoded ahead, promoted to the old generation, and
- * their buffers freed only by the next full collection. Too few, and the worker idles whenever the ingest
- * thread does something else between chunks (a fetch's decompression, a file's cut: 5-40 ms, while a chunk
- * of 256 short events decodes in ~2 ms). 8 against 2, on the shared harness's short workload (BENCHMARKS.md):
- * end to end 1.13-1.61x the peer (median 1.28x, 12 runs) against 0.90-1.46x (median 1.17x, 11 runs), peak
- * RSS ~20 MiB higher.
+ * Chunks decoded but not yet applied, at most, and their bytes. Decoding runs ahead of assembly, and a chunk
+ * that arrives early waits as objects on the ingest thread's heap: unbounded, whole fetches (4 partitions
+ * x ~6,000 events on the shared harness's short workload) were decoded ahead, promoted to the old
+ * generation, and their buffers freed only by the next full collection. Too few, and the worker idles
+ * whenever the ingest thread does something else between chunks (a fetch's decompression, a file's cut:
+ * 5-40 ms, while a chunk of 256 short events decodes in ~2 ms). So up to DECODE_WINDOW chunks go ahead
+ * while they hold at most DECODE_WINDOW_BYTES of events (short events: all 8; chunks of 1 MiB of long
+ * prompts: 2), and DECODE_WINDOW_MIN always. 8 against 2, on the shared harness's short workload
+ * (BENCHMARKS.md): end to end 0.99-1.61x the peer (median 1.27x, 16 runs) against 0.90-1.46x (median
+ * 1.17x, 12 runs), peak RSS ~20 MiB higher; on the long workload, 8 chunks of long prompts ahead took peak
+ * RSS ~20 MiB higher at no gain, hence the bytes.
  */
 export const DECODE_WINDOW = 8;
+export const DECODE_WINDOW_MIN = 2;
+export const DECODE_WINDOW_BYTES = 2.5 * 1024 * 1024;
 
 export class DecodePool {
   private readonly workers: Worker[] = [];
   private readonly inFlight = new Map<number, Pending>();
   /** Chunks waiting for a place in the window, in order. */
   private readonly queue: Queued[] = [];
-  /** Chunks dispatched whose tickets are not done yet. */
+  /** Chunks dispatched whose tickets are not done yet, and their bytes. */
   private outstanding = 0;
+  private outstandingBytes = 0;
   private nextId = 0;
   private failure: Error | null = null;
   /** Jobs' buffers the workers handed back, for the next jobs. */
@@ -91,7 +99,7 @@ export class DecodePool {
     }
     let entry!: Queued;
     const results = new Promise<DecodeResult[]>((resolve, reject) => {
-      entry = { id: this.nextId++, records, resolve, reject, dispatched: false };
+      entry = { id: this.nextId++, records, resolve, reject, dispatched: false, bytes: recordsSize(records) };
     });
     this.queue.push(entry);
     this.pump();
@@ -101,8 +109,10 @@ export class DecodePool {
       done: () => {
         if (!open) return;
         open = false;
-        if (entry.dispatched) this.outstanding--;
-        else {
+        if (entry.dispatched) {
+          this.outstanding--;
+          this.outstandingBytes -= entry.bytes;
+        } else {
           // Given up before it was dispatched (a revoked lane's batch): nobody waits for it.
           const at = this.queue.indexOf(entry);
           if (at >= 0) this.queue.splice(at, 1);
@@ -114,12 +124,18 @@ export class DecodePool {
 
   /** Dispatches queued chunks while the window has room. */
   private pump(): void {
-    while (this.outstanding < DECODE_WINDOW && this.queue.length > 0 && this.failure === null) {
+    while (this.queue.length > 0 && this.failure === null && this.hasRoomFor(this.queue[0]!.bytes)) {
       const next = this.queue.shift()!;
       next.dispatched = true;
       this.outstanding++;
+      this.outstandingBytes += next.bytes;
       this.dispatch(next.id, next);
     }
+  }
+
+  private hasRoomFor(bytes: number): boolean {
+    if (this.outstanding < DECODE_WINDOW_MIN) return true;
+    return this.outstanding < DECODE_WINDOW && this.outstandingBytes + bytes <= DECODE_WINDOW_BYTES;
   }
 
   private dispatch(id: number, pending: Pending): void {
@@ -172,6 +188,12 @@ export class DecodePool {
   async close(): Promise<void> {
     await Promise.all(this.workers.map((w) => w.terminate()));
   }
+}
+
+function recordsSize(records: RawRecord[]): number {
+  let bytes = 0;
+  for (const r of records) bytes += recordSize(r);
+  return bytes;
 }
 
 /** A ticket whose results need no place in the window. */
