@@ -4,7 +4,6 @@
  * (open sessions, consumer lag) from providers the running pipeline registers.
  */
 import type * as Http from "node:http";
-import type { Server } from "node:http";
 import { createRequire } from "node:module";
 import type { AddressInfo } from "node:net";
 import { TrajflowError } from "./errors.ts";
@@ -16,6 +15,7 @@ import type { Metrics } from "./metrics.ts";
 // every export, and node:http's lazy WebSocket getters then load undici (~30 ms of every start, also of
 // runs that never open this endpoint; a require reads only createServer).
 const { createServer } = createRequire(import.meta.url)("node:http") as typeof Http;
+type Server = Http.Server;
 
 const spec = (name: string) => (METRICS as Record<string, { label?: string; help: string }>)[name];
 

@@ -316,7 +316,7 @@ export class AssembleComponent implements IngestStage {
     for (let i = 0; i < records.length; i++) {
       bytes += recordSize(records[i]!);
       if (i + 1 - start >= DECODE_CHUNK_RECORDS || bytes >= DECODE_CHUNK_BYTES || i === records.length - 1) {
-        const ticket = this.decoders.decode(records.slice(start, i + 1));
+        const ticket = this.decoders.decode(records.slice(start, i + 1), bytes);
         // A chunk left behind by a rebalance may fail after nobody awaits it any more.
         ticket.results.catch(() => {});
         chunks.push(ticket);

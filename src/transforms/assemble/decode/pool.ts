@@ -89,17 +89,17 @@ export class DecodePool {
   }
 
   /**
-   * Decodes `records` (in order, one result each). Chunks decode back to back, at most DECODE_WINDOW of
-   * them ahead of the caller's `done`.
+   * Decodes `records` (in order, one result each; `bytes`: their recordSize, when the caller counted it).
+   * Chunks decode back to back, within the window (DECODE_WINDOW) ahead of the caller's `done`.
    */
-  decode(records: RawRecord[]): DecodeTicket {
+  decode(records: RawRecord[], bytes = recordsSize(records)): DecodeTicket {
     if (this.failure !== null) return settled(Promise.reject(this.failure));
     if (this.workers.length === 0 || records.length === 0) {
       return settled(Promise.resolve(records.map(decodeEvent)));
     }
     let entry!: Queued;
     const results = new Promise<DecodeResult[]>((resolve, reject) => {
-      entry = { id: this.nextId++, records, resolve, reject, dispatched: false, bytes: recordsSize(records) };
+      entry = { id: this.nextId++, records, resolve, reject, dispatched: false, bytes };
     });
     this.queue.push(entry);
     this.pump();
