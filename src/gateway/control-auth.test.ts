@@ -46,9 +46,13 @@ it("takes as long to refuse a guess that is nearly right as one that is all wron
   const nearlyRight = `Bearer ${TOKEN.slice(0, -1)}!`;
   const allWrong = `Bearer ${"!".repeat(TOKEN.length)}`;
   for (let i = 0; i < 3; i++) median(auth, allWrong, 2_000); // warm up
-  const a = median(auth, nearlyRight, 20_000);
-  const b = median(auth, allWrong, 20_000);
-  const right = median(auth, `Bearer ${TOKEN}`, 20_000);
+  // Alternating rounds, each guess's fastest median: one round slowed by the host (a shared CI machine, a
+  // collection, the JIT) measured one guess 1.6x slower than the others with the code unchanged.
+  const guesses = [nearlyRight, allWrong, `Bearer ${TOKEN}`];
+  const best = guesses.map(() => Infinity);
+  for (let round = 0; round < 5; round++)
+    guesses.forEach((g, i) => (best[i] = Math.min(best[i]!, median(auth, g, 5_000))));
+  const [a, b, right] = best as [number, number, number];
   // The presented token is hashed, then compared whole: no early exit a timing could show.
   const spread = Math.max(a, b, right) / Math.min(a, b, right);
   assert.ok(spread < 1.5, `medians ${a} / ${b} / ${right} ns`);
