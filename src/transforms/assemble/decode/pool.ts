@@ -11,6 +11,8 @@ import { TrajflowError } from "../../../core/errors.ts";
 import { recordSize, type RawRecord } from "../../../core/records.ts";
 import { registerThread, type ThreadUsage } from "../../../core/thread-usage.ts";
 import { decodeEvent, finishDecode, rejectedResult, type DecodeResult } from "./decode.ts";
+import type { GatewayEvent } from "../../../schemas/events.ts";
+import { EventUnpacker } from "./reply-codec.ts";
 import type { DecodeJob, DecodeReply } from "./worker.ts";
 
 interface Pending {
@@ -68,9 +70,11 @@ export class DecodePool {
       const worker = new Worker(new URL("./worker.ts", import.meta.url));
       let usage: ThreadUsage | null = null;
       registerThread(`decode ${i + 1}`, () => usage);
+      // Its own: a worker numbers the shapes of the events it packs in the order it sends them.
+      const unpacker = new EventUnpacker();
       worker.on("message", (reply: DecodeReply) => {
         usage = reply.usage;
-        this.settle(reply);
+        this.settle(reply, unpacker);
       });
       worker.on("error", (err) => this.fail(err));
       // An idle pool must not keep the process alive.
@@ -151,26 +155,35 @@ export class DecodePool {
     worker.postMessage(job, moving as ArrayBuffer[]);
   }
 
-  private settle(reply: DecodeReply): void {
+  private settle(reply: DecodeReply, unpacker: EventUnpacker): void {
+    // Shapes first, before anything can return: the worker's next message may use them.
+    unpacker.begin(reply.events);
     const pending = this.inFlight.get(reply.id);
     this.buffers.give(reply.spent);
     if (pending === undefined) return;
     this.inFlight.delete(reply.id);
     if (this.inFlight.size === 0) for (const w of this.workers) w.unref();
-    const results: DecodeResult[] = new Array(reply.items.length);
-    for (let i = 0; i < reply.items.length; i++) {
-      const item = reply.items[i]!;
+    const results: DecodeResult[] = new Array(reply.packed.length);
+    let item = 0;
+    let digest = 0;
+    for (let i = 0; i < results.length; i++) {
       const record = pending.records[i]!;
-      if ("rejection" in item) results[i] = rejectedResult(item.rejection, record);
-      else if ("event" in item) {
+      if (reply.packed[i] === 1) {
+        const event = unpacker.next() as GatewayEvent;
+        results[i] = { kind: "event", value: { event, digest: reply.digests[digest++]!, record } };
+        continue;
+      }
+      const next = reply.items[item++]!;
+      if ("rejection" in next) results[i] = rejectedResult(next.rejection, record);
+      else if ("event" in next) {
         // The worker's object, completed in place: a copy per event was 13 MiB of the ingest thread's
         // garbage on the short workload.
-        const value = item as typeof item & { record: RawRecord };
+        const value = next as typeof next & { record: RawRecord };
         value.record = record;
         results[i] = { kind: "event", value };
-      } else if ("control" in item) results[i] = { kind: "control", control: item.control, record };
+      } else if ("control" in next) results[i] = { kind: "control", control: next.control, record };
       // The zod schemas, which workers do not load; an event too deep to send is decoded again.
-      else results[i] = item.schema === null ? decodeEvent(record) : finishDecode(item.schema, record);
+      else results[i] = next.schema === null ? decodeEvent(record) : finishDecode(next.schema, record);
     }
     pending.resolve(results);
   }

@@ -8,8 +8,9 @@ import type { GatewayEvent, PolicyUpdateEvent } from "../../../schemas/events.ts
 import type { RoutedExperts } from "../../../schemas/routed-experts.ts";
 import { ThreadMeter, type ThreadUsage } from "../../../core/thread-usage.ts";
 import { ArrayArena, useArrayArena } from "../../../schemas/tokens.ts";
-import { decodeOutcome, type Rejection } from "./decode-core.ts";
+import { decodeOutcome, type DecodeOutcome, type Rejection } from "./decode-core.ts";
 import { PromptPrefixes } from "./prompt-prefix.ts";
+import { EventPacker, packedArrays, type PackedEvents } from "./reply-codec.ts";
 
 export interface DecodeJob {
   id: number;
@@ -36,6 +37,13 @@ export type DecodedItem =
 
 export interface DecodeReply {
   id: number;
+  /** Per record, in order: 1 when it is the next of `events` (with the next of `digests`), else 0. */
+  packed: Uint8Array;
+  /** The chunk's events, packed (reply-codec.ts). */
+  events: PackedEvents;
+  /** Each packed event's digest. */
+  digests: string[];
+  /** The records not packed, in order: rejections, control events, and events that cannot be packed. */
   items: DecodedItem[];
   /** This worker's CPU and memory so far (the run report's per-thread figures). */
   usage: ThreadUsage;
@@ -70,19 +78,35 @@ useArrayArena(arena);
 const meter = new ThreadMeter();
 const prefixes = new PromptPrefixes();
 
+const packer = new EventPacker();
+/** The chunk's outcomes, decoded before any is packed (packing needs the arena's blocks for the chunk). */
+const outcomes: DecodeOutcome[] = [];
+
 parentPort!.on("message", (job: DecodeJob) => {
-  const items: DecodedItem[] = [];
-  const transfer: ArrayBuffer[] = [];
   let start = 0;
   const starts = job.starts;
   for (let i = 0; i < job.ends.length; i++) {
     if (starts !== undefined) start = starts[i]!;
     const end = job.ends[i]!;
-    const result = decodeOutcome({ raw: job.bytes.subarray(start, end), origin: ORIGIN }, null, prefixes);
+    outcomes.push(decodeOutcome({ raw: job.bytes.subarray(start, end), origin: ORIGIN }, null, prefixes));
     start = end;
+  }
+  const items: DecodedItem[] = [];
+  const digests: string[] = [];
+  const packed = new Uint8Array(outcomes.length);
+  // Every buffer the chunk's events lie in moves with the reply: the arena's blocks and the arrays' own.
+  const buffers = arena.take();
+  for (const result of outcomes) if (result.kind === "event") addBuffers(result.value.event, buffers);
+  packer.begin(buffers);
+  for (let i = 0; i < outcomes.length; i++) {
+    const result = outcomes[i]!;
     if (result.kind === "event") {
-      items.push({ event: result.value.event, digest: result.value.digest });
-      addBuffers(result.value.event, transfer);
+      if (packer.add(result.value.event)) {
+        packed[i] = 1;
+        digests.push(result.value.digest);
+      } else {
+        items.push({ event: result.value.event, digest: result.value.digest });
+      }
     } else if (result.kind === "control") {
       items.push({ control: result.control });
     } else if (result.kind === "rejection") {
@@ -91,9 +115,10 @@ parentPort!.on("message", (job: DecodeJob) => {
       items.push({ schema: result.obj });
     }
   }
-  for (const block of arena.take()) transfer.push(block);
+  outcomes.length = 0;
+  const events = packer.take();
   const spent = job.bytes.buffer as ArrayBuffer;
-  transfer.push(spent);
-  const reply: DecodeReply = { id: job.id, items, usage: meter.sample(), spent };
+  const transfer = [...events.buffers, ...packedArrays(events), packed.buffer, spent];
+  const reply: DecodeReply = { id: job.id, packed, events, digests, items, usage: meter.sample(), spent };
   parentPort!.postMessage(reply, transfer);
 });
