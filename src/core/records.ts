@@ -8,6 +8,13 @@ export interface RawRecord {
   origin: Origin;
   /** The length of `raw`, where a record knows it without making `raw` (a Kafka record's value view). */
   readonly rawLength?: number;
+  /**
+   * The buffer `raw` lies in, and where in it (with rawLength), where a record knows them without making
+   * `raw`: a Kafka record's decompressed batch. Packing records for a decode worker then copies spans of
+   * that buffer and makes no view per record (decode/pool.ts).
+   */
+  readonly rawBuffer?: Uint8Array;
+  readonly rawOffset?: number;
 }
 
 /** What a record's bytes count for the limits: its bytes, or a string's UTF-16 length. */

@@ -117,6 +117,16 @@ export class FetchedMessage {
     return this.valueAt < 0 ? 0 : this.valueLength;
   }
 
+  /** The buffer the value lies in (its batch's records), without a view of the value. */
+  get rawBuffer(): Buffer {
+    return this.bytes;
+  }
+
+  /** Where the value starts in rawBuffer (a null value: where it would, with rawLength 0). */
+  get rawOffset(): number {
+    return this.valueAt < 0 ? this.headersAt : this.valueAt;
+  }
+
   /** Where the record came from, as a RawRecord says (after `from`). */
   get origin(): Extract<Origin, { kind: "kafka" }> {
     return { kind: "kafka", topic: this.topic, partition: this.partition, offset: this.offset };

@@ -3,7 +3,14 @@ import { after, it } from "node:test";
 import type { RawRecord } from "../../../core/records.ts";
 import { packLogprobs, packTokenIds } from "../../../schemas/tokens.ts";
 import { decodeEvent } from "./decode.ts";
-import { DECODE_WINDOW, DECODE_WINDOW_BYTES, DECODE_WINDOW_MIN, DecodePool } from "./pool.ts";
+import {
+  DECODE_WINDOW,
+  DECODE_WINDOW_BYTES,
+  DECODE_WINDOW_MIN,
+  DecodePool,
+  JobBuffers,
+  packRecords,
+} from "./pool.ts";
 
 const pools: DecodePool[] = [];
 after(async () => {
@@ -219,4 +226,44 @@ it("decodes large chunks only DECODE_WINDOW_MIN ahead, small ones up to DECODE_W
     await t.results;
     t.done();
   }
+});
+
+it("packs records that say where their bytes lie (a Kafka batch's) as one span, with no view per record", () => {
+  const batch = Buffer.from('..{"a":1}..{"b":2}.{"c":3}');
+  const at: Array<[number, number]> = [
+    [2, 7],
+    [11, 7],
+    [18, 0], // a null value: no bytes, where its value would be
+    [19, 7],
+  ];
+  const origin = { kind: "kafka", topic: "t", partition: 0, offset: "0" } as const;
+  const located = (buffer: Buffer, spans: Array<[number, number]>): RawRecord[] =>
+    spans.map(([offset, length]) => ({
+      origin,
+      rawBuffer: buffer,
+      rawOffset: offset,
+      rawLength: length,
+      get raw(): Uint8Array {
+        throw new Error("a view was made");
+      },
+    }));
+  const viewed = at.map(([offset, length]) => ({ origin, raw: batch.subarray(offset, offset + length) }));
+  const job = packRecords(1, located(batch, at), new JobBuffers());
+  const want = packRecords(1, viewed, new JobBuffers());
+  assert.deepEqual([...job.starts!], [0, 9, 16, 17]);
+  assert.deepEqual([...job.ends], [7, 16, 16, 24]);
+  assert.deepEqual(job, want);
+  assert.equal(Buffer.from(job.bytes).toString(), '{"a":1}..{"b":2}.{"c":3}');
+
+  // Records in two buffers are read through their views, packed back to back.
+  const other = Buffer.from('{"d":4}');
+  const mixed = [
+    ...located(batch, at.slice(0, 1)),
+    { origin, rawBuffer: other, rawOffset: 0, rawLength: 7, raw: other },
+  ];
+  mixed[0] = { ...viewed[0]!, rawBuffer: batch, rawOffset: 2, rawLength: 7 };
+  const packed = packRecords(2, mixed, new JobBuffers());
+  assert.equal(packed.starts, undefined);
+  assert.deepEqual([...packed.ends], [7, 14]);
+  assert.equal(Buffer.from(packed.bytes).toString(), '{"a":1}{"d":4}');
 });

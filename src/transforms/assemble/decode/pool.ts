@@ -221,6 +221,8 @@ function settled(results: Promise<DecodeResult[]>): DecodeTicket {
  * begins): one copy instead of one per record. Otherwise they are packed back to back.
  */
 export function packRecords(id: number, records: RawRecord[], buffers: JobBuffers): DecodeJob {
+  const known = knownSpan(records);
+  if (known !== null) return packSpan(id, known, records, buffers);
   // Read once: a record may make its bytes' view on each read (a Kafka record does).
   const raws = records.map((r) => r.raw);
   const ends = new Uint32Array(raws.length);
@@ -306,5 +308,49 @@ function sharedSpan(
     total += raw.length;
   }
   const start = first.byteOffset;
-  return end - start - total <= MAX_FRAMING_SHARE * (end - start) ? { buffer, start, end } : null;
+  return worthOneCopy(total, end - start) ? { buffer, start, end } : null;
+}
+
+function worthOneCopy(recordBytes: number, spanBytes: number): boolean {
+  return spanBytes - recordBytes <= MAX_FRAMING_SHARE * spanBytes;
+}
+
+/**
+ * sharedSpan for records that say where their bytes lie (rawBuffer, rawOffset, rawLength: a Kafka
+ * batch's), read without making a view per record; null when any does not, or they do not lie in order
+ * in one buffer with little between them.
+ */
+function knownSpan(records: RawRecord[]): { buffer: Uint8Array; start: number; end: number } | null {
+  const buffer = records[0]!.rawBuffer;
+  if (buffer === undefined) return null;
+  const start = records[0]!.rawOffset;
+  if (start === undefined) return null;
+  let end = start;
+  let total = 0;
+  for (const r of records) {
+    const at = r.rawOffset;
+    const length = r.rawLength;
+    if (r.rawBuffer !== buffer || at === undefined || length === undefined || at < end) return null;
+    end = at + length;
+    total += length;
+  }
+  return worthOneCopy(total, end - start) ? { buffer, start, end } : null;
+}
+
+function packSpan(
+  id: number,
+  span: { buffer: Uint8Array; start: number; end: number },
+  records: RawRecord[],
+  buffers: JobBuffers,
+): DecodeJob {
+  const bytes = buffers.take(span.end - span.start);
+  bytes.set(span.buffer.subarray(span.start, span.end));
+  const starts = new Uint32Array(records.length);
+  const ends = new Uint32Array(records.length);
+  for (let i = 0; i < records.length; i++) {
+    const r = records[i]!;
+    starts[i] = r.rawOffset! - span.start;
+    ends[i] = starts[i]! + r.rawLength!;
+  }
+  return { id, bytes, ends, starts };
 }
