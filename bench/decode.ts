@@ -1,11 +1,15 @@
 /**
  * Decode benchmarks: raw JSON lines → typed events (JSON.parse + zod + typed token arrays + digest), for
  * token arrays sent as JSON numbers and packed as base64; and full prompts from bytes as a decode worker
- * reads them, parsed whole against continued from the session's last prompt (prompt-prefix.ts).
+ * reads them, parsed whole against continued from the session's last prompt (prompt-prefix.ts); and a
+ * decode worker's reply to the ingest thread, by postMessage's structured clone against packed by shape
+ * (reply-codec.ts).
  */
 import { decodeOutcome } from "../src/transforms/assemble/decode/decode-core.ts";
 import { decodeEvent } from "../src/transforms/assemble/decode/decode.ts";
 import { PromptPrefixes } from "../src/transforms/assemble/decode/prompt-prefix.ts";
+import { EventPacker, EventUnpacker, packedArrays } from "../src/transforms/assemble/decode/reply-codec.ts";
+import { ArrayArena, useArrayArena } from "../src/schemas/tokens.ts";
 import { bestOf, record } from "./harness.ts";
 import { linearSession } from "./workloads.ts";
 
@@ -47,6 +51,7 @@ export function run(): void {
     });
   }
   prefixes();
+  replies();
 }
 
 /** A decode worker's loop over bytes, without and with the prompt prefix reader (a fresh one per pass). */
@@ -73,6 +78,80 @@ function prefixes(): void {
       value: w.tokens / seconds / 1e6,
       unit: "M values/s",
       note: name === "parsed whole" ? "as a decode worker reads them" : `${(whole / continued).toFixed(2)}x`,
+    });
+  }
+}
+
+/**
+ * What a decode worker's reply costs to send, both ends on one thread (structuredClone is postMessage's
+ * serializer and deserializer): short sessions' events in chunks of 256, their token arrays in the
+ * arena's blocks, which move. Cloned as objects (before), and packed by shape, cloned, unpacked (now).
+ */
+function replies(): void {
+  const shape = { initialPrompt: 180, turns: 4, outputTokens: 76, observationTokens: 64 };
+  const raws: Buffer[] = [];
+  for (let s = 0; s < 2_000; s++) {
+    for (const e of linearSession(shape, "full", { uid: `u${s}`, sessionId: "s", seed: s + 1 })) {
+      raws.push(Buffer.from(JSON.stringify(e)));
+    }
+  }
+  const origin = { kind: "file", file: "bench", line: 0 } as const;
+  const arena = new ArrayArena();
+  useArrayArena(arena);
+  const chunks: Array<{ events: object[]; digests: string[]; blocks: () => ArrayBuffer[] }> = [];
+  const decodeAll = () => {
+    chunks.length = 0;
+    for (let c = 0; c < raws.length; c += 256) {
+      const events: object[] = [];
+      const digests: string[] = [];
+      for (const raw of raws.slice(c, c + 256)) {
+        const r = decodeOutcome({ raw, origin }, null, null);
+        if (r.kind !== "event") throw new Error(`unexpected ${r.kind} event in the workload`);
+        events.push(r.value.event);
+        digests.push(r.value.digest);
+      }
+      const blocks = arena.take();
+      chunks.push({ events, digests, blocks: () => blocks });
+    }
+  };
+  const timed = (send: (chunk: (typeof chunks)[number]) => number) => {
+    let best = Infinity;
+    for (let i = 0; i < 6; i++) {
+      decodeAll(); // the blocks move: each pass decodes afresh, untimed
+      const t = performance.now();
+      let n = 0;
+      for (const chunk of chunks) n += send(chunk);
+      if (n !== raws.length) throw new Error(`${n} events came back of ${raws.length}`);
+      if (i > 0) best = Math.min(best, (performance.now() - t) / 1000);
+    }
+    return best;
+  };
+  const cloned = timed(({ events, digests, blocks }) => {
+    const items = events.map((event, i) => ({ event, digest: digests[i] }));
+    return structuredClone({ items }, { transfer: blocks() }).items.length;
+  });
+  const packer = new EventPacker();
+  const unpacker = new EventUnpacker();
+  const packed = timed(({ events, digests, blocks }) => {
+    packer.begin(blocks());
+    for (const e of events) if (!packer.add(e)) throw new Error("an event could not be packed");
+    const p = packer.take();
+    const got = structuredClone({ p, digests }, { transfer: [...p.buffers, ...packedArrays(p)] });
+    unpacker.begin(got.p);
+    for (let i = 0; i < got.digests.length; i++) unpacker.next();
+    return got.digests.length;
+  });
+  useArrayArena(null); // the benches after this one decode as the ingest thread does
+  for (const [name, seconds] of [
+    ["structured clone", cloned],
+    ["packed by shape", packed],
+  ] as const) {
+    record({
+      bench: "decode",
+      case: `worker reply, short sessions, ${name}`,
+      value: raws.length / seconds / 1e6,
+      unit: "M events/s",
+      note: name === "packed by shape" ? `${(cloned / packed).toFixed(2)}x` : "send and receive, one thread",
     });
   }
 }
