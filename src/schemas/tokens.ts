@@ -26,20 +26,28 @@ function isPacked(value: unknown): value is PackedArray {
 }
 
 /**
- * Decodes base64 straight into a fresh ArrayBuffer of its own (aligned, transferable), without the
- * intermediate Buffer: this runs once per token array.
+ * Decodes base64 of 4-byte elements straight into where this thread's arrays go, without an intermediate
+ * Buffer: on a decode worker its arena's shared blocks (a buffer of its own per array was one more
+ * buffer to transfer and track per array: the decode worker's postMessage took 230 ms a run on the shared
+ * harness's short workload in the packed delta form), else a fresh, aligned ArrayBuffer of its own.
  */
-function unpack(b64: string): ArrayBuffer | string {
+function unpack<T extends Int32Array | Float32Array>(
+  b64: string,
+  view: new (buffer: ArrayBuffer, at: number, n: number) => T,
+): T | string {
   // Node's decoder skips characters outside the alphabet (whitespace, "="), so the size is an upper bound.
   const bound = Buffer.byteLength(b64, "base64");
-  const out = new ArrayBuffer(bound);
-  const length = Buffer.from(out).write(b64, "base64");
+  const [reserved, at] = arena === null ? [new ArrayBuffer(bound), 0] : arena.bytes(bound);
+  let buffer = reserved;
+  const length = Buffer.from(buffer, at, bound).write(b64, "base64");
   if (length % 4 !== 0) return `packed array has ${length} bytes, not a multiple of 4`;
-  return length === bound ? out : out.slice(0, length);
+  // A buffer of its own is exactly the array's (it is transferred and kept whole).
+  if (arena === null && length !== bound) buffer = buffer.slice(0, length);
+  if (!LITTLE_ENDIAN) byteSwap32(new Uint8Array(buffer, at, length));
+  return new view(buffer, at, length / 4);
 }
 
-function byteSwap32(buf: ArrayBuffer): void {
-  const b = new Uint8Array(buf);
+function byteSwap32(b: Uint8Array): void {
   for (let i = 0; i < b.length; i += 4) {
     const a0 = b[i]!;
     const a1 = b[i + 1]!;
@@ -76,6 +84,11 @@ export class ArrayArena {
     const at = this.used;
     this.used += bytes;
     return [this.block, at];
+  }
+
+  /** At least `n` bytes (rounded up to whole elements) of a fresh, zeroed range: its buffer and offset. */
+  bytes(n: number): [ArrayBuffer, number] {
+    return this.range(Math.ceil(n / 4));
   }
 
   int32(n: number): Int32Array {
@@ -141,10 +154,8 @@ export function decodeTokenIds(value: unknown): Int32Array | string {
   }
   if (value instanceof CheckedTokenIds) return value.ids;
   if (isPacked(value)) {
-    const buf = unpack(value.b64);
-    if (typeof buf === "string") return buf;
-    if (!LITTLE_ENDIAN) byteSwap32(buf);
-    const out = new Int32Array(buf);
+    const out = unpack(value.b64, Int32Array);
+    if (typeof out === "string") return out;
     for (let i = 0; i < out.length; i++) {
       if (out[i]! < 0) return `packed element ${i} is ${out[i]}, token ids are never negative`;
     }
@@ -175,12 +186,7 @@ export function decodeLogprobs(value: unknown): Float32Array | string {
     }
     return out;
   }
-  if (isPacked(value)) {
-    const buf = unpack(value.b64);
-    if (typeof buf === "string") return buf;
-    if (!LITTLE_ENDIAN) byteSwap32(buf);
-    return new Float32Array(buf);
-  }
+  if (isPacked(value)) return unpack(value.b64, Float32Array);
   return 'expected an array of numbers or { "b64": "<base64 little-endian float32>" }';
 }
 
@@ -204,7 +210,7 @@ function packBytes(view: Int32Array | Float32Array): PackedArray {
     return { b64: Buffer.from(view.buffer, view.byteOffset, view.byteLength).toString("base64") };
   }
   const copy = view.slice();
-  byteSwap32(copy.buffer);
+  byteSwap32(new Uint8Array(copy.buffer));
   return { b64: Buffer.from(copy.buffer).toString("base64") };
 }
 

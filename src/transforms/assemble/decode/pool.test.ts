@@ -173,6 +173,58 @@ it("decodes small and large JSON arrays on a worker as decodeEvent does", async 
   assert.equal(big.value.event.logprobs!.length, 20_000);
 });
 
+// Packed arrays (the delta form's) were each decoded into a buffer of their own, one more buffer per array
+// to transfer: now small ones share the arena's blocks as JSON arrays do, and large ones keep their own.
+it("decodes small and large packed arrays on a worker as decodeEvent does, small ones sharing blocks", async () => {
+  const pool = new DecodePool(1);
+  pools.push(pool);
+  const ids = (n: number, from: number) => Array.from({ length: n }, (_, i) => (from + i * 7) % 150_000);
+  const lps = (n: number) => Array.from({ length: n }, (_, i) => -((i % 97) + 1) / 128);
+  const events = [
+    ...Array.from({ length: 40 }, (_, k) => ({
+      ...envelope,
+      seq: 1 + k,
+      type: "response",
+      call_id: `c${k}`,
+      parent_call_id: k === 0 ? undefined : `c${k - 1}`,
+      prompt_delta_ids: k === 0 ? undefined : packTokenIds(ids(30 + k, k)),
+      prompt_ids: k === 0 ? packTokenIds(ids(100, 1)) : undefined,
+      output_ids: packTokenIds(ids(64 + k, k + 1)),
+      logprobs: packLogprobs(lps(64 + k)),
+      finish_reason: "stop",
+    })),
+    {
+      ...envelope,
+      seq: 41,
+      type: "response",
+      call_id: "big",
+      prompt_ids: packTokenIds(ids(40_000, 3)),
+      output_ids: packTokenIds(ids(20_000, 5)),
+      logprobs: packLogprobs(lps(20_000)),
+      finish_reason: "length",
+    },
+  ];
+  const input: RawRecord[] = events.map((e, i) => ({
+    raw: Buffer.from(JSON.stringify(e)),
+    origin: { kind: "kafka", topic: "t", partition: 0, offset: String(i) },
+  }));
+  const got = await pool.decode(input).results;
+  const want = input.map(decodeEvent);
+  assert.equal(got.length, want.length);
+  for (let i = 0; i < want.length; i++) assert.deepEqual(got[i], want[i], `record ${i}`);
+  const arrays = got.map((r) => {
+    assert.ok(r.kind === "event" && r.value.event.type === "response");
+    return r.value.event;
+  });
+  const small = arrays.slice(0, 40).flatMap((e) => [e.output_ids, e.logprobs!]);
+  assert.equal(new Set(small.map((a) => a.buffer)).size, 1, "the small arrays share one block");
+  const big = arrays[40]!;
+  for (const a of [big.prompt_ids!, big.output_ids, big.logprobs!]) {
+    assert.equal(a.byteLength, a.buffer.byteLength, "a large array has a buffer of its own");
+  }
+  assert.equal(big.output_ids.length, 20_000);
+});
+
 // Decoding ran a whole fetch ahead of assembly, and every decoded chunk waited on the ingest thread's heap
 // long enough to be promoted (issue 46): at most DECODE_WINDOW chunks are decoded and not yet done.
 it("decodes at most DECODE_WINDOW chunks ahead of the caller, in order, skipping chunks given up", async () => {
