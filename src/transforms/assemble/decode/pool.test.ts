@@ -128,13 +128,15 @@ it("gives the ingest thread an event too deep to clone as its bytes, rejected as
   assert.equal(ok!.kind, "event");
 });
 
+/** Token ids and logprobs for large and small arrays. */
+const ids = (n: number, from: number) => Array.from({ length: n }, (_, i) => (from + i * 7) % 150_000);
+const lps = (n: number) => Array.from({ length: n }, (_, i) => -((i % 97) + 1) / 128);
+
 // Regression: on a worker, small JSON arrays share transferred blocks and large ones get their own buffer;
 // an event with two large arrays listed one buffer twice and the worker crashed (DataCloneError).
 it("decodes small and large JSON arrays on a worker as decodeEvent does", async () => {
   const pool = new DecodePool(1);
   pools.push(pool);
-  const ids = (n: number, from: number) => Array.from({ length: n }, (_, i) => (from + i * 7) % 150_000);
-  const lps = (n: number) => Array.from({ length: n }, (_, i) => -((i % 97) + 1) / 128);
   const events = [
     { ...envelope, seq: 1, type: "request", call_id: "big", prompt_ids: ids(40_000, 3) },
     {
@@ -178,8 +180,6 @@ it("decodes small and large JSON arrays on a worker as decodeEvent does", async 
 it("decodes small and large packed arrays on a worker as decodeEvent does, small ones sharing blocks", async () => {
   const pool = new DecodePool(1);
   pools.push(pool);
-  const ids = (n: number, from: number) => Array.from({ length: n }, (_, i) => (from + i * 7) % 150_000);
-  const lps = (n: number) => Array.from({ length: n }, (_, i) => -((i % 97) + 1) / 128);
   const events = [
     ...Array.from({ length: 40 }, (_, k) => ({
       ...envelope,
