@@ -221,23 +221,21 @@ function settled(results: Promise<DecodeResult[]>): DecodeTicket {
  * begins): one copy instead of one per record. Otherwise they are packed back to back.
  */
 export function packRecords(id: number, records: RawRecord[], buffers: JobBuffers): DecodeJob {
-  const known = knownSpan(records);
-  if (known !== null) return packSpan(id, known, records, buffers);
-  // Read once: a record may make its bytes' view on each read (a Kafka record does).
-  const raws = records.map((r) => r.raw);
-  const ends = new Uint32Array(raws.length);
-  const span = sharedSpan(raws);
+  const span = sharedSpan(records);
   if (span !== null) {
-    const bytes = buffers.take(span.end - span.start);
-    bytes.set(new Uint8Array(span.buffer, span.start, span.end - span.start));
-    const starts = new Uint32Array(raws.length);
-    for (let i = 0; i < raws.length; i++) {
-      const raw = raws[i] as Uint8Array;
-      starts[i] = raw.byteOffset - span.start;
-      ends[i] = starts[i]! + raw.length;
+    const { buffer, starts, ends } = span;
+    const first = starts[0]!;
+    const bytes = buffers.take(ends[ends.length - 1]! - first);
+    bytes.set(buffer.subarray(first, ends[ends.length - 1]));
+    for (let i = 0; i < starts.length; i++) {
+      starts[i] = starts[i]! - first;
+      ends[i] = ends[i]! - first;
     }
     return { id, bytes, ends, starts };
   }
+  // Read once: a record may make its bytes' view on each read (a Kafka record does).
+  const raws = records.map((r) => r.raw);
+  const ends = new Uint32Array(raws.length);
   let total = 0;
   for (const raw of raws) total += typeof raw === "string" ? Buffer.byteLength(raw) : raw.length;
   const bytes = buffers.take(total);
@@ -293,64 +291,46 @@ const MAX_SPARE_BYTES = 4 * 1024 * 1024;
 /** Copying framing too is worth one copy instead of many while it stays below this share of the span. */
 const MAX_FRAMING_SHARE = 0.25;
 
-/** Where the records lie in order in one buffer, with little between them; null otherwise. */
-function sharedSpan(
-  raws: Array<string | Uint8Array>,
-): { buffer: ArrayBufferLike; start: number; end: number } | null {
-  const first = raws[0]!;
-  if (typeof first === "string") return null;
-  const buffer = first.buffer;
-  let end = first.byteOffset;
-  let total = 0;
-  for (const raw of raws) {
-    if (typeof raw === "string" || raw.buffer !== buffer || raw.byteOffset < end) return null;
-    end = raw.byteOffset + raw.length;
-    total += raw.length;
-  }
-  const start = first.byteOffset;
-  return worthOneCopy(total, end - start) ? { buffer, start, end } : null;
-}
-
-function worthOneCopy(recordBytes: number, spanBytes: number): boolean {
-  return spanBytes - recordBytes <= MAX_FRAMING_SHARE * spanBytes;
-}
-
 /**
- * sharedSpan for records that say where their bytes lie (rawBuffer, rawOffset, rawLength: a Kafka
- * batch's), read without making a view per record; null when any does not, or they do not lie in order
- * in one buffer with little between them.
+ * Where the records lie, in order, in one buffer with little between them (a Kafka batch's values in
+ * their decompressed batch): that buffer and each record's start and end in it; null otherwise. A record
+ * that says where its bytes lie (rawBuffer, rawOffset, rawLength: a Kafka record's) is read without making
+ * a view of its bytes.
  */
-function knownSpan(records: RawRecord[]): { buffer: Uint8Array; start: number; end: number } | null {
-  const buffer = records[0]!.rawBuffer;
-  if (buffer === undefined) return null;
-  const start = records[0]!.rawOffset;
-  if (start === undefined) return null;
-  let end = start;
-  let total = 0;
-  for (const r of records) {
-    const at = r.rawOffset;
-    const length = r.rawLength;
-    if (r.rawBuffer !== buffer || at === undefined || length === undefined || at < end) return null;
-    end = at + length;
-    total += length;
-  }
-  return worthOneCopy(total, end - start) ? { buffer, start, end } : null;
-}
-
-function packSpan(
-  id: number,
-  span: { buffer: Uint8Array; start: number; end: number },
+function sharedSpan(
   records: RawRecord[],
-  buffers: JobBuffers,
-): DecodeJob {
-  const bytes = buffers.take(span.end - span.start);
-  bytes.set(span.buffer.subarray(span.start, span.end));
+): { buffer: Uint8Array; starts: Uint32Array; ends: Uint32Array } | null {
   const starts = new Uint32Array(records.length);
   const ends = new Uint32Array(records.length);
+  // What the records' buffer is known by: a record's rawBuffer, or the ArrayBuffer a view of bytes lies in.
+  let owner: unknown = null;
+  let buffer: Uint8Array | null = null;
+  let end = 0;
+  let total = 0;
   for (let i = 0; i < records.length; i++) {
     const r = records[i]!;
-    starts[i] = r.rawOffset! - span.start;
-    ends[i] = starts[i]! + r.rawLength!;
+    let at: number;
+    let length: number;
+    if (r.rawBuffer !== undefined && r.rawOffset !== undefined && r.rawLength !== undefined) {
+      if (owner === null) owner = buffer = r.rawBuffer;
+      else if (r.rawBuffer !== owner) return null;
+      at = r.rawOffset;
+      length = r.rawLength;
+    } else {
+      const raw = r.raw;
+      if (typeof raw === "string") return null;
+      if (owner === null) {
+        owner = raw.buffer;
+        buffer = new Uint8Array(raw.buffer);
+      } else if (raw.buffer !== owner) return null;
+      at = raw.byteOffset;
+      length = raw.length;
+    }
+    if (i > 0 && at < end) return null;
+    starts[i] = at;
+    end = ends[i] = at + length;
+    total += length;
   }
-  return { id, bytes, ends, starts };
+  const span = end - starts[0]!;
+  return span - total <= MAX_FRAMING_SHARE * span ? { buffer: buffer!, starts, ends } : null;
 }

@@ -79,10 +79,10 @@ const meter = new ThreadMeter();
 const prefixes = new PromptPrefixes();
 
 const packer = new EventPacker();
-/** The chunk's outcomes, decoded before any is packed (packing needs the arena's blocks for the chunk). */
-const outcomes: DecodeOutcome[] = [];
 
 parentPort!.on("message", (job: DecodeJob) => {
+  // Every record is decoded before any is packed: packing needs the arena's blocks for the whole chunk.
+  const outcomes: DecodeOutcome[] = [];
   let start = 0;
   const starts = job.starts;
   for (let i = 0; i < job.ends.length; i++) {
@@ -115,7 +115,6 @@ parentPort!.on("message", (job: DecodeJob) => {
       items.push({ schema: result.obj });
     }
   }
-  outcomes.length = 0;
   const events = packer.take();
   const spent = job.bytes.buffer as ArrayBuffer;
   const transfer = [...events.buffers, ...packedArrays(events), packed.buffer, spent];
