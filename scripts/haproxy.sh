@@ -74,6 +74,10 @@ defaults
   timeout client 10m
   timeout server 10m
   timeout http-request 30s
+  # A health check's answer may take this long: without it HAProxy allows one check interval (500 ms), and
+  # a replica whose event loop is busy for that long (a restart's catch-up on a loaded host) is taken out,
+  # which loads the others more. A replica that is gone is refused at once and still found down in ~1 s.
+  timeout check 2s
   # A call is sent again, to the session's replica or (last try) another, when the replica could not be
   # reached, closed without answering, or answered 503 (session_moved, output_unavailable): before any of
   # these nothing reached the agent.

@@ -14,6 +14,7 @@
 import { strict as assert } from "node:assert";
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { createServer } from "node:http";
 import { join } from "node:path";
 import { after, it } from "node:test";
 import { decodeLogprobs, decodeTokenIds } from "../src/schemas/tokens.ts";
@@ -99,22 +100,29 @@ async function startReplicas(topic: string, n: number, engine?: string): Promise
   return replicas;
 }
 
+/** HAProxy (scripts/haproxy.sh) in front of `servers` (host:port): its base URL and directory. */
+function startProxy(port: number, servers: string[]): { proxy: string; haproxyDir: string } {
+  const haproxyDir = join(scratch, freshName("haproxy"));
+  proxies.push(haproxyDir);
+  const proxy = execFileSync("bash", [HAPROXY, "start", String(port), ...servers], {
+    encoding: "utf8",
+    env: { ...process.env, TRAJFLOW_HAPROXY_DIR: haproxyDir },
+  })
+    .trim()
+    .split("\n")
+    .pop()!;
+  return { proxy, haproxyDir };
+}
+
 async function startFleet(
   topic: string,
   n: number,
 ): Promise<{ replicas: Replica[]; proxy: string; haproxyDir: string }> {
   const replicas = await startReplicas(topic, n);
-  const proxyPort = await freePort();
-  const haproxyDir = join(scratch, freshName("haproxy"));
-  proxies.push(haproxyDir);
-  const proxy = execFileSync(
-    "bash",
-    [HAPROXY, "start", String(proxyPort), ...replicas.map((r) => `127.0.0.1:${r.port}`)],
-    { encoding: "utf8", env: { ...process.env, TRAJFLOW_HAPROXY_DIR: haproxyDir } },
-  )
-    .trim()
-    .split("\n")
-    .pop()!;
+  const { proxy, haproxyDir } = startProxy(
+    await freePort(),
+    replicas.map((r) => `127.0.0.1:${r.port}`),
+  );
   return { replicas, proxy, haproxyDir };
 }
 
@@ -249,10 +257,37 @@ async function runFleet(
   const { replicas, proxy, haproxyDir } = await startFleet(topic, 3);
   const received: Received[] = [];
   let stopping = false;
+  // What the replicas said and why HAProxy took servers out, with the error that failed the run.
+  const diagnosed = (err: unknown): Error => {
+    const logs = replicas.map(
+      (r, i) => `replica ${i} (exit ${r.current.child.exitCode}):\n${r.current.stderr().slice(-2000)}`,
+    );
+    const proxyLog = join(haproxyDir, "haproxy.log");
+    const changes = existsSync(proxyLog)
+      ? readFileSync(proxyLog, "utf8")
+          .split("\n")
+          .filter((l) => /Server gateways|backend/.test(l))
+          .slice(-40)
+      : [];
+    return new Error(
+      `${(err as Error).message}\n${logs.join("\n")}\nHAProxy's server changes:\n${changes.join("\n")}`,
+      { cause: err },
+    );
+  };
   try {
     const agents = Array.from({ length: AGENTS }, (_, i) => agent(proxy, i, () => stopping, received));
+    // The first agent that fails fails the run at once (not later as an unhandled rejection).
+    const failed = new Promise<never>((_, reject) => {
+      for (const a of agents) a.catch(reject);
+    });
+    failed.catch(() => {});
+    // A wait left behind by a failed run must not reject unhandled later.
+    const orFailed = <T>(p: Promise<T>): Promise<T> => {
+      p.catch(() => {});
+      return Promise.race([p, failed]);
+    };
     // The chaos runs while the agents do: it begins once they have answers.
-    await waitUntil(() => received.length >= AGENTS * 2, 120_000);
+    await orFailed(waitUntil(() => received.length >= AGENTS * 2, 120_000));
     // Resolves once every agent received `answers` more answers: chaos lands while sessions run, and an
     // agent whose call was stuck has given up on it and gone on.
     const perAgent = () => {
@@ -262,19 +297,16 @@ async function runFleet(
     };
     const progress = async (answers: number) => {
       const target = perAgent().map((n) => n + answers);
-      await waitUntil(() => perAgent().every((n, i) => n >= target[i]!), 120_000);
+      await orFailed(waitUntil(() => perAgent().every((n, i) => n >= target[i]!), 120_000));
     };
     try {
-      await chaos(replicas, progress);
+      await orFailed(chaos(replicas, progress));
     } finally {
       stopping = true;
     }
-    await Promise.all(agents).catch((err: unknown) => {
-      const logs = replicas.map(
-        (r, i) => `replica ${i} (exit ${r.current.child.exitCode}):\n${r.current.stderr().slice(-2000)}`,
-      );
-      throw new Error(`${(err as Error).message}\n${logs.join("\n")}`, { cause: err });
-    });
+    await orFailed(Promise.all(agents));
+  } catch (err) {
+    throw diagnosed(err);
   } finally {
     stopping = true;
     for (const r of replicas) r.current.child.kill("SIGTERM");
@@ -427,4 +459,39 @@ it("withholds a paused replica's answer once its session moved: 503 session_move
   const rows = (await readWithPython<{ rows: Row[] }>("read_output.py", out)).rows;
   assert.ok(rows.length > 0);
   for (const r of rows) assert.deepEqual([r.weight_version_min, r.weight_version_max], [7, 7], r.key);
+});
+
+it("keeps a replica whose /readyz answers slowly in rotation, and takes out one that says it is not ready", async () => {
+  // A loaded replica's event loop can take a second to answer its health check: HAProxy allows 2 s
+  // (timeout check), where by default it allows one check interval and would take every such replica out.
+  let ready = true;
+  let answered = 0;
+  const replica = createServer((req, res) => {
+    if (req.url !== "/readyz") return void res.end("answer");
+    setTimeout(() => {
+      res.writeHead(ready ? 200 : 503).end();
+      answered++;
+    }, 1_000);
+  });
+  await new Promise<void>((r) => replica.listen(0, "127.0.0.1", r));
+  const { port } = replica.address() as { port: number };
+  const { proxy, haproxyDir } = startProxy(await freePort(), [`127.0.0.1:${port}`]);
+  try {
+    // Three checks answered (two failures take a server out): it is still in rotation.
+    await waitUntil(() => answered >= 3);
+    const res = await fetch(`${proxy}/sessions/s/v1/models`);
+    assert.equal(res.status, 200, await res.clone().text());
+    assert.equal(await res.text(), "answer");
+    // Not ready: taken out (HAProxy answers 503 itself, no server left).
+    ready = false;
+    const before = answered;
+    await waitUntil(() => answered >= before + 3);
+    const out = await fetch(`${proxy}/sessions/s/v1/models`);
+    assert.equal(out.status, 503);
+    assert.match(await out.text(), /No server is available/);
+  } finally {
+    execFileSync("bash", [HAPROXY, "stop"], { env: { ...process.env, TRAJFLOW_HAPROXY_DIR: haproxyDir } });
+    replica.closeAllConnections();
+    await new Promise((r) => replica.close(r));
+  }
 });
