@@ -199,12 +199,6 @@ export function firstInfinite(values: Float32Array): number {
   return -1;
 }
 
-/** Whether any of `values` is NaN (a missing logprob). */
-export function hasNaN(values: Float32Array): boolean {
-  for (let i = 0; i < values.length; i++) if (values[i] !== values[i]) return true;
-  return false;
-}
-
 function packBytes(view: Int32Array | Float32Array): PackedArray {
   if (LITTLE_ENDIAN) {
     return { b64: Buffer.from(view.buffer, view.byteOffset, view.byteLength).toString("base64") };

@@ -2,9 +2,9 @@
  * A row's token columns, copied from its root-to-leaf path: prompt and response ids, the mask and
  * logprobs of the spans it trains, per-token policy versions, and the turns (calls) along the way.
  */
-import { hasNaN } from "../../schemas/tokens.ts";
 import type { CallState } from "./call-state.ts";
 import type { RoutedTurn } from "./routing.ts";
+import { copyIds, copyLogprobs } from "./span-copy.ts";
 import type { TrieNode } from "./trie.ts";
 
 /** Calls with an empty output whose prompt ends at `node`, in creation order; null when there are none. */
@@ -80,10 +80,9 @@ export function copyTokens(
   for (let d = 0; d < path.length && pos < length; d++) {
     const node = path[d]!;
     const take = Math.min(node.len, length - pos);
-    const src = node.tokens.subarray(node.start, node.start + take);
     // Copy the span, which may straddle the prompt/response boundary only at a node boundary.
-    if (pos < promptKept) t.prompt.set(src, pos);
-    else t.response.set(src, pos - promptKept);
+    if (pos < promptKept) copyIds(t.prompt, pos, node.tokens, node.start, take);
+    else copyIds(t.response, pos - promptKept, node.tokens, node.start, take);
     const call = node.call as CallState | null;
     if (call !== null) {
       if (run === null || run.turn.call !== call) {
@@ -104,10 +103,8 @@ export function copyTokens(
         t.trainedCalls.add(call);
         if (take > 0) t.lastTrained = at + take - 1;
         if (call.hasLogprobs) {
-          const span = node.logprobs.subarray(node.start, node.start + take);
-          t.logprobs.set(span, at);
           // A token the engine gave no logprob for (NaN) is never written as a number.
-          if (hasNaN(span)) t.missingLogprobs = true;
+          if (copyLogprobs(t.logprobs, at, node.logprobs, node.start, take)) t.missingLogprobs = true;
         } else t.missingLogprobs = true;
       }
     } else {

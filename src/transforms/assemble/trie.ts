@@ -7,6 +7,7 @@
  * session length. Sampled spans (a call's output) and context spans (prompt tokens) are separate nodes,
  * so a call's output always starts at a node boundary.
  */
+import { copyIds, copyLogprobs } from "./span-copy.ts";
 
 /** What the trie needs to know about a call that owns sampled nodes or ends at a node. */
 export interface CallHandle {
@@ -206,11 +207,12 @@ export class TokenTrie {
       const take = Math.min(ids.length - i, this.chunkTokens.length - this.used);
       // The whole span, most often: no view made for it.
       const whole = i === 0 && take === ids.length;
-      this.chunkTokens.set(whole ? ids : ids.subarray(i, i + take), this.used);
+      if (whole) this.chunkTokens.set(ids, this.used);
+      else copyIds(this.chunkTokens, this.used, ids, i, take);
       // Context positions hold logprob 0; they are never read as trained.
-      if (logprobs !== null)
-        this.chunkLogprobs.set(whole ? logprobs : logprobs.subarray(i, i + take), this.used);
-      else this.chunkLogprobs.fill(0, this.used, this.used + take);
+      if (logprobs === null) this.chunkLogprobs.fill(0, this.used, this.used + take);
+      else if (whole) this.chunkLogprobs.set(logprobs, this.used);
+      else copyLogprobs(this.chunkLogprobs, this.used, logprobs, i, take);
       const node = new TrieNode(this.chunkTokens, this.chunkLogprobs, this.used, take, call, at);
       // Most nodes have one child or none: an exact one-element array, not push's 16 slots.
       if (at.children.length === 0) at.children = [node];
