@@ -154,4 +154,33 @@ describe("decode reply codec", () => {
     const { out } = await roundTrip(new EventPacker(), new EventUnpacker(), events, []);
     assert.deepEqual(out, events);
   });
+
+  it("sends a short string once per message and every event gets it back; long strings each time", async () => {
+    const long = "x".repeat(65);
+    const events = Array.from({ length: 6 }, (_, i) => ({
+      type: i % 2 === 0 ? "request" : "response",
+      uid: "u1",
+      session_id: i < 3 ? "s1" : "s2",
+      call_id: `c${i >> 1}`,
+      text: long,
+      e: "",
+    }));
+    const packer = new EventPacker();
+    const unpacker = new EventUnpacker();
+    const one = await roundTrip(packer, unpacker, events, []);
+    assert.deepEqual(one.out, events);
+    // Each short string once, in order of first use; the 65-character text every time.
+    assert.deepEqual(one.packed.strings, [
+      ...["request", "u1", "s1", "c0", long, ""],
+      ...["response", long],
+      ...["c1", long],
+      ...["s2", long],
+      ...["c2", long],
+      long,
+    ]);
+    // The next message starts afresh: its strings are not taken from the last one.
+    const two = await roundTrip(packer, unpacker, [{ type: "request", uid: "u1" }], []);
+    assert.deepEqual(two.out, [{ type: "request", uid: "u1" }]);
+    assert.deepEqual(two.packed.strings, ["request", "u1"]);
+  });
 });

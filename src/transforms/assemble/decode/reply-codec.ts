@@ -3,8 +3,9 @@
  * writes every event as a generic object (each property's name, a tag per value) and reads it back
  * property by property: on the shared harness's short workload that was ~40% of what decoding the events
  * cost (BENCHMARKS.md). Here an event becomes its shape (its keys, in order, sent once per worker) and its
- * values in flat arrays: numbers in one Float64Array, strings in one array, typed arrays as where they lie
- * in the chunk's transferred blocks. The ingest thread builds each event with its shape's own object
+ * values in flat arrays: numbers in one Float64Array, strings in one array (a short string once per
+ * message, however many events repeat it), typed arrays as where they lie in the chunk's transferred
+ * blocks. The ingest thread builds each event with its shape's own object
  * literal, so events of one shape share one hidden class as they do when JSON.parse makes them.
  *
  * Exact or not used: anything but a number, string, boolean, null, undefined, or an Int32Array /
@@ -22,6 +23,14 @@ const NULL = 6;
 const UNDEFINED = 7;
 /** The next value of `others`, structured-cloned as before. */
 const OTHER = 8;
+/** A string this message already holds: the next of `stringRefs` says which. */
+const STRING_AGAIN = 9;
+
+/**
+ * Strings up to this long are sent once per message (a session's uid and session id, call ids, event types
+ * and finish reasons repeat from event to event); longer ones each time, as hashing them costs what it saves.
+ */
+const INTERNED_MAX_LENGTH = 64;
 
 /** Keys an object literal can name as they are (plainKey). */
 const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
@@ -43,7 +52,10 @@ export interface PackedEvents {
   /** Per value, its kind. */
   tags: Uint8Array;
   numbers: Float64Array;
+  /** Each string once (up to INTERNED_MAX_LENGTH long), in order of first use. */
   strings: string[];
+  /** Per STRING_AGAIN value, its string's index in `strings`. */
+  stringRefs: Int32Array;
   /** Per typed array: its buffer (an index into `buffers`), its byte offset, its length. */
   views: Int32Array;
   buffers: ArrayBuffer[];
@@ -53,7 +65,13 @@ export interface PackedEvents {
 
 /** The packed arrays' own buffers, to transfer with the message. */
 export function packedArrays(p: PackedEvents): ArrayBuffer[] {
-  return [p.shapes.buffer, p.tags.buffer, p.numbers.buffer, p.views.buffer] as ArrayBuffer[];
+  return [
+    p.shapes.buffer,
+    p.tags.buffer,
+    p.numbers.buffer,
+    p.views.buffer,
+    p.stringRefs.buffer,
+  ] as ArrayBuffer[];
 }
 
 /** Growable scratch arrays, copied out at their used length for each message. */
@@ -91,7 +109,10 @@ export class EventPacker {
   private readonly tags = new Scratch((n) => new Uint8Array(n));
   private readonly numbers = new Scratch((n) => new Float64Array(n));
   private readonly views = new Scratch((n) => new Int32Array(n));
+  private readonly stringRefs = new Scratch((n) => new Int32Array(n));
   private strings: string[] = [];
+  /** This message's strings so far, by value: where each lies in `strings`. */
+  private stringAt = new Map<string, number>();
   private others: unknown[] = [];
   private buffers: ArrayBuffer[] = [];
   private bufferIndex = new Map<ArrayBuffer, number>();
@@ -167,10 +188,20 @@ export class EventPacker {
         this.tags.push(NUMBER);
         this.numbers.push(v);
         return;
-      case "string":
+      case "string": {
+        if (v.length <= INTERNED_MAX_LENGTH) {
+          const at = this.stringAt.get(v);
+          if (at !== undefined) {
+            this.tags.push(STRING_AGAIN);
+            this.stringRefs.push(at);
+            return;
+          }
+          this.stringAt.set(v, this.strings.length);
+        }
         this.tags.push(STRING);
         this.strings.push(v);
         return;
+      }
       case "boolean":
         this.tags.push(v ? TRUE : FALSE);
         return;
@@ -204,12 +235,14 @@ export class EventPacker {
       tags: this.tags.take(),
       numbers: this.numbers.take(),
       strings: this.strings,
+      stringRefs: this.stringRefs.take(),
       views: this.views.take(),
       buffers: this.buffers,
       others: this.others,
     };
     this.newShapes = [];
     this.strings = [];
+    this.stringAt = new Map();
     this.others = [];
     this.buffers = [];
     this.bufferIndex = new Map();
@@ -227,6 +260,7 @@ export class EventUnpacker {
   private tag = 0;
   private number = 0;
   private string = 0;
+  private stringRef = 0;
   private view = 0;
   private other = 0;
 
@@ -234,7 +268,7 @@ export class EventUnpacker {
   begin(packed: PackedEvents): void {
     for (const keys of packed.newShapes) this.builds.push(builder(keys));
     this.packed = packed;
-    this.event = this.tag = this.number = this.string = this.view = this.other = 0;
+    this.event = this.tag = this.number = this.string = this.stringRef = this.view = this.other = 0;
   }
 
   /** The message's next event. */
@@ -251,6 +285,8 @@ export class EventUnpacker {
         return p.numbers[this.number++];
       case STRING:
         return p.strings[this.string++];
+      case STRING_AGAIN:
+        return p.strings[p.stringRefs[this.stringRef++]!];
       case INT32: {
         const at = this.view;
         this.view += 3;
