@@ -462,8 +462,9 @@ it("withholds a paused replica's answer once its session moved: 503 session_move
 });
 
 it("keeps a replica whose /readyz answers slowly in rotation, and takes out one that says it is not ready", async () => {
-  // A loaded replica's event loop can take a second to answer its health check: HAProxy allows 2 s
-  // (timeout check), where by default it allows one check interval and would take every such replica out.
+  // A loaded replica's event loop can be slow to answer its health check: HAProxy allows 2 s (timeout
+  // check), where by default it allows one check interval (500 ms) and would take every such replica out.
+  // 750 ms: past the interval, with room under 2 s for a slow host's timers.
   let ready = true;
   let answered = 0;
   const replica = createServer((req, res) => {
@@ -471,7 +472,7 @@ it("keeps a replica whose /readyz answers slowly in rotation, and takes out one 
     setTimeout(() => {
       res.writeHead(ready ? 200 : 503).end();
       answered++;
-    }, 1_000);
+    }, 750);
   });
   await new Promise<void>((r) => replica.listen(0, "127.0.0.1", r));
   const { port } = replica.address() as { port: number };
