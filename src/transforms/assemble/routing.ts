@@ -31,7 +31,12 @@ export interface RowRouting {
 /** The routing of a row of `length` positions, or null when none of its turns carried any. */
 export function rowRouting(turns: readonly RoutedTurn[], length: number): RowRouting | null {
   let layout: RoutingLayout | null = null;
-  for (const { call } of turns) layout ??= call.promptRouting ?? call.outputRouting;
+  // An index loop: a for...of here made an iterator result per turn of every row (~2 MB of the ingest
+  // thread's garbage on the shared harness's short workload), and most rows carry no routing.
+  for (let i = 0; i < turns.length && layout === null; i++) {
+    const call = turns[i]!.call;
+    layout = call.promptRouting ?? call.outputRouting;
+  }
   if (layout === null) return null;
   const stride = routingStride(layout);
   const bytes = new Uint8Array(length * stride).fill(0xff);

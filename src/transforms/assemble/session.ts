@@ -28,6 +28,7 @@ import { DriftTracker } from "./drift.ts";
 import { canonicalMessage, messagePrefixDigests } from "../../schemas/canonical-messages.ts";
 import { TokenTrie, type TrieNode, type Position, type WalkResult } from "./trie.ts";
 import { OwnerFence } from "./owner-fence.ts";
+import { PendingRequests } from "./pending-requests.ts";
 
 export const COMPONENT = "assemble";
 
@@ -50,7 +51,7 @@ export class SessionState {
   readonly trie = new TokenTrie();
   readonly calls = new Map<string, CallState>();
   /** Requests still waiting for their response. */
-  readonly requests = new Map<string, RequestEvent>();
+  readonly requests = new PendingRequests();
   readonly rewards: RewardRecord[] = [];
   readonly flags: RowFlag[] = [];
   /** The routed-experts layout of the session's calls, set by the first call that carries routing. */
