@@ -25,16 +25,16 @@ import { startInstantEngine } from "./helpers/instant-engine.ts";
 import { llamaServer } from "./helpers/llama.ts";
 import { readWithPython } from "./helpers/python.ts";
 
+const HAPROXY = new URL("../scripts/haproxy.sh", import.meta.url).pathname;
+/** Stops the HAProxy whose directory is `dir` (scripts/haproxy.sh stop; nothing when none runs there). */
+const stopProxy = (dir: string) =>
+  execFileSync("bash", [HAPROXY, "stop"], { env: { ...process.env, TRAJFLOW_HAPROXY_DIR: dir } });
 /** HAProxy's directories, each stopped after the tests (a failed test leaves none running). */
 const proxies: string[] = [];
 after(() => {
-  for (const dir of proxies)
-    execFileSync("bash", [new URL("../scripts/haproxy.sh", import.meta.url).pathname, "stop"], {
-      env: { ...process.env, TRAJFLOW_HAPROXY_DIR: dir },
-    });
+  for (const dir of proxies) stopProxy(dir);
 });
 const { scratch, broker } = kafkaTestScope("gateway-fleet");
-const HAPROXY = new URL("../scripts/haproxy.sh", import.meta.url).pathname;
 const AGENTS = 8;
 const TURNS = 6;
 /**
@@ -316,7 +316,7 @@ async function runFleet(
     stopping = true;
     for (const r of replicas) r.current.child.kill("SIGTERM");
     for (const r of replicas) await r.current.exited;
-    execFileSync("bash", [HAPROXY, "stop"], { env: { ...process.env, TRAJFLOW_HAPROXY_DIR: haproxyDir } });
+    stopProxy(haproxyDir);
   }
   const out = join(scratch, freshName("rows"));
   const dlDir = join(scratch, freshName("dead"));
@@ -496,7 +496,7 @@ it("keeps a replica whose /readyz answers slowly in rotation, and takes out one 
     assert.equal(out.status, 503);
     assert.match(await out.text(), /No server is available/);
   } finally {
-    execFileSync("bash", [HAPROXY, "stop"], { env: { ...process.env, TRAJFLOW_HAPROXY_DIR: haproxyDir } });
+    stopProxy(haproxyDir);
     replica.closeAllConnections();
     await new Promise((r) => replica.close(r));
   }
