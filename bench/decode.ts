@@ -98,12 +98,12 @@ function replies(): void {
   const origin = { kind: "file", file: "bench", line: 0 } as const;
   const arena = new ArrayArena();
   useArrayArena(arena);
-  const chunks: Array<{ events: object[]; digests: string[]; blocks: () => ArrayBuffer[] }> = [];
+  const chunks: Array<{ events: object[]; digests: number[]; blocks: () => ArrayBuffer[] }> = [];
   const decodeAll = () => {
     chunks.length = 0;
     for (let c = 0; c < raws.length; c += 256) {
       const events: object[] = [];
-      const digests: string[] = [];
+      const digests: number[] = [];
       for (const raw of raws.slice(c, c + 256)) {
         const r = decodeOutcome({ raw, origin }, null, null);
         if (r.kind !== "event") throw new Error(`unexpected ${r.kind} event in the workload`);
@@ -136,7 +136,12 @@ function replies(): void {
     packer.begin(blocks());
     for (const e of events) if (!packer.add(e)) throw new Error("an event could not be packed");
     const p = packer.take();
-    const got = structuredClone({ p, digests }, { transfer: [...p.buffers, ...packedArrays(p)] });
+    // As the worker sends them: in one transferred array.
+    const d = Float64Array.from(digests);
+    const got = structuredClone(
+      { p, digests: d },
+      { transfer: [...p.buffers, ...packedArrays(p), d.buffer as ArrayBuffer] },
+    );
     unpacker.begin(got.p);
     for (let i = 0; i < got.digests.length; i++) unpacker.next();
     return got.digests.length;

@@ -1230,7 +1230,7 @@ describe("assemble: what a session holds", () => {
     session_id: sessionId,
     seq,
     ts,
-    digest: `bad-${sessionId}-${seq}`,
+    digest: seq, // within a session, one per seq (an envelope again with its seq is a redelivery)
   });
 
   // Regression (issue 27 item 10): each rejected event with its own session id opened a session, so

@@ -59,7 +59,7 @@ export class OwnerFence {
    */
   admit(
     d: DecodedEvent,
-    known: string | undefined,
+    known: number | undefined,
     pending: Map<number, DecodedEvent | RejectedEnvelope> | null,
   ): boolean {
     const gen = d.event.gen ?? 0;

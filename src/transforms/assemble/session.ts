@@ -66,7 +66,7 @@ export class SessionState {
   private nextSeq = 0;
   /** Events waiting for an earlier seq. A rejected envelope only holds its seq (it is already dead-lettered). */
   private pending: Map<number, DecodedEvent | RejectedEnvelope> | null = null;
-  private readonly digests: string[] = [];
+  private readonly digests: number[] = [];
   /** Which gateway replica owns the session (owner-fence.ts); made on the first event that has a gen. */
   fence: OwnerFence | null = null;
   private rewardKeys: Set<string> | null = null;

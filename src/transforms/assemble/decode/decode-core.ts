@@ -33,7 +33,7 @@ export const COMPONENT = "decode";
 export interface DecodedEvent {
   event: GatewayEvent;
   record: RawRecord;
-  digest: string;
+  digest: number;
 }
 
 /**
@@ -45,7 +45,7 @@ export interface RejectedEnvelope {
   session_id: string;
   seq: number;
   ts: number;
-  digest: string;
+  digest: number;
 }
 
 /** A session event, a control event (not part of any session), or a rejection. */
@@ -454,16 +454,21 @@ function checkLogprobs(
   return null;
 }
 
+/** 2^21: an event's length modulo this and its CRC-32 make one exact integer (53 bits). */
+const DIGEST_LENGTH_MODULUS = 2 ** 21;
+
 /**
- * Identifies an event's exact bytes, to tell a redelivery from a reused seq: the length and the CRC-32
- * (hardware-accelerated in zlib; a cryptographic digest cost ~8% of ingest). Two different events of one
- * session with the same seq, the same length and the same CRC-32 (a 1 in 2^32 chance) would be taken for a
- * redelivery. A string and its UTF-8 bytes give the same digest.
+ * Identifies an event's exact bytes, to tell a redelivery from a reused seq: the CRC-32 (hardware-
+ * accelerated in zlib; a cryptographic digest cost ~8% of ingest) and the length modulo 2^21, in one
+ * number. Two different events of one session with the same seq, the same CRC-32 and the same length
+ * modulo 2 MiB (a 1 in 2^32 chance) would be taken for a redelivery. A number, not a string: a string per
+ * event cost its formatting, a structured clone to the ingest thread and a heap object per seq held for
+ * the session's life (BENCHMARKS.md). A string and its UTF-8 bytes give the same digest.
  */
-function digestOf(record: RawRecord): string {
+export function digestOf(record: RawRecord): number {
   const raw = record.raw;
   const length = typeof raw === "string" ? Buffer.byteLength(raw) : raw.length;
-  return `${crc32(raw)}:${length}`;
+  return crc32(raw) * DIGEST_LENGTH_MODULUS + (length % DIGEST_LENGTH_MODULUS);
 }
 
 /** The prompt is given either in full or as parent + delta, never both; a response may omit both. */

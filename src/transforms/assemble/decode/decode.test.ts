@@ -1,6 +1,8 @@
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
 import { packLogprobs, packTokenIds } from "../../../schemas/tokens.ts";
+import { crc32 } from "node:zlib";
+import { digestOf } from "./decode-core.ts";
 import { decodeEvent } from "./decode.ts";
 
 const origin = { kind: "file", file: "events.jsonl", line: 7 } as const;
@@ -186,6 +188,22 @@ describe("decode", () => {
     const letter = reject(JSON.stringify({ ...response, logprobs: [-1] }));
     assert.deepEqual(Object.keys(letter.envelope as object), ["uid", "session_id", "seq", "ts", "digest"]);
     assert.equal(reject('{"v":1,').envelope, undefined);
+  });
+
+  it("digests an event's bytes as one exact number: its CRC-32 and its length modulo 2^21", () => {
+    const bytes = Buffer.from("an event's bytes");
+    const digest = digestOf({ raw: bytes, origin });
+    assert.ok(Number.isSafeInteger(digest));
+    assert.equal(digest, crc32(bytes) * 2 ** 21 + bytes.length);
+    // A string and its UTF-8 bytes are the same event; one byte changed is another.
+    assert.equal(digestOf({ raw: "an event's bytes", origin }), digest);
+    assert.notEqual(digestOf({ raw: Buffer.from("an event's bytez"), origin }), digest);
+    // The length wraps at 2 MiB and still fits: a 2 MiB + 5 byte event keeps its CRC and 5.
+    const large = Buffer.alloc(2 ** 21 + 5, 0x61);
+    const big = digestOf({ raw: large, origin });
+    assert.ok(Number.isSafeInteger(big));
+    assert.equal(big % 2 ** 21, 5);
+    assert.equal(Math.floor(big / 2 ** 21), crc32(large));
   });
 
   it("keeps invalid UTF-8 as base64", () => {

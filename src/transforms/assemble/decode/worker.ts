@@ -30,7 +30,7 @@ export interface DecodeJob {
  * it nests too deep to send, and the ingest thread decodes its bytes again.
  */
 export type DecodedItem =
-  | { event: GatewayEvent; digest: string }
+  | { event: GatewayEvent; digest: number }
   | { control: PolicyUpdateEvent }
   | { rejection: Rejection }
   | { schema: Record<string, unknown> | null };
@@ -41,8 +41,8 @@ export interface DecodeReply {
   packed: Uint8Array;
   /** The chunk's events, packed (reply-codec.ts). */
   events: PackedEvents;
-  /** Each packed event's digest. */
-  digests: string[];
+  /** Each packed event's digest, in order (transferred). */
+  digests: Float64Array;
   /** The records not packed, in order: rejections, control events, and events that cannot be packed. */
   items: DecodedItem[];
   /** This worker's CPU and memory so far (the run report's per-thread figures). */
@@ -92,7 +92,8 @@ parentPort!.on("message", (job: DecodeJob) => {
     start = end;
   }
   const items: DecodedItem[] = [];
-  const digests: string[] = [];
+  const digests = new Float64Array(outcomes.length);
+  let digested = 0;
   const packed = new Uint8Array(outcomes.length);
   // Every buffer the chunk's events lie in moves with the reply: the arena's blocks and the arrays' own.
   const buffers = arena.take();
@@ -103,7 +104,7 @@ parentPort!.on("message", (job: DecodeJob) => {
     if (result.kind === "event") {
       if (packer.add(result.value.event)) {
         packed[i] = 1;
-        digests.push(result.value.digest);
+        digests[digested++] = result.value.digest;
       } else {
         items.push({ event: result.value.event, digest: result.value.digest });
       }
@@ -117,7 +118,7 @@ parentPort!.on("message", (job: DecodeJob) => {
   }
   const events = packer.take();
   const spent = job.bytes.buffer as ArrayBuffer;
-  const transfer = [...events.buffers, ...packedArrays(events), packed.buffer, spent];
+  const transfer = [...events.buffers, ...packedArrays(events), packed.buffer, digests.buffer, spent];
   const reply: DecodeReply = { id: job.id, packed, events, digests, items, usage: meter.sample(), spent };
   parentPort!.postMessage(reply, transfer);
 });
