@@ -211,8 +211,11 @@ def test_a_pending_step_is_redelivered_the_same_to_a_job_of_another_size(output_
     first = step(four)
     for r, b in zip(four, first):
         r.commit(b)
+    checkpoint = four[0].state_dict()
     second = step(four)  # every rank dies during this step
     two = LocalJob(2).readers(output_400, cursor=cursor, batch_units=8, unit="group")
+    for r in two:
+        r.load_state_dict(checkpoint)
     again = step(two)
     assert [b.seq for b in again] == [2, 2]
     assert sorted(k for b in again for k in b.keys) == sorted(k for b in second for k in b.keys)
@@ -307,7 +310,8 @@ def rank_log(ckpt, world, rank):
     return [json.loads(line) for line in path.read_text().split("\n")[:-1]] if path.exists() else []
 
 
-def test_four_ranks_follow_a_live_output_then_two_resume_after_all_are_killed(tmp_path):
+@pytest.mark.parametrize("pause_at", ["committed:2", "delivered:5"])
+def test_four_ranks_follow_a_live_output_then_two_resume_after_all_are_killed(tmp_path, pause_at):
     pytest.importorskip("torch.distributed", reason="the SPMD loop needs torch (pip install 'trajflow[torch]')")
     events = write_events(tmp_path / "events.jsonl", uids=64, group_size=4, seed=3)
     staged = tmp_path / "staged"
@@ -318,14 +322,16 @@ def test_four_ranks_follow_a_live_output_then_two_resume_after_all_are_killed(tm
     out.mkdir()
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    rng = random.Random(38)
-    kill_at = rng.randrange(2, 6)
+    point, kill_at = pause_at.split(":")
+    kill_at = int(kill_at)
+    # Checkpoints every 3 steps: the job resumes at the step after its last checkpoint (none before step
+    # 3: from the start), and every step after it comes again, the same global batches.
+    resumed_at = 1 if kill_at <= 3 else 4
 
-    # Killed while rank 0 trains on step kill_at (delivered, not yet committed): the restart gets it again.
-    # Rank 0 stops inside step kill_at until killed: the kill lands there however slow the machine (a fixed
-    # step time was sometimes over before the kill arrived on a loaded CI host: "no kill landed inside a step").
+    # All killed while rank 0 stands at the named point of step kill_at (it waits there until killed: the
+    # kill lands there however slow the machine).
     four = start_ranks(out, ckpt, 4, "--follow", "--idle", "60", "--batch-units", "8", "--micro-tokens", "200",
-                       "--step", "0.3", "--pause-at", str(kill_at))
+                       "--checkpoint-every", "3", "--pause-at", pause_at)
     stop = threading.Event()
 
     def publish():
@@ -341,12 +347,13 @@ def test_four_ranks_follow_a_live_output_then_two_resume_after_all_are_killed(tm
         wait_for(lambda: all((ckpt / f"ready-4-{r}").exists() for r in range(4)), four, "4 ranks to start")
         writer = threading.Thread(target=publish)
         writer.start()
-        wait_for(lambda: len(rank_log(ckpt, 4, 0)) >= kill_at, four, f"step {kill_at}")
+        wait_for(lambda: (ckpt / "paused").exists(), four, f"rank 0 at {pause_at}")
         for p in four:
             p.send_signal(signal.SIGKILL)
         for p in four:
             p.wait(timeout=30)
-        two = start_ranks(out, ckpt, 2, "--follow", "--idle", "4", "--batch-units", "8", "--micro-tokens", "200")
+        two = start_ranks(out, ckpt, 2, "--follow", "--idle", "4", "--batch-units", "8", "--micro-tokens", "200",
+                          "--checkpoint-every", "3")
         writer.join()
         for p in two:
             assert p.wait(timeout=90) == 0, p.stderr.read()
@@ -398,12 +405,14 @@ def test_four_ranks_follow_a_live_output_then_two_resume_after_all_are_killed(tm
     # Rank 0 had logged kill_at steps when the kill came; another rank may not have logged the last yet
     # (the logs checked above are cut to the shortest), so the killed job shows kill_at - 1 at least.
     assert len([r for r in report if r[0] == 4]) >= kill_at - 1
-    # The kill landed inside step kill_at: rank 0 logged it and stopped before committing it (the other
-    # ranks may not have logged it yet on a loaded host, so rank 0's own log says), and the restarted job
-    # delivered that step again, the same global batch: rank 0's part of it among the two ranks' rows.
-    killed = rank_log(ckpt, 4, 0)[-1]
-    assert killed["seq"] == kill_at, "no kill landed inside a step"
-    assert kill_at in delivered and set(killed["keys"]) <= set(delivered[kill_at]), "the killed step changed"
+    # The kill landed in step kill_at: rank 0 logged it last (the other ranks may not have logged it yet
+    # on a loaded host, so rank 0's own log says), and the restarted job began right after the checkpoint
+    # and delivered the steps since again, the same global batches: rank 0's parts among the two ranks'.
+    killed = rank_log(ckpt, 4, 0)
+    assert killed[-1]["seq"] == kill_at, "no kill landed in the step"
+    assert [e["seq"] for e in rank_log(ckpt, 2, 0)] == list(range(resumed_at, 9))
+    for e in killed[resumed_at - 1 :]:
+        assert set(e["keys"]) <= set(delivered[e["seq"]]), f"step {e['seq']} changed after the restart"
     assert sorted({r[1] for r in report}) == list(range(1, 9))
     print("\nworld seq rank_tokens best waited_s")
     for r in report:

@@ -102,27 +102,87 @@ def test_reads_hive_partitions(tmp_path):
     assert sorted(keys) == sorted(ds.dataset(str(out), format="parquet", partitioning="hive").to_table().column("key").to_pylist())
 
 
-def test_redelivers_the_uncommitted_batch_exactly_after_a_restart(grouped_output, tmp_path):
-    cursor = str(tmp_path / "ckpt" / "cursor.json")
-    first = TrajectoryReader(str(grouped_output), cursor=cursor, batch_units=2, unit="group")
-    b1 = first.next_batch()
-    first.commit(b1)
-    b2 = first.next_batch()  # the trainer dies during this step
-    # More files land meanwhile, sorting before the rest (Kafka-named): the redelivered batch is still b2.
+def land_late_files(grouped_output, tmp_path):
+    """More files land, named as a Kafka consumer names them: they sort before the replay's files."""
     extra = tmp_path / "extra"
     trajflow("replay", str(write_events(tmp_path / "more.jsonl", uids=2, prefix="late")), "--out", str(extra), "--group")
     for i, f in enumerate(sorted(extra.glob("*.parquet"))):
         f.rename(grouped_output / f"t-0-{i:020d}-{i:020d}.parquet")
+
+
+def test_redelivers_the_batches_after_the_checkpoint_exactly_after_a_restart(grouped_output, tmp_path):
+    cursor = str(tmp_path / "ckpt" / "cursor.json")
+    first = TrajectoryReader(str(grouped_output), cursor=cursor, batch_units=2, unit="group")
+    b1 = first.next_batch()
+    first.commit(b1)
+    checkpoint = first.state_dict()
+    b2 = first.next_batch()
+    first.commit(b2)  # committed, but the trainer dies before its next checkpoint
+    b3 = first.next_batch()  # read ahead, not committed
+    land_late_files(grouped_output, tmp_path)
+    # Restarted from the checkpoint: b2 and b3 again, exactly, though the late files sort before them.
     again = TrajectoryReader(str(grouped_output), cursor=cursor, batch_units=2, unit="group")
-    r2 = again.next_batch()
-    assert r2.keys == b2.keys and r2.seq == 2
+    again.load_state_dict(checkpoint)
+    r2, r3 = again.next_batch(), again.next_batch()
+    assert (r2.keys, r2.seq, r3.keys, r3.seq) == (b2.keys, 2, b3.keys, 3)
     again.commit(r2)
+    again.commit(r3)
     rest = []
     for b in again.batches():
         rest.extend(b.keys)
         again.commit(b)
-    assert sorted(b1.keys + r2.keys + rest) == all_keys(grouped_output)
+    assert sorted(b1.keys + r2.keys + r3.keys + rest) == all_keys(grouped_output)
     assert any(k.startswith("late-") for k in rest)
+
+
+def test_without_a_checkpoint_reading_starts_from_the_beginning_whatever_the_cursor_file_says(grouped_output, tmp_path):
+    # Issue 61: a trainer that committed two batches and died before its first checkpoint trained nothing
+    # that survived; the cursor file had moved past both, and a restart skipped them.
+    cursor = str(tmp_path / "ckpt" / "cursor.json")
+    first = TrajectoryReader(str(grouped_output), cursor=cursor, batch_units=2, unit="group")
+    delivered = []
+    for _ in range(2):
+        b = first.next_batch()
+        delivered.append(b.keys)
+        first.commit(b)
+    land_late_files(grouped_output, tmp_path)
+    for state in (None, "not called"):
+        again = TrajectoryReader(str(grouped_output), cursor=cursor, batch_units=2, unit="group")
+        if state is None:
+            again.load_state_dict(None)  # checkpoint.get("data") at step 0: no `if` needed
+        got = [again.next_batch() for _ in range(2)]
+        assert [b.keys for b in got] == delivered and [b.seq for b in got] == [1, 2]
+    # Asked explicitly, it continues after the file's last commit instead.
+    from_file = TrajectoryReader(str(grouped_output), cursor=cursor, batch_units=2, unit="group", resume="file")
+    from_file.load_state_dict(None)
+    following = from_file.next_batch()
+    assert following.seq == 3 and not set(following.keys) & {k for keys in delivered for k in keys}
+
+
+def test_load_state_dict_refuses_what_state_dict_did_not_return(grouped_output):
+    reader = TrajectoryReader(str(grouped_output), batch_units=2, unit="group")
+    with pytest.raises(ValueError, match="load_state_dict takes what state_dict"):
+        reader.load_state_dict({"model": 1})
+    with pytest.raises(ValueError, match="resume must be checkpoint or file"):
+        TrajectoryReader(str(grouped_output), batch_units=2, resume="cursor")
+
+
+def test_the_journal_keeps_the_batches_after_the_checkpoint_before_the_last(grouped_output, tmp_path):
+    cursor = tmp_path / "c.json"
+    reader = TrajectoryReader(str(grouped_output), cursor=str(cursor), batch_units=1, unit="group")
+    checkpoints = {}
+    for b in reader.batches():
+        reader.commit(b)
+        if b.seq % 3 == 0:
+            checkpoints[b.seq] = reader.state_dict()
+    seqs = [p["after"]["batches"] for p in json.loads(cursor.read_text())["journal"]["batches"]]
+    assert seqs == list(range(7, 13))  # after checkpoint 6, the one before the last (9)
+    # From either of the last two checkpoints, the batches after it come again exactly; from an older one,
+    # planned anew (the same rows here: the files did not change).
+    for seq in (6, 9, 3):
+        again = TrajectoryReader(str(grouped_output), cursor=str(cursor), batch_units=1, unit="group")
+        again.load_state_dict(checkpoints[seq])
+        assert again.next_batch().seq == seq + 1
 
 
 def test_resuming_from_an_older_checkpoint_replays_from_there(grouped_output, tmp_path):
@@ -134,6 +194,10 @@ def test_resuming_from_an_older_checkpoint_replays_from_there(grouped_output, tm
     reader.commit(b2)
     reader.load_state_dict(checkpoint)
     assert reader.next_batch().keys == b2.keys
+    # In memory only (no cursor file), the same: planned anew from the checkpoint's cursor.
+    memory = TrajectoryReader(str(grouped_output), batch_units=4, unit="group")
+    memory.load_state_dict(checkpoint)
+    assert memory.next_batch().keys == b2.keys
 
 
 def test_the_cursor_keeps_a_mark_per_lane_not_every_file_read(grouped_output, tmp_path):
@@ -147,14 +211,14 @@ def test_the_cursor_keeps_a_mark_per_lane_not_every_file_read(grouped_output, tm
     files = [f.path for f in list_data_files(str(grouped_output))]
     assert len(files) >= 6
     doc = json.loads(cursor.read_text())
-    assert doc["version"] == 2
+    assert doc["version"] == 3
     # Every file but the last few is below the replay lane's mark and forgotten (a mark moves when the
     # next batch is planned, from the low waters of files read before: the last three are still listed).
     mark = doc["cursor"]["marks"]["|part"]
     assert mark >= len(files) - 3
     assert sorted(doc["cursor"]["done"]) == [f for f in files if int(f[5:10]) >= mark]
     # A reader resuming from that cursor finds nothing new, and reads a file that lands after it.
-    again = TrajectoryReader(str(grouped_output), cursor=str(cursor), batch_units=100, unit="group")
+    again = TrajectoryReader(str(grouped_output), cursor=str(cursor), batch_units=100, unit="group", resume="file")
     assert again.next_batch() is None
     extra = tmp_path / "extra"
     trajflow("replay", str(write_events(tmp_path / "more.jsonl", uids=2, prefix="late")), "--out", str(extra), "--group")
@@ -169,7 +233,7 @@ def test_reads_on_from_a_version_1_cursor(grouped_output, tmp_path):
     cursor = tmp_path / "v1.json"
     v1 = {"done": read, "current": None, "row": 0, "batches": 3}
     cursor.write_text(json.dumps({"version": 1, "cursor": v1, "pending": None}))
-    reader = TrajectoryReader(str(grouped_output), cursor=str(cursor), batch_units=4, unit="group")
+    reader = TrajectoryReader(str(grouped_output), cursor=str(cursor), batch_units=4, unit="group", resume="file")
     keys = []
     for b in reader.batches():
         keys.extend(b.keys)
@@ -178,4 +242,4 @@ def test_reads_on_from_a_version_1_cursor(grouped_output, tmp_path):
     for f in read:
         earlier.update(pq.read_table(grouped_output / f).column("key").to_pylist())
     assert sorted(keys) == sorted(set(all_keys(grouped_output)) - earlier)
-    assert json.loads(cursor.read_text())["version"] == 2
+    assert json.loads(cursor.read_text())["version"] == 3

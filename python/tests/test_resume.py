@@ -1,8 +1,11 @@
-"""Kill and resume: a trainer killed (SIGKILL) at random points and restarted trains every row exactly
-once, from a finished replay and while a Kafka consumer is still writing the files."""
+"""Kill and resume: a trainer that checkpoints every 3 steps, killed (SIGKILL) at named points and
+restarted from its last checkpoint (or from none), trains every row exactly once: from a finished replay,
+and while a Kafka consumer is still writing the files (locally here, on S3 in test_s3.py).
+
+The kill plans are the ones that lost rows before the checkpoint became the truth (issue 61): a kill after
+a commit and before the first checkpoint, after a checkpoint, and after a delivery."""
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -12,18 +15,31 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from conftest import BIN, NODE, write_events
+from conftest import BIN, NODE, trajflow, write_events
 
 LOOP = str(Path(__file__).with_name("trainer_loop.py"))
 
+# Each plan: where each run but the last kills itself (POINT:SEQ, the step whose batch has that seq).
+KILL_PLANS = [
+    ["committed:1"],
+    ["committed:2"],
+    ["committed:2", "committed:5"],
+    ["committed:1", "committed:4", "committed:7"],
+    ["checkpointed:3"],
+    ["delivered:5"],
+]
 
-def start_loop(out, ckpt, *extra):
-    return subprocess.Popen([sys.executable, LOOP, str(out), str(ckpt), *extra], stderr=subprocess.PIPE, text=True)
 
-
-def trained(ckpt):
-    with open(ckpt / "model.json") as f:
-        return json.load(f)["trained"]
+def run_loop(out, ckpt, *extra, timeout=120):
+    """Runs the loop to its end; returns its exit status (-SIGKILL when it killed itself) and stderr."""
+    loop = subprocess.Popen([sys.executable, LOOP, str(out), str(ckpt), *extra], stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = loop.communicate(timeout=timeout)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()
+    return loop.returncode, err
 
 
 def deliveries(ckpt):
@@ -34,50 +50,72 @@ def keys_in(out):
     return sorted(ds.dataset(str(out), format="parquet", exclude_invalid_files=True).to_table().column("key").to_pylist())
 
 
-def delivered_count(ckpt):
-    log = ckpt / "deliveries.log"
-    return len(log.read_text().splitlines()) if log.exists() else 0
+def train_through_kills(out, ckpt, plan, killed_args=(), final_args=()):
+    """Each run of the plan must die at its kill point, the last one finish; returns the model's rows."""
+    for point in plan:
+        rc, err = run_loop(out, ckpt, "--checkpoint-every", "3", "--kill-at", point, *killed_args)
+        assert rc == -signal.SIGKILL, f"the run to be killed at {point} exited {rc}:\n{err}"
+        seq = int(point.split(":")[1])
+        assert deliveries(ckpt)[-1][0] == seq, f"the run killed at {point} last received batch {deliveries(ckpt)[-1][0]}"
+    rc, err = run_loop(out, ckpt, "--checkpoint-every", "3", *final_args)
+    assert rc == 0, err
+    return json.loads((ckpt / "model.json").read_text())["trained"]
 
 
-def kill_and_resume(out, ckpt, kills, rng, *extra):
-    """Kills the loop `kills` times: the first right after it logged a batch (inside its training step,
-    so at least one kill lands between reading and committing whatever the host's speed), the others at
-    random points."""
-    for k in range(kills):
-        loop = start_loop(out, ckpt, *extra)
-        if k == 0:
-            before = delivered_count(ckpt)
-            deadline = time.monotonic() + 60
-            while delivered_count(ckpt) == before and loop.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.002)
-        else:
-            time.sleep(rng.uniform(0.3, 1.2))
-        loop.send_signal(signal.SIGKILL)
-        loop.wait()
-
-
-def test_every_row_exactly_once_through_kills_of_the_trainer(grouped_output, tmp_path):
-    ckpt = tmp_path / "ckpt"
-    rng = random.Random(7)
-    kill_and_resume(grouped_output, ckpt, 6, rng, "--step", "0.1")
-    final = start_loop(grouped_output, ckpt, "--step", "0.1")
-    assert final.wait(timeout=120) == 0, final.stderr.read()
-    keys = trained(ckpt)
-    assert len(keys) == len(set(keys)), "a row was trained twice"
-    assert sorted(keys) == keys_in(grouped_output)
+def assert_trained_exactly_once(trained, expected, ckpt):
+    assert len(trained) == len(set(trained)), "a row was trained twice"
+    missing = sorted(set(expected) - set(trained))
+    assert not missing, f"{len(missing)} row(s) never trained: {missing[:4]}"
+    assert sorted(trained) == expected
     # A batch delivered again after a kill is the same batch.
     by_seq = {}
     for seq, batch in deliveries(ckpt):
         assert by_seq.setdefault(seq, batch) == batch, f"batch {seq} changed after a restart"
-    assert len(deliveries(ckpt)) > len(by_seq), "no kill landed between reading and committing"
 
 
-def train_while_consuming(tmp_path, out, keys_in, rows_per_file, seed):
-    """Produces 16 groups of 4 to a fresh topic, runs a consumer writing them to ``out`` (a directory or an
-    s3:// prefix), kills the trainer loop following it three times and lets a last one finish: every row
-    trained exactly once. Returns the checkpoint directory."""
+@pytest.fixture(scope="module")
+def output_96(tmp_path_factory):
+    """24 GRPO groups of 4, replayed into small files: 12 batches of 2 groups."""
+    tmp = tmp_path_factory.mktemp("o96")
+    events = write_events(tmp / "events.jsonl", uids=24, group_size=4)
+    out = tmp / "out"
+    trajflow("replay", str(events), "--out", str(out), "--group", "--rows-per-file", "5", "--reward-grace-ms", "0")
+    return out
+
+
+@pytest.mark.parametrize("plan", KILL_PLANS, ids=lambda p: "+".join(p))
+def test_every_row_exactly_once_through_kills_of_the_trainer(output_96, tmp_path, plan):
+    ckpt = tmp_path / "ckpt"
+    expected = keys_in(output_96)
+    assert len(expected) == 96
+    trained = train_through_kills(output_96, ckpt, plan)
+    assert_trained_exactly_once(trained, expected, ckpt)
+    # Each run resumed right after the last checkpoint: what was trained since it came again, nothing
+    # before it did.
+    assert [seq for seq, _ in deliveries(ckpt)] == expected_deliveries(plan, batches=12, every=3)
+
+
+def expected_deliveries(plan, batches, every):
+    """The seqs each run of ``plan`` receives, in order: from the batch after the last checkpoint written
+    to the kill point, then the last run to the end."""
+    seqs = []
+    checkpoint = 0
+    for point in plan:
+        name, seq = point.split(":")
+        seq = int(seq)
+        seqs.extend(range(checkpoint + 1, seq + 1))
+        reached = seq if name == "checkpointed" else seq - 1  # the last step whose checkpoint was written
+        checkpoint = max(checkpoint, reached - reached % every)
+    return seqs + list(range(checkpoint + 1, batches + 1))
+
+
+def train_while_consuming(tmp_path, out, keys_in, rows_per_file):
+    """Produces 16 groups of 4 to a fresh topic and runs a consumer writing them to ``out`` (a directory or
+    an s3:// prefix). Every kill plan runs against it, the first ones while the consumer is still writing
+    (the killed runs follow the output until their kill point comes), the last run of each once it has
+    finished: every row trained exactly once. Returns the checkpoint directories."""
     broker = os.environ["KAFKA_BROKERS"]
-    topic = f"trainer-{os.getpid()}-{int(time.time() * 1000)}"
+    topic = f"trainer-{os.getpid()}-{time.monotonic_ns()}"
     events = write_events(tmp_path / "events.jsonl", uids=16, group_size=4)
     env = {**os.environ, "KAFKA_BROKERS": broker, "TRAJFLOW_LOG_LEVEL": "warn"}
     subprocess.run([NODE, BIN, "produce", str(events), "--topic", topic], check=True, env=env, capture_output=True)
@@ -86,21 +124,30 @@ def train_while_consuming(tmp_path, out, keys_in, rows_per_file, seed):
          "--reward-grace-ms", "0", "--rows-per-file", rows_per_file, "--file-age-ms", "300", "--until-idle-ms", "4000"],
         env=env, stderr=subprocess.PIPE, text=True,
     )
-    ckpt = tmp_path / "ckpt"
+    ckpts = []
     try:
-        kill_and_resume(out, ckpt, 3, random.Random(seed), "--follow", "--idle", "30", "--step", "0.05")
-        assert consumer.wait(timeout=120) == 0, consumer.stderr.read()
-        final = start_loop(out, ckpt, "--follow", "--idle", "3")
-        assert final.wait(timeout=120) == 0, final.stderr.read()
+        for i, plan in enumerate(KILL_PLANS):
+            ckpt = tmp_path / f"ckpt-{i}"
+            for point in plan:
+                rc, err = run_loop(out, ckpt, "--checkpoint-every", "3", "--kill-at", point, "--follow")
+                assert rc == -signal.SIGKILL, f"plan {plan}: the run to be killed at {point} exited {rc}:\n{err}"
+            ckpts.append(ckpt)
+        _, err = consumer.communicate(timeout=120)
+        assert consumer.returncode == 0, err
+        expected = keys_in(out)
+        assert len(expected) == 64
+        for plan, ckpt in zip(KILL_PLANS, ckpts):
+            rc, err = run_loop(out, ckpt, "--checkpoint-every", "3")
+            assert rc == 0, f"plan {plan}: {err}"
+            trained = json.loads((ckpt / "model.json").read_text())["trained"]
+            assert_trained_exactly_once(trained, expected, ckpt)
     finally:
-        consumer.kill()
-    keys = trained(ckpt)
-    assert len(keys) == len(set(keys)), "a row was trained twice"
-    assert sorted(keys) == keys_in(out)
-    assert len(keys) == 64
-    return ckpt
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait()
+    return ckpts
 
 
 @pytest.mark.skipif(not os.environ.get("KAFKA_BROKERS"), reason="needs KAFKA_BROKERS (npm test starts a broker)")
 def test_follows_files_as_a_kafka_consumer_commits_them(tmp_path):
-    train_while_consuming(tmp_path, tmp_path / "out", keys_in, "8", seed=11)
+    train_while_consuming(tmp_path, tmp_path / "out", keys_in, "8")

@@ -1,13 +1,19 @@
-"""The trainer's position in an output directory, and where it is kept.
+"""The trainer's position in an output directory, and the journal of the batches handed out after it.
 
 A cursor says which files are fully consumed (per lane, a high-water mark and the few files read above
-it), and how far into the file being read the trainer got. It
-advances only when the trainer commits a batch (after its optimizer step): a crash before the commit
-means the batch is delivered again, never skipped. Before a batch is handed out, its plan (which rows of
-which files) is written next to the cursor as the *pending* batch, so a restarted trainer receives exactly
-the same batch again, even if more files landed meanwhile.
+it), and how far into the file being read the trainer got. The trainer's own checkpoint holds the cursor
+(``state_dict()``): it is the truth about what the model has trained on, since a trainer checkpoints every
+N steps and a batch committed after its last checkpoint died with the process that trained it.
 
-Both are written atomically (a temporary name, then a rename), through any pyarrow filesystem.
+The cursor file beside it holds the *journal*: every batch handed out since a base cursor, as its plan
+(which rows of which files) and the cursor after it, written before the batch is returned. A trainer
+restarted from a checkpoint whose cursor is in the journal receives the batches after it again exactly,
+the same rows in the same batches, even if more files landed meanwhile; from a cursor outside the journal
+the batches are planned anew (every row still once, a batch's composition possibly different). The file
+also keeps the last committed cursor, for a trainer without model state that resumes from the file
+(``resume="file"``).
+
+Written atomically (a temporary name, then a rename), through any pyarrow filesystem.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import pyarrow.fs as pafs
 
-VERSION = 2
+VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -90,8 +96,42 @@ class Pending:
         )
 
 
+@dataclass
+class Journal:
+    """The batches handed out after ``base``, oldest first: ``batches[i]`` was planned from the cursor
+    after ``batches[i - 1]`` (``base`` for the first), and ``batches[i].after.batches`` is its seq."""
+
+    base: Cursor = field(default_factory=Cursor)
+    batches: List[Pending] = field(default_factory=list)
+
+    def since(self, cursor: Cursor) -> Optional[List[Pending]]:
+        """The journal's batches after ``cursor``, oldest first; None when ``cursor`` is not in the journal
+        (neither its base nor a batch's cursor after)."""
+        if cursor == self.base:
+            return list(self.batches)
+        for i, p in enumerate(self.batches):
+            if p.after == cursor:
+                return self.batches[i + 1 :]
+        return None
+
+    def drop_through(self, seq: int) -> None:
+        """Forgets the batches up to seq ``seq``: the base moves to the cursor after the last one dropped."""
+        while self.batches and self.batches[0].after.batches <= seq:
+            self.base = self.batches.pop(0).after
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"base": self.base.to_json(), "batches": [p.to_json() for p in self.batches]}
+
+    @staticmethod
+    def from_json(d: Dict[str, Any]) -> "Journal":
+        return Journal(Cursor.from_json(d["base"]), [Pending.from_json(p) for p in d.get("batches", [])])
+
+
 class CursorStore:
-    """A JSON document at ``path`` holding the committed cursor and the pending batch, replaced atomically."""
+    """A JSON document at ``path`` holding the last committed cursor and the journal, replaced atomically.
+
+    Versions 1 and 2 (a committed cursor and one pending batch) are read as a journal based at that cursor
+    holding that batch."""
 
     def __init__(self, path: str, filesystem: Optional[pafs.FileSystem] = None):
         if filesystem is None:
@@ -102,19 +142,24 @@ class CursorStore:
         self.fs = filesystem
         self.path = path
 
-    def load(self) -> Tuple[Cursor, Optional[Pending]]:
+    def load(self) -> Tuple[Cursor, Journal]:
+        """The committed cursor and the journal (both empty when the file does not exist yet)."""
         info = self.fs.get_file_info(self.path)
         if info.type == pafs.FileType.NotFound:
-            return Cursor(), None
+            return Cursor(), Journal()
         with self.fs.open_input_stream(self.path) as f:
             doc = json.loads(f.read().decode("utf-8"))
-        if doc.get("version") not in (1, VERSION):
-            raise ValueError(f"{self.path}: cursor version {doc.get('version')} is not 1 or {VERSION}")
+        version = doc.get("version")
+        if version not in (1, 2, VERSION):
+            raise ValueError(f"{self.path}: cursor version {version} is not 1, 2 or {VERSION}")
+        committed = Cursor.from_json(doc["cursor"])
+        if version == VERSION:
+            return committed, Journal.from_json(doc["journal"])
         pending = doc.get("pending")
-        return Cursor.from_json(doc["cursor"]), None if pending is None else Pending.from_json(pending)
+        return committed, Journal(committed, [] if pending is None else [Pending.from_json(pending)])
 
-    def save(self, cursor: Cursor, pending: Optional[Pending]) -> None:
-        doc = {"version": VERSION, "cursor": cursor.to_json(), "pending": None if pending is None else pending.to_json()}
+    def save(self, cursor: Cursor, journal: Journal) -> None:
+        doc = {"version": VERSION, "cursor": cursor.to_json(), "journal": journal.to_json()}
         data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
         parent = self.path.rsplit("/", 1)[0] if "/" in self.path else ""
         if parent:

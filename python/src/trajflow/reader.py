@@ -1,9 +1,12 @@
 """Follow an output directory and hand a trainer batches, each row exactly once.
 
-    reader = TrajectoryReader("out/", cursor="ckpt/cursor.json", batch_units=8, unit="group")
+    reader = TrajectoryReader("out/", cursor="ckpt/trajflow-journal.json", batch_units=8, unit="group")
+    reader.load_state_dict(checkpoint.get("data"))   # None (no checkpoint yet): from the beginning
     for batch in reader.batches(follow=True):
         loss = train_step(batch.to_verl())
         reader.commit(batch)            # after the optimizer step
+        if step % 100 == 0:
+            save_checkpoint({"model": ..., "data": reader.state_dict()})
 
 - Only committed files are read, in a deterministic order (files.py); dead letters never.
 - A batch holds whole *units*: rows (``unit="row"``), a session's rows (``"session"``), or a GRPO group,
@@ -16,9 +19,12 @@
   but the ranks' numbers of batches differ, so an SPMD trainer following a live output can hang.
 - Staleness at read time: with ``max_policy_lag``, a unit with a row older than ``policy_version -
   max_policy_lag`` is skipped (counted in the batch's stats), against the trainer's current version.
-- Exactly once: a batch's plan is written next to the cursor before the batch is returned (pending), and
-  the cursor moves only on ``commit``. A trainer killed before committing receives the same batch again;
-  one restored from an older checkpoint (``load_state_dict``) replays from there.
+- Exactly once, with the trainer's checkpoint as the truth: reading resumes after the cursor the
+  checkpoint holds (``state_dict()`` / ``load_state_dict``), from the beginning without one, whatever the
+  cursor file says (``resume="file"`` continues from the file's last commit instead). Every batch's plan is
+  journaled in the cursor file before the batch is returned (cursor.py), so the batches after the
+  checkpoint are delivered again exactly, the same rows in the same batches, whatever the kill point
+  (delivered, committed, checkpointed) and the checkpoint interval.
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ import pyarrow.parquet as pq
 
 from . import balance
 from .collective import Broadcast, default_broadcast
-from .cursor import Cursor, CursorStore, Pending, Plan
+from .cursor import Cursor, CursorStore, Journal, Pending, Plan
 from .files import DataFile, Lister, lane_of
 
 Units = List[Tuple[int, int, str]]  # (first row, end row, uid) of each unit of a file
@@ -103,9 +109,19 @@ class TrajectoryReader:
     Args:
         root: the output directory, or a pyarrow filesystem URI (``s3://bucket/prefix``).
         filesystem: a pyarrow filesystem to read ``root`` through (default: from the URI, or local).
-        cursor: where the committed position and the pending batch are kept (a path or URI, or a
-            ``CursorStore``); None keeps them in memory only. With ``sync="step"`` only rank 0 reads and
-            writes it: give every rank the same arguments.
+        cursor: the cursor file (a path or URI, or a ``CursorStore``): the journal of the batches handed
+            out, so that a trainer restarted from its checkpoint gets the batches after it again exactly,
+            and the last committed cursor. None keeps them in memory only (batches after a checkpoint are
+            then planned anew: every row still once). With ``sync="step"`` only rank 0 reads and writes
+            it: give every rank the same arguments.
+        resume: where reading starts until ``load_state_dict`` says otherwise: ``"checkpoint"`` (default)
+            at the beginning of the output, as a trainer without a checkpoint must, whatever the cursor
+            file holds; ``"file"`` after the cursor file's last commit, for a consumer that keeps no model
+            state (an evaluator, an exporter) and commits where its work is durable.
+        journal_batches: at most this many batches are kept in the journal (older committed ones are
+            forgotten first). The journal keeps every batch after the second-to-last ``state_dict()``
+            call (or the cursor resumed from), so a trainer that checkpoints more rarely than this many
+            batches, or whose checkpoint is older than that, gets the batches after it planned anew.
         batch_rows, batch_tokens, batch_units: exactly one; a batch closes once it holds this many rows,
             tokens (prompt + response) or units. With ``sync="step"`` this is the size of the job's
             global batch for a step, shared by the ranks; with ``sync="uid"``, of each rank's batch.
@@ -150,6 +166,8 @@ class TrajectoryReader:
         policy_version: Union[int, Callable[[], Optional[int]], None] = None,
         max_policy_lag: Optional[int] = None,
         rediscover_s: float = 30.0,
+        resume: str = "checkpoint",
+        journal_batches: int = 1000,
     ):
         sizes = [s for s in (batch_rows, batch_tokens, batch_units) if s is not None]
         if len(sizes) != 1 or sizes[0] <= 0:
@@ -164,6 +182,10 @@ class TrajectoryReader:
             raise ValueError("max_policy_lag needs policy_version (an int, or a function returning it)")
         if max_tokens_per_micro_batch is not None and max_tokens_per_micro_batch <= 0:
             raise ValueError("max_tokens_per_micro_batch must be positive")
+        if resume not in ("checkpoint", "file"):
+            raise ValueError(f"resume must be checkpoint or file, not {resume!r}")
+        if journal_batches < 1:
+            raise ValueError("journal_batches must be at least 1")
         self.root = root
         self.lister = Lister(root, filesystem, rediscover_s)
         self.fs, self.base = self.lister.fs, self.lister.base
@@ -186,12 +208,22 @@ class TrajectoryReader:
                 self.store = None
         self.policy_version = policy_version
         self.max_policy_lag = max_policy_lag
-        committed, pending = (Cursor(), None) if self.store is None else self.store.load()
-        self._committed: Cursor = committed
-        # Batches handed out and not committed yet, oldest first; after a restart, the one the store kept.
-        self._pending: List[Pending] = [] if pending is None else [pending]
-        self._redeliver: List[Pending] = list(self._pending)
+        self.resume = resume
+        self.journal_batches = journal_batches
+        stored, journal = (Cursor(), Journal()) if self.store is None else self.store.load()
+        # The cursor file's last commit (where resume="file" starts) and its journal.
+        self._stored: Cursor = stored
+        self._journal: Journal = journal
         self._cache: Dict[str, Loaded] = {}
+        self._committed: Cursor = Cursor()
+        # Batches handed out and not committed yet, oldest first.
+        self._pending: List[Pending] = []
+        # Journaled batches after the cursor resumed from, to hand out again before planning new ones.
+        self._redeliver: List[Pending] = []
+        # The batch counts of the cursors that may be in a durable checkpoint: the one resumed from, then
+        # the last state_dict() calls. The journal keeps what follows the older of the last two.
+        self._checkpoints: List[int] = [0]
+        self._resume(stored if resume == "file" else Cursor())
 
     # --- the cursor ------------------------------------------------------------------------------
 
@@ -201,24 +233,65 @@ class TrajectoryReader:
         return self._committed
 
     def state_dict(self) -> Dict:
-        """The committed cursor, for the trainer's checkpoint (the same on every rank with sync="step")."""
+        """The committed cursor, for the trainer's checkpoint (the same on every rank with sync="step").
+
+        Call it when you checkpoint (not for logging): the journal keeps the batches after the cursor of
+        the second-to-last call, so that a restart from the last checkpoint, or from the one before it
+        when the last one's write died with the process, gets its batches again exactly."""
+        b = self._committed.batches
+        if self._checkpoints[-1] != b:
+            self._checkpoints = [self._checkpoints[-1], b]
         return {"trajflow_cursor": self._committed.to_json()}
 
-    def load_state_dict(self, state: Dict) -> None:
-        """Resumes from a checkpoint's cursor: batches after it are delivered again.
+    def load_state_dict(self, state: Optional[Dict]) -> None:
+        """Resumes after a checkpoint's cursor: the batches handed out after it are delivered again, and
+        nothing before it is.
 
-        When it is the cursor the store holds, the batch pending there is delivered again exactly; from an
-        older checkpoint, the batches after it are planned anew. With sync="step", call it on every rank
-        (it is rank 0's that counts).
+        ``None`` (no checkpoint yet, as at step 0) starts from the beginning of the output, or with
+        ``resume="file"`` after the cursor file's last commit: pass ``checkpoint.get("data")`` without
+        an ``if``. The batches after the cursor come again exactly as they were first delivered when the
+        journal holds them (it holds those since the checkpoint before the last, or since the cursor
+        resumed from), else they are planned anew. With sync="step", call it on every rank (rank 0's
+        counts).
         """
-        cursor = Cursor.from_json(state["trajflow_cursor"])
-        if cursor == self._committed:
+        if state is None:
+            self._resume(self._stored if self.resume == "file" else Cursor())
             return
+        if not isinstance(state, dict) or "trajflow_cursor" not in state:
+            raise ValueError(
+                "load_state_dict takes what state_dict() returned ({'trajflow_cursor': ...}) or None for no "
+                f"checkpoint, not {type(state).__name__}"
+            )
+        self._resume(Cursor.from_json(state["trajflow_cursor"]))
+
+    def _resume(self, cursor: Cursor) -> None:
+        """Reading goes on after ``cursor``: first the journal's batches after it, exactly as they were
+        delivered; past them (or when the journal does not hold ``cursor``), batches planned anew."""
         self._committed = cursor
         self._pending = []
-        self._redeliver = []
-        if self.store is not None:
-            self.store.save(self._committed, None)
+        again = self._journal.since(cursor)
+        self._redeliver = [] if again is None else again
+        self._checkpoints = [cursor.batches]
+
+    def _record(self, head: Cursor, p: Pending) -> None:
+        """Journals a batch planned from ``head`` before it is handed out (a journal that does not end at
+        ``head``, after a resume from outside it, starts again there)."""
+        if self.store is None:
+            return
+        j = self._journal
+        if (j.batches[-1].after if j.batches else j.base) != head:
+            self._journal = Journal(head, [])
+        self._journal.batches.append(p)
+        self._save()
+
+    def _save(self) -> None:
+        floor = self._checkpoints[-2] if len(self._checkpoints) > 1 else self._checkpoints[0]
+        batches = self._journal.batches
+        excess = len(batches) - self.journal_batches
+        if excess > 0:
+            floor = max(floor, min(batches[excess - 1].after.batches, self._committed.batches))
+        self._journal.drop_through(floor)
+        self.store.save(self._committed, self._journal)
 
     def commit(self, batch: Batch) -> None:
         """The trainer is done with ``batch`` (after its optimizer step): it is never delivered again.
@@ -229,7 +302,7 @@ class TrajectoryReader:
         self._pending.pop(0)
         self._committed = batch.after
         if self.store is not None:
-            self.store.save(self._committed, self._pending[0] if self._pending else None)
+            self._save()
 
     # --- batches ---------------------------------------------------------------------------------
 
@@ -258,19 +331,18 @@ class TrajectoryReader:
         entered = time.monotonic()
         if self._redeliver:
             p = self._unitized(self._redeliver.pop(0))
-            return self._materialize(p, self._committed.batches + 1, 0.0, entered)
+            self._pending.append(p)
+            return self._materialize(p, p.after.batches, 0.0, entered)
         deadline = None if timeout is None else entered + timeout
         while True:
             head = self._pending[-1].after if self._pending else self._committed
             plan = self._plan(head, final=not follow)
             if plan is not None:
-                # The store keeps the oldest uncommitted batch: a trainer that reads ahead gets that one
-                # again exactly after a restart, and the later ones planned anew (never skipped, never
-                # twice, but possibly composed differently).
+                # Journaled before it is handed out: a trainer killed after this, at any point, gets it
+                # again exactly when it restarts from a checkpoint before it.
                 self._pending.append(plan)
-                if self.store is not None and len(self._pending) == 1:
-                    self.store.save(self._committed, plan)
-                return self._materialize(plan, head.batches + 1, time.monotonic() - entered, entered)
+                self._record(head, plan)
+                return self._materialize(plan, plan.after.batches, time.monotonic() - entered, entered)
             if not follow or (deadline is not None and time.monotonic() >= deadline):
                 return None
             time.sleep(poll_interval)
@@ -331,15 +403,16 @@ class TrajectoryReader:
                 return self._materialize(p, seq, msg["waited"], entered)
 
     def _step_plan(self, follow: bool) -> Tuple[Optional[Pending], int]:
-        """Rank 0: the batch pending from before a restart, else the next one if the files hold it."""
+        """Rank 0: a journaled batch after the cursor resumed from, else the next one if the files hold it."""
         if self._redeliver:
-            return self._unitized(self._redeliver.pop(0)), self._committed.batches + 1
+            p = self._unitized(self._redeliver.pop(0))
+            self._pending.append(p)
+            return p, p.after.batches
         head = self._pending[-1].after if self._pending else self._committed
         p = self._plan(head, final=not follow)
         if p is not None:
             self._pending.append(p)
-            if self.store is not None and len(self._pending) == 1:
-                self.store.save(self._committed, p)
+            self._record(head, p)
         return p, head.batches + 1
 
     # --- planning --------------------------------------------------------------------------------
