@@ -1,0 +1,325 @@
+"""The rollout driver (trajflow.rollout) against a real gateway in front of llama.cpp's server: whole
+groups from an Agents SDK tool agent with a rule reward, exactly their sessions' rows though the output
+holds another run's; failures under each policy; over-sampling; streaming with staleness; a CLI agent
+(Claude Code); through the embedded gateway (--out) and through Kafka with `trajflow consume` writing to
+S3. The driver SIGKILLed mid-step is in test_rollout_kill.py."""
+import asyncio
+import json
+import os
+import random
+
+import openai
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pytest
+
+from gateway_proc import Gateway, harness_bin, need, start_cli, stop
+from trajflow.rollout import ABORTED, FAILED, OK, Rollouts, RolloutError, cli_agent
+
+BIAS = {"logit_bias": {"456": 6, "460": 14}}  # nudges the tiny model towards a parsable tool call
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rollout-embedded")
+    out = str(tmp / "rows")
+    gw = Gateway(str(tmp), "--out", out)
+    yield gw, out
+    gw.stop()
+
+
+@pytest.fixture(scope="module")
+def kafka_s3(tmp_path_factory):
+    """The gateway producing to a fresh topic, and a consumer writing it to a fresh bucket on s3proxy."""
+    brokers = need("KAFKA_BROKERS", "a Kafka broker")
+    s3 = need("TRAJFLOW_TEST_S3", "an S3 server").split("\n")
+    import boto3
+
+    endpoint, key, secret = s3[-3:]
+    env = {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
+           "AWS_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    bucket = f"ro-{os.getpid()}-{random.randrange(1 << 30):x}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    tmp = tmp_path_factory.mktemp("rollout-kafka")
+    topic = f"rollouts-{os.getpid()}-{random.randrange(1 << 30):x}"
+    gw = Gateway(str(tmp), "--topic", topic, "--brokers", brokers)
+    out = f"s3://{bucket}/rows"
+    consumer = start_cli(
+        ["consume", "--brokers", brokers, "--topic", topic, "--group", f"{topic}-g", "--out", out, "--file-age-ms", "200"],
+        str(tmp / "consume.log"),
+    )
+    yield gw, out
+    stop(consumer)
+    gw.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def read_all(out):
+    if out.startswith("s3://"):
+        fs, path = pafs.FileSystem.from_uri(out)
+        return ds.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True).to_table()
+    return ds.dataset(out, format="parquet", exclude_invalid_files=True).to_table()
+
+
+def chat_agent(ctx):
+    """A plain (sync) agent: one chat call with the openai client."""
+    client = openai.OpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=3, timeout=60)
+    client.chat.completions.create(model="tiny", max_tokens=6, messages=[{"role": "user", "content": ctx.task["prompt"]}])
+    return 0.25
+
+
+def tool_agent(answers):
+    """The OpenAI Agents SDK: a calculator agent that must call its tool, a model of its own per session
+    (the SDK's default client is global); what it answered is kept per session for the test's check."""
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def calc(a: int, b: int) -> int:
+        """Adds two integers."""
+        return a + b
+
+    async def run(ctx):
+        # llama-server answers 500 for about one tool call in five of the random model (its parser cannot
+        # read it); nothing is recorded for such a call, and the client retries it, as for any 500.
+        client = openai.AsyncOpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=6, timeout=60)
+        agent = Agent(
+            name="calculator", instructions="Use calc.", tools=[calc],
+            model=OpenAIChatCompletionsModel(model="tiny", openai_client=client),
+            tool_use_behavior="stop_on_first_tool",
+            model_settings=ModelSettings(tool_choice="required", parallel_tool_calls=False, max_tokens=24, extra_body=BIAS),
+        )
+        result = await Runner.run(agent, ctx.task["prompt"], max_turns=3)
+        answers[ctx.session_id] = str(result.final_output)
+        return answers[ctx.session_id]
+
+    return run
+
+
+def rule(task, answer):
+    """The environment's check: did the agent's answer equal a + b?"""
+    return 1.0 if answer.strip() == str(task["a"] + task["b"]) else 0.0
+
+
+def assert_group_rows(g, n):
+    """The group's table holds exactly its kept sessions' rows, each with the session's uid, index, reward
+    and status; every trained token has its logprob or the row says it has none."""
+    kept = {s.session_id: s for s in g.kept_sessions}
+    rows = g.table.to_pylist()
+    assert {r["session_id"] for r in rows} == {s for s, r in kept.items() if r.calls > 0}
+    assert len({r["key"] for r in rows}) == len(rows)
+    for r in rows:
+        s = kept[r["session_id"]]
+        assert (r["uid"], r["sample_index"], r["group_size"], r["status"]) == (g.uid, s.sample_index, n, s.status)
+        assert r["reward"] == s.reward
+        assert len(r["response_mask"]) == len(r["response_ids"]) and sum(r["response_mask"]) == r["num_trained_tokens"]
+        if r["rollout_log_probs"] is None:
+            assert "missing_logprobs" in r["flags"]
+        else:
+            assert len(r["rollout_log_probs"]) == len(r["response_ids"])
+    assert [s.rows for s in g.kept_sessions] == [sum(1 for r in rows if r["session_id"] == s.session_id) for s in g.kept_sessions]
+
+
+@pytest.mark.parametrize("deployment", ["embedded", "kafka_s3"])
+def test_whole_groups_of_an_agents_sdk_tool_agent_with_a_rule_reward(deployment, request):
+    gw, out = request.getfixturevalue(deployment)
+    ro = Rollouts(agent_url=gw.url, control_url=gw.url, output=out, progress=False)
+    # Another run writing to the same output first: its rows must not come back in this step's groups.
+    other = ro.run([{"uid": "other-0", "prompt": "Hi."}, {"uid": "other-1", "prompt": "Yo."}], 2, chat_agent, timeout_s=120)
+    other_ids = {s.session_id for g in other for s in g.sessions}
+    assert [len(g.table) for g in other] == [2, 2] and all(s.reward == 0.25 for g in other for s in g.sessions)
+    rng = random.Random(7)
+    tasks = [{"uid": f"calc-{i}", "prompt": f"What is {a} + {b}?", "a": a, "b": b}
+             for i, (a, b) in enumerate((rng.randrange(10), rng.randrange(10)) for _ in range(8))]
+    answers = {}
+    ro.set_weights(3)
+    groups = ro.run(tasks, 4, tool_agent(answers), reward=rule, timeout_s=300, max_concurrency=8)
+    assert [g.uid for g in groups] == [t["uid"] for t in tasks]
+    for g, task in zip(groups, tasks):
+        assert not g.dropped and not g.incomplete
+        assert [(s.sample_index, s.status, s.kept) for s in g.sessions] == [(k, OK, True) for k in range(4)]
+        for s in g.sessions:
+            assert s.reward == rule(task, answers[s.session_id]) and s.calls >= 1
+        assert_group_rows(g, 4)
+        assert set(g.table.column("weight_version_min").to_pylist()) == {3}
+        assert not other_ids & set(g.table.column("session_id").to_pylist())
+    # The output holds both runs' rows; the step handed back only its own.
+    everything = set(read_all(out).column("session_id").to_pylist())
+    assert other_ids <= everything and {s.session_id for g in groups for s in g.sessions} <= everything
+    stats = groups.stats
+    assert (stats["rollout/groups_done"], stats["rollout/sessions_done"], stats["rollout/sessions_failed"]) == (8, 32, 0)
+    assert stats["rollout/calls"] >= 32 and stats["rollout/rows"] == sum(len(g.table) for g in groups)
+    assert stats["rollout/sampled_tokens"] > 0 and stats["rollout/reward_mean"] == sum(s.reward for g in groups for s in g.sessions) / 32
+
+
+async def one_call(ctx, max_tokens=6):
+    client = openai.AsyncOpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=3, timeout=60)
+    await client.chat.completions.create(model="tiny", max_tokens=max_tokens, messages=[{"role": "user", "content": "Go."}])
+
+
+async def scripted(ctx):
+    """Each sample does what the task's ``modes`` say, on its first attempt; a resampled attempt succeeds.
+    ok: one call, reward 1; raise: a call, then an exception; hang: a call, then waits for ever (until the
+    timeout cancels it); stuck: a call, then one that generates far longer than the timeout (cut in flight);
+    none: no model call at all, reward 1."""
+    mode = ctx.task["modes"][ctx.sample_index]
+    if mode == "none":
+        return 1.0
+    await one_call(ctx)
+    if ctx.attempt == 0 and mode == "raise":
+        raise RuntimeError("the environment broke")
+    if ctx.attempt == 0 and mode == "hang":
+        await asyncio.Event().wait()
+    if ctx.attempt == 0 and mode == "stuck":
+        client = openai.AsyncOpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=0, timeout=600)
+        await client.chat.completions.create(  # ~60000 tokens: over half a minute of the engine's time
+            model="tiny", max_tokens=60000, extra_body={"ignore_eos": True}, messages=[{"role": "user", "content": "Go."}])
+    return 1.0
+
+
+def engine_log():
+    """The llama.cpp server's log when it is the one scripts/llama.sh started (None for one named by
+    LLAMA_SERVER): it says `cancel task` for every request cancelled."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cache = os.environ.get("TRAJFLOW_LLAMA_DIR", os.path.join(root, ".cache", "llama"))
+    try:
+        with open(os.path.join(cache, "server.pid")) as f:
+            pid = int(f.read().strip())
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    port = os.environ["LLAMA_SERVER"].rstrip("/").rsplit(":", 1)[-1].encode()
+    if port not in cmdline:
+        return None
+    return os.path.join(cache, "server.log")
+
+
+def cancelled_in_engine(log):
+    with open(log, errors="replace") as f:
+        return sum(1 for line in f if "cancel task" in line)
+
+
+def gone_calls(gw):
+    for line in gw.metrics().splitlines():
+        if line.startswith('trajflow_gateway_calls_total{outcome="client_gone"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_failures_under_each_policy_and_oversampling(embedded):
+    gw, out = embedded
+    ro = Rollouts(agent_url=gw.url, output=out, progress=False)
+    modes = ["ok", "raise", "hang", "none"]
+    log = engine_log()
+    cancelled, gone = (None if log is None else cancelled_in_engine(log)), gone_calls(gw)
+
+    async def main():
+        return await asyncio.gather(
+            # A failed session's reward is 0 here: without one, its rows wait out the pipeline's reward grace.
+            ro.arun([{"uid": "keep-0", "modes": ["ok", "raise", "stuck", "none"]}], 4, scripted, timeout_s=20,
+                    failure="keep", failure_reward=0.0),
+            ro.arun([{"uid": "drop-0", "modes": modes}], 4, scripted, timeout_s=20, failure="drop", failure_reward=0.0),
+            ro.arun([{"uid": "resample-0", "modes": modes}], 4, scripted, timeout_s=20, failure="resample"),
+            ro.arun([{"uid": "over-0", "modes": ["ok", "hang", "ok", "hang"]}], 2, scripted, timeout_s=600, oversample=2),
+        )
+
+    keep, drop, resample, over = (step[0] for step in asyncio.run(main()))
+    # keep: every session in its group, flagged by its status; the one without calls has no row.
+    by = lambda g: [(s.sample_index, s.attempt, s.status, s.reason, s.kept, s.rows > 0) for s in g.sessions]  # noqa: E731
+    assert by(keep) == [(0, 0, OK, None, True, True), (1, 0, FAILED, "raised", True, True),
+                        (2, 0, ABORTED, "timeout", True, True), (3, 0, OK, None, True, False)]
+    assert keep.incomplete and not keep.dropped
+    assert [s.reward for s in keep.sessions] == [1.0, 0.0, 0.0, 1.0]
+    assert [s.info for s in keep.sessions] == [None, {"reason": "raised"}, {"reason": "timeout"}, None]
+    assert "RuntimeError: the environment broke" in keep.sessions[1].error
+    assert_group_rows(keep, 4)
+    assert sorted(set(keep.table.column("status").to_pylist())) == ["aborted", "failed", "ok"]
+    # The stuck session's call in flight was cut at its timeout: the gateway saw its client go and cancelled
+    # the engine's request, which the engine's log shows; nothing of that call was recorded.
+    assert gone_calls(gw) >= gone + 1
+    if log is not None:
+        assert cancelled_in_engine(log) >= cancelled + 1
+    stuck = keep.table.filter(pc.equal(keep.table.column("session_id"), keep.sessions[2].session_id)).to_pylist()
+    assert [r["num_turns"] for r in stuck] == [1]
+    # drop: the group is dropped whole.
+    assert drop.dropped and len(drop.table) == 0 and [s.status for s in drop.sessions] == [OK, FAILED, ABORTED, OK]
+    # resample: the failed and timed-out samples ran again; only the new attempts are in the group.
+    assert by(resample) == [(0, 0, OK, None, True, True), (1, 0, FAILED, "raised", False, False),
+                            (1, 1, OK, None, True, True), (2, 0, ABORTED, "timeout", False, False),
+                            (2, 1, OK, None, True, True), (3, 0, OK, None, True, False)]
+    assert_group_rows(resample, 4)
+    # oversampling: the first two to end ok make the group; the other two are ended aborted, never trained.
+    assert [(s.sample_index, s.status, s.reason, s.kept) for s in over.sessions] == [
+        (0, OK, None, True), (1, ABORTED, "oversampled", False), (2, OK, None, True), (3, ABORTED, "oversampled", False)]
+    assert_group_rows(over, 2)
+    assert len(over.kept_sessions) == 2 and not over.incomplete
+
+
+def test_streaming_yields_groups_as_they_complete_and_honours_staleness(embedded):
+    gw, out = embedded
+    ro = Rollouts(agent_url=gw.url, output=out, progress=False)
+    ro.set_weights(1)
+    released = asyncio.Event()
+
+    async def agent(ctx):
+        await one_call(ctx)  # sampled at version 1
+        if ctx.task["uid"] == "slow-0":
+            await released.wait()
+        return 1.0
+
+    async def main():
+        order = []
+        tasks = [{"uid": "slow-0"}, {"uid": "fast-1"}, {"uid": "fast-2"}]
+        async for g in ro.astream(tasks, 2, agent, max_groups_in_flight=2, max_policy_lag=1, stale="drop", timeout_s=120):
+            order.append(g)
+            if len(order) == 1:
+                # The first group is in hand while slow-0 still runs; the policy moves on two versions,
+                # so slow-0's rows (sampled at 1) are stale when its group completes.
+                await asyncio.to_thread(ro.set_weights, 3)
+                released.set()
+        return order
+
+    order = asyncio.run(main())
+    assert order[0].uid == "fast-1" and order[-1].uid == "slow-0" and {g.uid for g in order} == {"slow-0", "fast-1", "fast-2"}
+    assert order[0].stale_rows == 0 and len(order[0].table) == 2
+    slow = order[-1]
+    assert slow.stale_rows == 2 and len(slow.table) == 0
+
+
+def test_a_uid_that_row_keys_cannot_carry_is_refused_with_every_problem(embedded):
+    gw, out = embedded
+    ro = Rollouts(agent_url=gw.url, output=out, progress=False)
+    with pytest.raises(RolloutError) as e:
+        ro.run([{"uid": "gsm8k_0042"}, {"uid": "ok-1"}, {"uid": "ok-1"}, {"prompt": "x"}], 0, chat_agent, failure="retry")
+    msg = str(e.value)
+    for part in ("[ROLLOUT_CONFIG]", "n must be a positive int", "failure must be one of keep, drop, resample",
+                 "uid 'gsm8k_0042' cannot be carried", "uid 'ok-1' repeats", "task 3 has no uid"):
+        assert part in msg, msg
+
+
+def test_claude_code_as_a_cli_agent(embedded, tmp_path):
+    gw, out = embedded
+    bin_dir = harness_bin()
+    home = tmp_path / "home"
+    home.mkdir()
+    agent = cli_agent([os.path.join(bin_dir, "claude"), "-p", "--output-format", "json", "{task[prompt]}"],
+                      env={"HOME": str(home)})
+
+    def reward(task, result):
+        return 1.0 if json.loads(result.stdout)["is_error"] is False else 0.0
+
+    ro = Rollouts(agent_url=gw.url, output=out, progress=False)
+    groups = ro.run([{"uid": "claude-0", "prompt": "Say hi."}], 2, agent, reward=reward, timeout_s=300)
+    g = groups[0]
+    assert [(s.status, s.reward) for s in g.sessions] == [(OK, 1.0), (OK, 1.0)]
+    assert_group_rows(g, 2)
+    assert len(g.table) >= 2
