@@ -8,6 +8,7 @@ import { run as assemble } from "./assemble.ts";
 import { run as decode } from "./decode.ts";
 import { results } from "./harness.ts";
 import { run as rewards } from "./rewards.ts";
+import { run as rollouts } from "./rollouts.ts";
 import { run as routing } from "./routing.ts";
 import { run as s3 } from "./s3.ts";
 import { run as sink } from "./sink.ts";
@@ -20,7 +21,11 @@ await sink();
 await rewards();
 await routing();
 await s3();
+const rolloutFigures = await rollouts();
 const at = process.argv.indexOf("--json");
 if (at >= 0 && process.argv[at + 1] !== undefined) {
-  writeFileSync(process.argv[at + 1]!, `${JSON.stringify({ machine, results }, null, 2)}\n`);
+  writeFileSync(
+    process.argv[at + 1]!,
+    `${JSON.stringify({ machine, results, rollouts: rolloutFigures }, null, 2)}\n`,
+  );
 }

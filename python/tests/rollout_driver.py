@@ -46,8 +46,8 @@ def ended_elsewhere(sid):
 async def agent(ctx):
     with open(args.runs_log, "a") as f:
         f.write(json.dumps([ctx.session_id, ctx.uid, ctx.sample_index, ctx.attempt]) + "\n")
-    client = openai.AsyncOpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=3, timeout=60)
-    await client.chat.completions.create(model="tiny", max_tokens=6, messages=[{"role": "user", "content": "Go."}])
+    async with openai.AsyncOpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=3, timeout=60) as client:
+        await client.chat.completions.create(model="tiny", max_tokens=6, messages=[{"role": "user", "content": "Go."}])
     if args.kill_at == "mid-session" and (ctx.uid, ctx.sample_index, ctx.attempt) == ("task-1", 2, 0):
         while ended_elsewhere(ctx.session_id) < 11:
             await asyncio.sleep(0.02)

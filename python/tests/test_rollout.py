@@ -10,62 +10,13 @@ import random
 
 import openai
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 import pytest
 
-from gateway_proc import Gateway, harness_bin, need, start_cli, stop
+from gateway_proc import harness_bin, wait_until
+from rollout_fixtures import embedded, kafka_s3, read_all  # noqa: F401 - fixtures
 from trajflow.rollout import ABORTED, FAILED, OK, Rollouts, RolloutError, cli_agent
 
 BIAS = {"logit_bias": {"456": 6, "460": 14}}  # nudges the tiny model towards a parsable tool call
-
-
-@pytest.fixture(scope="module")
-def embedded(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("rollout-embedded")
-    out = str(tmp / "rows")
-    gw = Gateway(str(tmp), "--out", out)
-    yield gw, out
-    gw.stop()
-
-
-@pytest.fixture(scope="module")
-def kafka_s3(tmp_path_factory):
-    """The gateway producing to a fresh topic, and a consumer writing it to a fresh bucket on s3proxy."""
-    brokers = need("KAFKA_BROKERS", "a Kafka broker")
-    s3 = need("TRAJFLOW_TEST_S3", "an S3 server").split("\n")
-    import boto3
-
-    endpoint, key, secret = s3[-3:]
-    env = {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
-           "AWS_REGION": "us-east-1"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    bucket = f"ro-{os.getpid()}-{random.randrange(1 << 30):x}"
-    boto3.client("s3").create_bucket(Bucket=bucket)
-    tmp = tmp_path_factory.mktemp("rollout-kafka")
-    topic = f"rollouts-{os.getpid()}-{random.randrange(1 << 30):x}"
-    gw = Gateway(str(tmp), "--topic", topic, "--brokers", brokers)
-    out = f"s3://{bucket}/rows"
-    consumer = start_cli(
-        ["consume", "--brokers", brokers, "--topic", topic, "--group", f"{topic}-g", "--out", out, "--file-age-ms", "200"],
-        str(tmp / "consume.log"),
-    )
-    yield gw, out
-    stop(consumer)
-    gw.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-def read_all(out):
-    if out.startswith("s3://"):
-        fs, path = pafs.FileSystem.from_uri(out)
-        return ds.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True).to_table()
-    return ds.dataset(out, format="parquet", exclude_invalid_files=True).to_table()
 
 
 def chat_agent(ctx):
@@ -90,7 +41,10 @@ def tool_agent(answers):
     async def run(ctx):
         # llama-server answers 500 for about one tool call in five of the random model (its parser cannot
         # read it); nothing is recorded for such a call, and the client retries it, as for any 500.
-        client = openai.AsyncOpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=6, timeout=60)
+        async with openai.AsyncOpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=6, timeout=60) as client:
+            return await run_with(ctx, client)
+
+    async def run_with(ctx, client):
         agent = Agent(
             name="calculator", instructions="Use calc.", tools=[calc],
             model=OpenAIChatCompletionsModel(model="tiny", openai_client=client),
@@ -161,8 +115,8 @@ def test_whole_groups_of_an_agents_sdk_tool_agent_with_a_rule_reward(deployment,
 
 
 async def one_call(ctx, max_tokens=6):
-    client = openai.AsyncOpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=3, timeout=60)
-    await client.chat.completions.create(model="tiny", max_tokens=max_tokens, messages=[{"role": "user", "content": "Go."}])
+    async with openai.AsyncOpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=3, timeout=60) as client:
+        await client.chat.completions.create(model="tiny", max_tokens=max_tokens, messages=[{"role": "user", "content": "Go."}])
 
 
 async def scripted(ctx):
@@ -179,9 +133,9 @@ async def scripted(ctx):
     if ctx.attempt == 0 and mode == "hang":
         await asyncio.Event().wait()
     if ctx.attempt == 0 and mode == "stuck":
-        client = openai.AsyncOpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=0, timeout=600)
-        await client.chat.completions.create(  # ~60000 tokens: over half a minute of the engine's time
-            model="tiny", max_tokens=60000, extra_body={"ignore_eos": True}, messages=[{"role": "user", "content": "Go."}])
+        async with openai.AsyncOpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=0, timeout=600) as client:
+            await client.chat.completions.create(  # ~60000 tokens: over half a minute of the engine's time
+                model="tiny", max_tokens=60000, extra_body={"ignore_eos": True}, messages=[{"role": "user", "content": "Go."}])
     return 1.0
 
 
@@ -215,8 +169,9 @@ def gone_calls(gw):
     return 0.0
 
 
-def test_failures_under_each_policy_and_oversampling(embedded):
-    gw, out = embedded
+@pytest.mark.parametrize("deployment", ["embedded", "kafka_s3"])
+def test_failures_under_each_policy_and_oversampling(deployment, request):
+    gw, out = request.getfixturevalue(deployment)
     ro = Rollouts(agent_url=gw.url, output=out, progress=False)
     modes = ["ok", "raise", "hang", "none"]
     log = engine_log()
@@ -247,7 +202,7 @@ def test_failures_under_each_policy_and_oversampling(embedded):
     # the engine's request, which the engine's log shows; nothing of that call was recorded.
     assert gone_calls(gw) >= gone + 1
     if log is not None:
-        assert cancelled_in_engine(log) >= cancelled + 1
+        wait_until(lambda: cancelled_in_engine(log) >= cancelled + 1, "the engine to log the cancelled request")
     stuck = keep.table.filter(pc.equal(keep.table.column("session_id"), keep.sessions[2].session_id)).to_pylist()
     assert [r["num_turns"] for r in stuck] == [1]
     # drop: the group is dropped whole.
@@ -264,8 +219,9 @@ def test_failures_under_each_policy_and_oversampling(embedded):
     assert len(over.kept_sessions) == 2 and not over.incomplete
 
 
-def test_streaming_yields_groups_as_they_complete_and_honours_staleness(embedded):
-    gw, out = embedded
+@pytest.mark.parametrize("deployment", ["embedded", "kafka_s3"])
+def test_streaming_yields_groups_as_they_complete_and_honours_staleness(deployment, request):
+    gw, out = request.getfixturevalue(deployment)
     ro = Rollouts(agent_url=gw.url, output=out, progress=False)
     ro.set_weights(1)
     released = asyncio.Event()
@@ -289,10 +245,15 @@ def test_streaming_yields_groups_as_they_complete_and_honours_staleness(embedded
         return order
 
     order = asyncio.run(main())
-    assert order[0].uid == "fast-1" and order[-1].uid == "slow-0" and {g.uid for g in order} == {"slow-0", "fast-1", "fast-2"}
-    assert order[0].stale_rows == 0 and len(order[0].table) == 2
-    slow = order[-1]
-    assert slow.stale_rows == 2 and len(slow.table) == 0
+    # slow-0 began first but was held until a group was in hand, and fast-2 began only once a group left
+    # (two in flight): the first group yielded is fast-1's.
+    assert order[0].uid == "fast-1" and sorted(g.uid for g in order[1:]) == ["fast-2", "slow-0"]
+    by_uid = {g.uid: g for g in order}
+    assert by_uid["fast-1"].stale_rows == 0 and len(by_uid["fast-1"].table) == 2
+    # slow-0's rows were sampled at version 1, stale against 3 with a lag of 1: dropped. fast-2 was sampled
+    # at version 3.
+    assert by_uid["slow-0"].stale_rows == 2 and len(by_uid["slow-0"].table) == 0
+    assert by_uid["fast-2"].stale_rows == 0 and set(by_uid["fast-2"].table.column("weight_version_min").to_pylist()) == {3}
 
 
 def test_a_uid_that_row_keys_cannot_carry_is_refused_with_every_problem(embedded):

@@ -10,19 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway_proc import Gateway
-from test_rollout import read_all
+from rollout_fixtures import embedded, kafka_s3, read_all  # noqa: F401 - fixtures
 
 DRIVER = str(Path(__file__).with_name("rollout_driver.py"))
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("rollout-kill")
-    out = str(tmp / "rows")
-    gw = Gateway(str(tmp), "--out", out)
-    yield gw, out
-    gw.stop()
 
 
 def drive(gw, out, tmp, *extra):
@@ -33,9 +23,10 @@ def drive(gw, out, tmp, *extra):
     return done.returncode, done.stderr
 
 
+@pytest.mark.parametrize("deployment", ["embedded", "kafka_s3"])
 @pytest.mark.parametrize("kill_at", ["started:3", "mid-session", "rows"])
-def test_a_killed_driver_returns_the_step_exactly_once_without_rerunning_finished_sessions(gateway, tmp_path, kill_at):
-    gw, out = gateway
+def test_a_killed_driver_returns_the_step_exactly_once_without_rerunning_finished_sessions(request, deployment, tmp_path, kill_at):
+    gw, out = request.getfixturevalue(deployment)
     rc, err = drive(gw, out, tmp_path, "--kill-at", kill_at)
     assert rc == -signal.SIGKILL, f"the driver to be killed at {kill_at} exited {rc}:\n{err}"
     rc, err = drive(gw, out, tmp_path)

@@ -113,6 +113,7 @@ class Progress:
             "rollout/tokens_per_s": c["sampled_tokens"] / elapsed if elapsed > 0 else 0.0,
             "rollout/slowest_session_s": self.slowest_s,
             "rollout/rows_wait_p50_s": _quantile(waits, 0.5),
+            "rollout/rows_wait_p99_s": _quantile(waits, 0.99),
             "rollout/rows_wait_max_s": waits[-1] if waits else 0.0,
             "rollout/reward_mean": statistics.fmean(self.rewards) if self.rewards else float("nan"),
         })
