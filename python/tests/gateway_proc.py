@@ -32,6 +32,15 @@ def harness_bin():
     return done.stdout.strip().splitlines()[-1]
 
 
+def mini_swe_agent():
+    """The path of mini-swe-agent's `mini` (scripts/mini-swe-agent.sh installs it once)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run(["bash", "scripts/mini-swe-agent.sh"], cwd=root, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise AssertionError(f"scripts/mini-swe-agent.sh failed:\n{done.stderr[-3000:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

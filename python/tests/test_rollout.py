@@ -7,12 +7,14 @@ import asyncio
 import json
 import os
 import random
+import subprocess
+import sys
 
 import openai
 import pyarrow.compute as pc
 import pytest
 
-from gateway_proc import harness_bin, wait_until
+from gateway_proc import harness_bin, mini_swe_agent, wait_until
 from rollout_fixtures import embedded, kafka_s3, read_all  # noqa: F401 - fixtures
 from trajflow.rollout import ABORTED, FAILED, OK, Rollouts, RolloutError, cli_agent
 
@@ -284,3 +286,48 @@ def test_claude_code_as_a_cli_agent(embedded, tmp_path):
     assert [(s.status, s.reward) for s in g.sessions] == [(OK, 1.0), (OK, 1.0)]
     assert_group_rows(g, 2)
     assert len(g.table) >= 2
+
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+CHECK = "from calc import add\nassert add(2, 3) == 5\n"
+
+
+def test_mini_swe_agent_on_a_tiny_repository_task(embedded, tmp_path):
+    """mini-swe-agent (PyPI) as a command-line agent: a repository with a bug per session, `mini` run in it
+    by its base URL (LiteLLM's openai/ provider), three steps at most; the reward runs the repository's
+    check. The tiny random model fixes nothing, but the group comes back whole, with its rows."""
+    gw, out = embedded
+    mini = mini_swe_agent()
+
+    def setup(ctx, workdir):
+        with open(os.path.join(workdir, "calc.py"), "w") as f:
+            f.write(BUGGY)
+        with open(os.path.join(workdir, "check.py"), "w") as f:
+            f.write(CHECK)
+
+    def command(ctx, workdir):
+        return [mini, "-y", "--exit-immediately", "-m", "openai/tiny", "-l", "0", "-t", ctx.task["prompt"],
+                "-c", "mini.yaml", "-c", "agent.step_limit=3",
+                "-c", f"model.model_kwargs.api_base={ctx.openai_base_url}", "-c", f"model.model_kwargs.api_key={ctx.api_key}",
+                "-o", os.path.join(workdir, "trajectory.json")]
+
+    env = {"MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors", "MSWEA_SILENT_STARTUP": "1",
+           "MSWEA_GLOBAL_CONFIG_DIR": str(tmp_path / "mswea")}
+    agent = cli_agent(command, setup=setup, env=env, keep_workdir=True, workdir_root=str(tmp_path))
+    checked = {}
+
+    def reward(task, result):
+        passed = subprocess.run([sys.executable, "check.py"], cwd=result.workdir, capture_output=True).returncode == 0
+        trajectory = json.loads(open(os.path.join(result.workdir, "trajectory.json")).read())
+        checked[result.workdir] = (passed, trajectory["info"]["exit_status"])
+        return 1.0 if passed else 0.0
+
+    ro = Rollouts(agent_url=gw.url, output=out, progress=False)
+    groups = ro.run([{"uid": "swe-0", "prompt": "Fix add() in calc.py so that check.py passes."}], 2, agent,
+                    reward=reward, timeout_s=600)
+    g = groups[0]
+    assert [s.status for s in g.sessions] == [OK, OK]
+    assert sorted(s.reward for s in g.sessions) == sorted(1.0 if p else 0.0 for p, _ in checked.values())
+    assert all(status for _, status in checked.values())  # mini recorded how it ended (a limit, a format error)
+    assert_group_rows(g, 2)
+    assert all(s.calls >= 1 for s in g.sessions) and len(g.table) >= 2
