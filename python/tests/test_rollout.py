@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+import urllib.request
 
 import openai
 import pyarrow.compute as pc
@@ -22,10 +23,35 @@ BIAS = {"logit_bias": {"456": 6, "460": 14}}  # nudges the tiny model towards a 
 
 
 def chat_agent(ctx):
-    """A plain (sync) agent: one chat call with the openai client."""
+    """A plain (sync) agent: one greedy chat call with the openai client."""
     client = openai.OpenAI(base_url=ctx.openai_base_url, api_key=ctx.api_key, max_retries=3, timeout=60)
-    client.chat.completions.create(model="tiny", max_tokens=6, messages=[{"role": "user", "content": ctx.task["prompt"]}])
+    client.chat.completions.create(model="tiny", max_tokens=6, temperature=0,
+                                   messages=[{"role": "user", "content": ctx.task["prompt"]}])
     return 0.25
+
+
+def assert_rows_are_the_engines(rows):
+    """Each row's sampled ids and logprobs are what llama.cpp itself samples for the row's prompt ids,
+    greedy, asked directly (its /completion route with a token prompt): the rows hold the engine's ids and
+    logprobs, not a re-tokenization. A row without logprobs (a token ending inside a UTF-8 character has
+    none from llama.cpp) says so by its flag, and its ids are still checked."""
+    engine = os.environ["LLAMA_SERVER"].rstrip("/")
+    compared = 0
+    for r in rows:
+        body = {"prompt": r["prompt_ids"], "n_predict": len(r["response_ids"]), "temperature": 0, "n_probs": 1,
+                "return_tokens": True, "cache_prompt": False}
+        req = urllib.request.Request(f"{engine}/completion", data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+        direct = json.loads(urllib.request.urlopen(req, timeout=60).read())
+        assert direct["tokens"] == r["response_ids"], (r["key"], direct["tokens"], r["response_ids"])
+        if r["rollout_log_probs"] is None:
+            assert "missing_logprobs" in r["flags"]
+            continue
+        probs = direct["completion_probabilities"]
+        assert [p["id"] for p in probs] == r["response_ids"]
+        assert all(abs(p["logprob"] - lp) < 1e-3 for p, lp in zip(probs, r["rollout_log_probs"])), r["key"]
+        compared += 1
+    return compared
 
 
 def tool_agent(answers):
@@ -92,6 +118,7 @@ def test_whole_groups_of_an_agents_sdk_tool_agent_with_a_rule_reward(deployment,
     other = ro.run([{"uid": "other-0", "prompt": "Hi."}, {"uid": "other-1", "prompt": "Yo."}], 2, chat_agent, timeout_s=120)
     other_ids = {s.session_id for g in other for s in g.sessions}
     assert [len(g.table) for g in other] == [2, 2] and all(s.reward == 0.25 for g in other for s in g.sessions)
+    assert assert_rows_are_the_engines([r for g in other for r in g.table.to_pylist()]) >= 1, "no row had logprobs to compare"
     rng = random.Random(7)
     tasks = [{"uid": f"calc-{i}", "prompt": f"What is {a} + {b}?", "a": a, "b": b}
              for i, (a, b) in enumerate((rng.randrange(10), rng.randrange(10)) for _ in range(8))]
@@ -269,8 +296,9 @@ def test_a_uid_that_row_keys_cannot_carry_is_refused_with_every_problem(embedded
         assert part in msg, msg
 
 
-def test_claude_code_as_a_cli_agent(embedded, tmp_path):
-    gw, out = embedded
+@pytest.mark.parametrize("deployment", ["embedded", "kafka_s3"])
+def test_claude_code_as_a_cli_agent(deployment, request, tmp_path):
+    gw, out = request.getfixturevalue(deployment)
     bin_dir = harness_bin()
     home = tmp_path / "home"
     home.mkdir()
@@ -281,7 +309,7 @@ def test_claude_code_as_a_cli_agent(embedded, tmp_path):
         return 1.0 if json.loads(result.stdout)["is_error"] is False else 0.0
 
     ro = Rollouts(agent_url=gw.url, output=out, progress=False)
-    groups = ro.run([{"uid": "claude-0", "prompt": "Say hi."}], 2, agent, reward=reward, timeout_s=300)
+    groups = ro.run([{"uid": f"claude-{deployment}", "prompt": "Say hi."}], 2, agent, reward=reward, timeout_s=300)
     g = groups[0]
     assert [(s.status, s.reward) for s in g.sessions] == [(OK, 1.0), (OK, 1.0)]
     assert_group_rows(g, 2)
@@ -292,11 +320,12 @@ BUGGY = "def add(a, b):\n    return a - b\n"
 CHECK = "from calc import add\nassert add(2, 3) == 5\n"
 
 
-def test_mini_swe_agent_on_a_tiny_repository_task(embedded, tmp_path):
+@pytest.mark.parametrize("deployment", ["embedded", "kafka_s3"])
+def test_mini_swe_agent_on_a_tiny_repository_task(deployment, request, tmp_path):
     """mini-swe-agent (PyPI) as a command-line agent: a repository with a bug per session, `mini` run in it
     by its base URL (LiteLLM's openai/ provider), three steps at most; the reward runs the repository's
     check. The tiny random model fixes nothing, but the group comes back whole, with its rows."""
-    gw, out = embedded
+    gw, out = request.getfixturevalue(deployment)
     mini = mini_swe_agent()
 
     def setup(ctx, workdir):
@@ -323,7 +352,7 @@ def test_mini_swe_agent_on_a_tiny_repository_task(embedded, tmp_path):
         return 1.0 if passed else 0.0
 
     ro = Rollouts(agent_url=gw.url, output=out, progress=False)
-    groups = ro.run([{"uid": "swe-0", "prompt": "Fix add() in calc.py so that check.py passes."}], 2, agent,
+    groups = ro.run([{"uid": f"swe-{deployment}", "prompt": "Fix add() in calc.py so that check.py passes."}], 2, agent,
                     reward=reward, timeout_s=600)
     g = groups[0]
     assert [s.status for s in g.sessions] == [OK, OK]
@@ -331,3 +360,31 @@ def test_mini_swe_agent_on_a_tiny_repository_task(embedded, tmp_path):
     assert all(status for _, status in checked.values())  # mini recorded how it ended (a limit, a format error)
     assert_group_rows(g, 2)
     assert all(s.calls >= 1 for s in g.sessions) and len(g.table) >= 2
+
+
+def test_a_cli_agent_past_its_timeout_is_killed_with_its_children(embedded, tmp_path):
+    """A command line that makes a model call, then hangs with a child of its own: at the timeout its whole
+    process group is stopped, and its session ends aborted."""
+    gw, out = embedded
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import json, os, subprocess, sys, time, urllib.request\n"
+        "base = os.environ['OPENAI_BASE_URL']\n"
+        "body = {'model': 'tiny', 'max_tokens': 4, 'messages': [{'role': 'user', 'content': 'Go.'}]}\n"
+        "req = urllib.request.Request(base + '/chat/completions', data=json.dumps(body).encode(),\n"
+        "                             headers={'content-type': 'application/json'})\n"
+        "urllib.request.urlopen(req).read()\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)'])\n"
+        "open(sys.argv[1], 'w').write(f'{os.getpid()} {child.pid}')\n"
+        "time.sleep(3600)\n"
+    )
+    pids = tmp_path / "pids"
+    agent = cli_agent([sys.executable, str(script), str(pids)], terminate_grace_s=1.0)
+    ro = Rollouts(agent_url=gw.url, output=out, progress=False)
+    groups = ro.run([{"uid": "cli-hang-0"}], 1, agent, timeout_s=15, failure_reward=0.0)
+    [s] = groups[0].sessions
+    assert (s.status, s.reason, s.calls) == (ABORTED, "timeout", 1)
+    for pid in map(int, pids.read_text().split()):
+        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower(),
+                   f"process {pid} to be gone")
+    assert_group_rows(groups[0], 1)

@@ -128,6 +128,7 @@ class Rollouts:
         max_policy_lag: Optional[int] = None,
         stale: str = "flag",
         failure_reward: Optional[float] = None,
+        _sem: Optional[asyncio.Semaphore] = None,
     ) -> Groups:
         """One step: ``n`` sessions per task, and one group per task in task order.
 
@@ -165,7 +166,7 @@ class Rollouts:
             journal.save()
         watcher.skip(journal.before)
         watcher.want(journal.sessions)  # sessions a killed driver began: their rows may be in the output
-        sem = asyncio.Semaphore(max_concurrency)
+        sem = _sem if _sem is not None else asyncio.Semaphore(max_concurrency)
         progress = Progress(len(tasks), n, enabled=self.progress, step=step)
         plan = _Plan(n, agent, reward, timeout_s, sem, failure, max_resamples, oversample, max_policy_lag, stale)
         plan.failure_reward = failure_reward
@@ -180,10 +181,12 @@ class Rollouts:
     ) -> AsyncIterator[Group]:
         """Asynchronous RL: keeps ``max_groups_in_flight`` groups running and yields each as it completes
         (completion order), taking the next task as one leaves. The same options as ``arun`` (no
-        ``step``: a stream is not journaled); ``max_policy_lag`` is checked against the version at the
-        moment each group completes, so a ``set_weights`` between two groups counts."""
+        ``step``: a stream is not journaled); ``max_concurrency`` bounds the sessions of every group in
+        flight together; ``max_policy_lag`` is checked against the version at the moment each group
+        completes, so a ``set_weights`` between two groups counts."""
         if kwargs.get("step") is not None:
             raise RolloutError("ROLLOUT_CONFIG", "astream takes no step: a stream is not journaled")
+        kwargs["_sem"] = asyncio.Semaphore(kwargs.get("max_concurrency", 64))
         it = iter(tasks)
         running: Set[asyncio.Task] = set()
 
@@ -266,6 +269,7 @@ class Rollouts:
                     entry.result = SessionResult(sid, entry.sample_index, entry.attempt, ABORTED, reason="oversampled", kept=False)
                     done.append(entry.result)
                     progress.count("sessions_oversampled")
+                    progress.session_done(entry.result)
                 running.clear()
                 journal.save()
         if plan.oversample:
@@ -307,7 +311,7 @@ class Rollouts:
         """The rows of ``wanted`` sessions, waiting until all are in or ``timeout_s`` passes."""
         deadline = time.monotonic() + timeout_s
         while True:
-            found = await asyncio.to_thread(self._watcher_for().scan, wanted)
+            found = await asyncio.to_thread(self._watcher_for().scan, wanted, self.poll_s)
             if len(found) == len(wanted) or time.monotonic() >= deadline:
                 if len(found) < len(wanted):
                     log.warning("rows never came for %d session(s): %s", len(wanted) - len(found), sorted(wanted - set(found))[:5])

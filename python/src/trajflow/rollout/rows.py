@@ -9,6 +9,7 @@ began cannot hold its sessions (their ids are new) and are never read.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Dict, Iterable, List, Optional, Set
 
 import pyarrow as pa
@@ -35,6 +36,7 @@ class RowWatcher:
         self._schema: Optional[pa.Schema] = None
         # Scans run in worker threads, several steps' at once: one at a time, each file read once.
         self._lock = threading.Lock()
+        self._listed = float("-inf")  # when the output was last listed (time.monotonic)
 
     def files(self) -> List[str]:
         try:
@@ -52,11 +54,14 @@ class RowWatcher:
         with self._lock:
             self._wanted.update(sessions)
 
-    def scan(self, wanted: Set[str]) -> Dict[str, pa.Table]:
+    def scan(self, wanted: Set[str], fresh_s: float = 0.0) -> Dict[str, pa.Table]:
         """Looks at the files not seen yet (keeping the rows of every session wanted); answers the rows of
-        the sessions of ``wanted`` found so far."""
+        the sessions of ``wanted`` found so far. A listing younger than ``fresh_s`` is not made again: the
+        groups waiting at once share one listing per interval instead of one each."""
         with self._lock:
-            self._scan()
+            if time.monotonic() - self._listed >= fresh_s:
+                self._listed = time.monotonic()
+                self._scan()
             return {sid: self._found[sid] for sid in wanted if sid in self._found}
 
     def schema(self) -> Optional[pa.Schema]:
