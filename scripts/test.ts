@@ -62,7 +62,7 @@ const result = spawnSync(
 const python =
   patterns.length > 0
     ? { status: 0 }
-    : spawnSync(".cache/python/bin/python", ["-m", "pytest", "-q", "-rs", "python/tests"], {
+    : spawnSync(".cache/python/bin/python", ["-m", "pytest", "-q", "-rfEs", "python/tests"], {
         cwd: root,
         stdio: "inherit",
         env: { ...process.env, TRAJFLOW_NODE: process.execPath },

@@ -309,7 +309,7 @@ def test_claude_code_as_a_cli_agent(deployment, request, tmp_path):
         return 1.0 if json.loads(result.stdout)["is_error"] is False else 0.0
 
     ro = Rollouts(agent_url=gw.url, output=out, progress=False)
-    groups = ro.run([{"uid": f"claude-{deployment}", "prompt": "Say hi."}], 2, agent, reward=reward, timeout_s=300)
+    groups = ro.run([{"uid": f"claude-{deployment.replace('_', '-')}", "prompt": "Say hi."}], 2, agent, reward=reward, timeout_s=300)
     g = groups[0]
     assert [(s.status, s.reward) for s in g.sessions] == [(OK, 1.0), (OK, 1.0)]
     assert_group_rows(g, 2)
@@ -352,7 +352,7 @@ def test_mini_swe_agent_on_a_tiny_repository_task(deployment, request, tmp_path)
         return 1.0 if passed else 0.0
 
     ro = Rollouts(agent_url=gw.url, output=out, progress=False)
-    groups = ro.run([{"uid": f"swe-{deployment}", "prompt": "Fix add() in calc.py so that check.py passes."}], 2, agent,
+    groups = ro.run([{"uid": f"swe-{deployment.replace('_', '-')}", "prompt": "Fix add() in calc.py so that check.py passes."}], 2, agent,
                     reward=reward, timeout_s=600)
     g = groups[0]
     assert [s.status for s in g.sessions] == [OK, OK]
