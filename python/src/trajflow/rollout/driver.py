@@ -355,8 +355,8 @@ class Rollouts:
                 reward_value, info, stage = float(plan.failure_reward), {"reason": reason}, "rollout"
             if reward_value is not None:
                 await self._control(self.control.reward, sid, reward_value, key=f"{sid}/reward", info=info, stage=stage)
-            await self._control(self.control.end, sid, status)
-            seen = await self._control(self.control.session, sid)
+            # The end's answer is the session as the gateway holds it: its calls and sampled tokens.
+            seen = await self._control(self.control.end, sid, status)
             result = SessionResult(
                 sid, entry.sample_index, entry.attempt, status, reward_value, info, reason, error,
                 int(seen.get("calls", 0)), int(seen.get("sampled_tokens", 0)), time.monotonic() - t0,
