@@ -22,6 +22,14 @@ function runner(stage: RewardStage, policy: Record<string, unknown> = {}) {
   return { r, metrics, deadLetters };
 }
 
+/** Waits for `condition` across turns of the event loop (bounded: a test that never sees it fails). */
+async function until(condition: () => boolean): Promise<void> {
+  for (let i = 0; !condition(); i++) {
+    if (i > 10_000) throw new Error("the condition never held");
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
 const scoreByLength = (items: readonly RewardItem[]): RewardOutcome[] =>
   items.map((i) => ({ kind: "score", score: i.key.length }));
 
@@ -117,20 +125,38 @@ describe("reward stage runner", () => {
   });
 
   it("bounds the queue: submitting beyond max_queue waits for room", async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
+    // Each stage call waits for its own gate, released by the test one at a time.
+    const gates: Array<() => void> = [];
+    const calls: string[][] = [];
     const { r } = runner(
-      { score: async (items) => (await gate, scoreByLength(items)) },
+      {
+        score: async (items) => {
+          calls.push(items.map((i) => i.key));
+          await new Promise<void>((res) => gates.push(res));
+          return scoreByLength(items);
+        },
+      },
       { max_queue: 2, max_batch_size: 1, concurrency: 1 },
     );
-    const first = r.score(item("a")); // taken into the one batch in flight
-    const queued = [r.score(item("b")), r.score(item("c"))];
-    let fourthQueued = false;
-    const fourth = r.score(item("d")).then((o) => ((fourthQueued = true), o));
-    await new Promise((res) => setTimeout(res, 30));
-    assert.equal(fourthQueued, false);
-    release();
-    await Promise.all([first, ...queued, fourth]);
+    const outcomes = ["a", "b", "c", "d"].map((k) => r.score(item(k)));
+    await until(() => gates.length === 1);
+    // a is in flight, b and c fill the queue, d waits outside it for room.
+    assert.deepEqual([calls, r.queued], [[["a"]], 2]);
+    gates.shift()!();
+    await until(() => gates.length === 1 && calls.length === 2);
+    // b left the queue for the stage: d took its place, behind c.
+    assert.deepEqual([calls[1], r.queued], [["b"], 2]);
+    gates.shift()!();
+    await until(() => calls.length === 3);
+    assert.deepEqual([calls[2], r.queued], [["c"], 1]);
+    gates.shift()!();
+    await until(() => calls.length === 4);
+    assert.deepEqual([calls[3], r.queued], [["d"], 0]);
+    gates.shift()!();
+    assert.deepEqual(
+      (await Promise.all(outcomes)).map((o) => o.kind),
+      ["score", "score", "score", "score"],
+    );
     await r.close();
   });
 });

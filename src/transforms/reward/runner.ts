@@ -85,6 +85,11 @@ export class StageRunner {
     });
   }
 
+  /** Items waiting in the queue for a batch (at most `max_queue`; submitters beyond it wait outside). */
+  get queued(): number {
+    return this.queue.length;
+  }
+
   /** Resolves once nothing is queued or in flight. */
   async idle(): Promise<void> {
     while (this.queue.length > 0 || this.inFlight > 0) {
