@@ -388,3 +388,22 @@ def test_a_cli_agent_past_its_timeout_is_killed_with_its_children(embedded, tmp_
         wait_until(lambda: not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower(),
                    f"process {pid} to be gone")
     assert_group_rows(groups[0], 1)
+
+
+def test_a_step_logs_its_progress_and_its_figures_off_a_terminal(embedded, caplog):
+    """Off a terminal (CI, a job's log) a step logs structured progress lines; the last carries the step's
+    figures, which the returned groups' stats repeat for the trainer's logger."""
+    gw, out = embedded
+    ro = Rollouts(agent_url=gw.url, output=out)  # progress on: a log line at the end, none on a live line
+    with caplog.at_level("INFO", logger="trajflow.rollout"):
+        groups = ro.run([{"uid": "logged-0"}], 2, scripted_ok, timeout_s=120, step=None)
+    lines = [r for r in caplog.records if r.name == "trajflow.rollout" and hasattr(r, "rollout")]
+    assert lines and lines[-1].getMessage().startswith("rollout step done")
+    last = lines[-1].rollout
+    assert (last["groups"], last["in_flight"], last["failed"], last["aborted"]) == ("1/1", 0, 0, 0)
+    assert last["calls"] == groups.stats["rollout/calls"] == 2
+
+
+async def scripted_ok(ctx):
+    await one_call(ctx)
+    return 1.0
