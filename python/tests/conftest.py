@@ -79,6 +79,14 @@ def write_events(path, uids=12, group_size=4, versions=(1,), seed=0, prefix="pro
     return path
 
 
+def grouped_replay(tmp, uids, rows_per_file, seed=0):
+    """``uids`` GRPO groups of 4 replayed (grouped) into files of ``rows_per_file`` rows under ``tmp/out``."""
+    events = write_events(tmp / "events.jsonl", uids=uids, group_size=4, seed=seed)
+    out = tmp / "out"
+    trajflow("replay", str(events), "--out", str(out), "--group", "--rows-per-file", str(rows_per_file), "--reward-grace-ms", "0")
+    return out
+
+
 @pytest.fixture
 def grouped_output(tmp_path):
     """A grouped replay (many small files, a dead letter, a stray temporary) and its events."""

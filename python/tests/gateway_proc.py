@@ -23,22 +23,23 @@ def need(variable, what):
     return value
 
 
-def harness_bin():
-    """The bin directory of Claude Code and Codex CLI (scripts/harnesses.sh installs them once)."""
+def installed(script):
+    """The last line a project install script prints (a path), running it (it installs once)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run(["bash", "scripts/harnesses.sh"], cwd=root, capture_output=True, text=True)
+    done = subprocess.run(["bash", script], cwd=root, capture_output=True, text=True)
     if done.returncode != 0:
-        raise AssertionError(f"scripts/harnesses.sh failed:\n{done.stderr[-3000:]}")
+        raise AssertionError(f"{script} failed:\n{done.stderr[-3000:]}")
     return done.stdout.strip().splitlines()[-1]
+
+
+def harness_bin():
+    """The bin directory of Claude Code and Codex CLI."""
+    return installed("scripts/harnesses.sh")
 
 
 def mini_swe_agent():
-    """The path of mini-swe-agent's `mini` (scripts/mini-swe-agent.sh installs it once)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run(["bash", "scripts/mini-swe-agent.sh"], cwd=root, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise AssertionError(f"scripts/mini-swe-agent.sh failed:\n{done.stderr[-3000:]}")
-    return done.stdout.strip().splitlines()[-1]
+    """The path of mini-swe-agent's `mini`."""
+    return installed("scripts/mini-swe-agent.sh")
 
 
 def free_port():

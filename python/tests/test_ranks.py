@@ -23,7 +23,7 @@ import pytest
 from trajflow import TrajectoryReader
 from trajflow import balance
 
-from conftest import trajflow, write_events
+from conftest import grouped_replay, trajflow, write_events
 
 LOOP = str(Path(__file__).with_name("spmd_loop.py"))
 
@@ -112,11 +112,7 @@ def tokens_by_key(out):
 @pytest.fixture(scope="module")
 def output_400(tmp_path_factory):
     """400 GRPO groups of 4 (the figure in issue 38: 5 groups per batch, 3 ranks)."""
-    tmp = tmp_path_factory.mktemp("g400")
-    events = write_events(tmp / "events.jsonl", uids=400, group_size=4)
-    out = tmp / "out"
-    trajflow("replay", str(events), "--out", str(out), "--group", "--rows-per-file", "40", "--reward-grace-ms", "0")
-    return out
+    return grouped_replay(tmp_path_factory.mktemp("g400"), uids=400, rows_per_file=40)
 
 
 def test_uid_shards_take_unequal_steps_and_step_sync_equal_ones(output_400):

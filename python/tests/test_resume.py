@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from conftest import BIN, NODE, trajflow, write_events
+from conftest import BIN, NODE, grouped_replay, write_events
 
 LOOP = str(Path(__file__).with_name("trainer_loop.py"))
 
@@ -76,11 +76,7 @@ def assert_trained_exactly_once(trained, expected, ckpt):
 @pytest.fixture(scope="module")
 def output_96(tmp_path_factory):
     """24 GRPO groups of 4, replayed into small files: 12 batches of 2 groups."""
-    tmp = tmp_path_factory.mktemp("o96")
-    events = write_events(tmp / "events.jsonl", uids=24, group_size=4)
-    out = tmp / "out"
-    trajflow("replay", str(events), "--out", str(out), "--group", "--rows-per-file", "5", "--reward-grace-ms", "0")
-    return out
+    return grouped_replay(tmp_path_factory.mktemp("o96"), uids=24, rows_per_file=5)
 
 
 @pytest.mark.parametrize("plan", KILL_PLANS, ids=lambda p: "+".join(p))
