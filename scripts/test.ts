@@ -54,6 +54,9 @@ const result = spawnSync(
   [
     "--test",
     "--test-concurrency=2",
+    // A deadline per test: a stuck consumer or server fails its test instead of hanging the run (the
+    // longest test, the fleet's SIGKILL test, takes ~150 s idle and ~300 s on a loaded host).
+    "--test-timeout=900000",
     ...(patterns.length > 0 ? patterns : ["src/**/*.test.ts", "test/**/*.test.ts", "examples/**/*.test.ts"]),
   ],
   { cwd: root, stdio: "inherit" },
