@@ -25,6 +25,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import pyarrow.fs as pafs
 
+from .files import DataFile, lane_of
+
 VERSION = 3
 
 
@@ -181,3 +183,35 @@ class CursorStore:
             with self.fs.open_output_stream(temp) as f:
                 f.write(data)
             self.fs.move(temp, self.path)
+
+
+# --- the marks: what a listing shows below them is read ----------------------------------------------
+
+
+def raise_marks(listed: List[DataFile], done: Dict[str, Optional[int]], marks: Dict[str, int]) -> None:
+    """Moves lanes' marks up past what is read, and forgets the names below them.
+
+    A file read in an earlier round, with low water ``w``: every file of its lane positioned below ``w``
+    was committed before it (files.py), so this listing, made after that file was seen, shows them all.
+    Below both ``w`` and the lowest unread file of the lane listed now, everything is read: the mark can
+    move there.
+    """
+    unread: Dict[str, int] = {}
+    for f in listed:
+        lane = lane_of(f.path)
+        if lane is not None and f.path not in done:
+            unread[lane[0]] = min(unread.get(lane[0], lane[1]), lane[1])
+    for name, low in done.items():
+        lane = lane_of(name)
+        if low is None or lane is None:
+            continue
+        candidate = min(low, unread.get(lane[0], low))
+        if candidate > marks.get(lane[0], 0):
+            marks[lane[0]] = candidate
+    for name in [n for n in done if below_mark(n, marks)]:
+        del done[name]
+
+
+def below_mark(name: str, marks: Dict[str, int]) -> bool:
+    lane = lane_of(name)
+    return lane is not None and lane[1] < marks.get(lane[0], 0)

@@ -29,78 +29,20 @@
 from __future__ import annotations
 
 import time
-import zlib
-from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 
 from . import balance
+from .batch import Batch, shard_of
 from .collective import Broadcast, default_broadcast
-from .cursor import Cursor, CursorStore, Journal, Pending, Plan
-from .files import DataFile, Lister, lane_of
+from .cursor import Cursor, CursorStore, Journal, Pending, Plan, below_mark, raise_marks
+from .datafile import Loaded, load_units, read_data_file
+from .files import Lister
 
-Units = List[Tuple[int, int, str]]  # (first row, end row, uid) of each unit of a file
-# A loaded file: its table, its units, its low water, and each row's tokens (prompt + response).
-Loaded = Tuple[pa.Table, Units, Optional[int], List[int]]
-
-
-@dataclass
-class Batch:
-    """Rows to train on, with where they came from and the cursor to commit after the step."""
-
-    table: pa.Table
-    plan: Plan
-    after: Cursor
-    seq: int
-    stats: Dict[str, int] = field(default_factory=dict)
-    # Seconds this step waited for data to land (rank 0's wait, the same figure on every rank with
-    # sync="step"), and seconds this rank spent in next_batch (the data wait plus waiting for rank 0).
-    waited_s: float = 0.0
-    blocked_s: float = 0.0
-    # sync="step": every rank's tokens this step, and the least the most loaded rank could have had
-    # (balance.lower_bound); imbalance = max(rank_tokens) / bound - 1.
-    rank_tokens: List[int] = field(default_factory=list)
-    bound: int = 0
-    # With max_tokens_per_micro_batch: this rank's rows split by tokens, never splitting a row. With
-    # sync="step" every rank has the same number of them (some may be empty), as FSDP needs.
-    # micro_batch_rows: the rows of each, as indices into ``table`` (to pick per-row arrays computed on
-    # the whole batch, such as grpo_advantages).
-    micro_batches: Optional[List[pa.Table]] = None
-    micro_batch_rows: Optional[List[List[int]]] = None
-
-    @property
-    def num_rows(self) -> int:
-        return self.table.num_rows
-
-    @property
-    def keys(self) -> List[str]:
-        return self.table.column("key").to_pylist()
-
-    @property
-    def imbalance(self) -> float:
-        """sync="step": how many more tokens the most loaded rank has than the best split could give it
-        (0.04: 4 % above ``bound``); 0.0 otherwise."""
-        return balance.imbalance(self.rank_tokens, self.bound) if self.rank_tokens else 0.0
-
-    def to_verl(self, **kwargs):
-        from .tensors import to_verl
-
-        return to_verl(self.table, **kwargs)
-
-    def to_packed(self, **kwargs):
-        from .tensors import to_packed
-
-        return to_packed(self.table, **kwargs)
-
-
-def shard_of(uid: str, world_size: int) -> int:
-    """The data-parallel rank a uid belongs to: stable across processes and runs."""
-    return zlib.crc32(uid.encode("utf-8")) % world_size
+__all__ = ["Batch", "TrajectoryReader", "shard_of"]
 
 
 class TrajectoryReader:
@@ -421,40 +363,13 @@ class TrajectoryReader:
         hit = self._cache.get(f)
         if hit is not None:
             return hit
-        path = f"{self.base}/{f}"
-        if f.endswith(".parquet"):
-            with self.fs.open_input_file(path) as source:
-                parquet = pq.ParquetFile(source)
-                table = parquet.read()
-                # trajflow's keys are in the footer's key-value metadata (not the embedded Arrow schema).
-                meta = parquet.metadata.metadata or {}
-        else:
-            with self.fs.open_input_file(path) as source:
-                arrow = ipc.open_file(source)
-                table = arrow.read_all()
-                meta = arrow.schema.metadata or {}
-        uids = table.column("uid").to_pylist()
-        sessions = table.column("session_id").to_pylist() if self.unit == "session" else None
-        units: Units = []
-        start = 0
-        for i in range(1, len(uids) + 1):
-            if (
-                i == len(uids)
-                or self.unit == "row"
-                or uids[i] != uids[start]
-                or (sessions is not None and sessions[i] != sessions[start])
-            ):
-                units.append((start, i, uids[start]))
-                start = i
-        tokens = pc.add(
-            pc.list_value_length(table.column("prompt_ids")), pc.list_value_length(table.column("response_ids"))
-        ).to_pylist()
-        low = meta.get(b"trajflow.low_water")
+        table, meta = read_data_file(self.fs, f"{self.base}/{f}")
+        loaded = load_units(table, meta, self.unit)
         # The newest files stay cached: a batch usually continues where the last one stopped.
         if len(self._cache) >= 4:
             self._cache.pop(next(iter(self._cache)))
-        self._cache[f] = (table, units, None if low is None else int(low), tokens)
-        return self._cache[f]
+        self._cache[f] = loaded
+        return loaded
 
     def _current_policy(self) -> Optional[int]:
         v = self.policy_version
@@ -464,8 +379,8 @@ class TrajectoryReader:
         marks = dict(head.marks)
         done = dict(head.done)
         listed = self.lister.list(marks)
-        _raise_marks(listed, done, marks)
-        files = [f.path for f in listed if f.path not in done and not _below_mark(f.path, marks)]
+        raise_marks(listed, done, marks)
+        files = [f.path for f in listed if f.path not in done and not below_mark(f.path, marks)]
         if head.current is not None and head.current in files:
             files.remove(head.current)
             files.insert(0, head.current)
@@ -580,32 +495,3 @@ class TrajectoryReader:
             ).to_pylist()
             count = balance.micro_batch_count(mine, limit)
         return balance.micro_batches(mine, count)
-
-
-def _raise_marks(listed: List[DataFile], done: Dict[str, Optional[int]], marks: Dict[str, int]) -> None:
-    """Moves lanes' marks up past what is read, and forgets the names below them.
-
-    A file read in an earlier round, with low water ``w``: every file of its lane positioned below ``w``
-    was committed before it (files.py), so this listing, made after that file was seen, shows them all.
-    Below both ``w`` and the lowest unread file of the lane listed now, everything is read: the mark can
-    move there.
-    """
-    unread: Dict[str, int] = {}
-    for f in listed:
-        lane = lane_of(f.path)
-        if lane is not None and f.path not in done:
-            unread[lane[0]] = min(unread.get(lane[0], lane[1]), lane[1])
-    for name, low in done.items():
-        lane = lane_of(name)
-        if low is None or lane is None:
-            continue
-        candidate = min(low, unread.get(lane[0], low))
-        if candidate > marks.get(lane[0], 0):
-            marks[lane[0]] = candidate
-    for name in [n for n in done if _below_mark(n, marks)]:
-        del done[name]
-
-
-def _below_mark(name: str, marks: Dict[str, int]) -> bool:
-    lane = lane_of(name)
-    return lane is not None and lane[1] < marks.get(lane[0], 0)

@@ -15,9 +15,8 @@ from typing import Dict, Iterable, List, Optional, Set
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 
+from ..datafile import read_data_file
 from ..files import _resolve, list_data_files
 
 
@@ -91,13 +90,4 @@ class RowWatcher:
                 self._found[sid] = table.filter(pc.equal(table.column("session_id"), sid))
 
     def _read(self, path: str, columns: Optional[List[str]]) -> pa.Table:
-        full = f"{self.base}/{path}"
-        with self.fs.open_input_file(full) as source:
-            if path.endswith(".parquet"):
-                parquet = pq.ParquetFile(source)
-                table = parquet.read(columns=columns)
-            else:
-                table = ipc.open_file(source).read_all()
-                if columns is not None:
-                    table = table.select(columns)
-        return table
+        return read_data_file(self.fs, f"{self.base}/{path}", columns)[0]
