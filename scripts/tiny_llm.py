@@ -1,10 +1,16 @@
 """A tiny llama-architecture model in GGUF for tests against a real llama-server (scripts/llama.sh).
 
     .cache/python/bin/python scripts/tiny_llm.py OUT.gguf [HF_DIR]
+    .cache/python/bin/python scripts/tiny_llm.py --hf-model DIR
 
 With HF_DIR, the same tokenizer and chat template are also written as a Hugging Face model directory
 (tokenizer.json, tokenizer_config.json): what `trajflow gateway --tokenizer-dir` renders prompts with in the
 gateway itself, so the tests can compare its ids with llama-server's for the same conversations.
+
+With --hf-model, a whole Hugging Face checkpoint for vLLM (scripts/vllm.sh): the same tokenizer and template,
+a Llama config and random weights in safetensors (written here with numpy; no torch needed). Its shape differs
+from the GGUF's because vLLM's CPU attention takes head dimensions of 32 and up (16 fails on the first request,
+"Unsupported CPU attention configuration"): width 128, 2 query heads of 64, 1 KV head, 2 layers.
 
 Everything is generated here, from a fixed seed, so the file is the same on every machine and nothing is
 downloaded:
@@ -161,7 +167,8 @@ def learn_merges(text, n_merges):
     return merges
 
 
-def main(path, hf_dir=None):
+def vocabulary():
+    """The tokens (bytes, then merges, then the added and special tokens), their GGUF types and the merges."""
     enc = bytes_to_unicode()
     merges = learn_merges(TEXT, N_MERGES)
     tokens = [enc[b] for b in range(256)]
@@ -177,6 +184,11 @@ def main(path, hf_dir=None):
     for t in SPECIALS:
         tokens.append(t)
         types.append(gguf.TokenType.CONTROL)
+    return tokens, types, merges
+
+
+def main(path, hf_dir=None):
+    tokens, types, merges = vocabulary()
     n_vocab = len(tokens)
     ids = {t: i for i, t in enumerate(tokens)}
 
@@ -273,7 +285,88 @@ def write_hf_dir(directory, tokens, types, merges):
         json.dump(config, f, ensure_ascii=False, indent=1)
 
 
+# The vLLM checkpoint's shape (see the module's docstring).
+HF_HIDDEN = 128
+HF_HEADS = 2
+HF_KV_HEADS = 1
+HF_HEAD_DIM = 64
+HF_FF = 256
+HF_LAYERS = 2
+# Claude Code asks max_tokens 128000, and vLLM refuses a max_tokens above its --max-model-len (it clamps one
+# that only overflows with the prompt): the checkpoint's positions allow a 131,072-token context.
+HF_CTX = 131072
+
+
+def write_safetensors(path, tensors):
+    """The safetensors layout: an 8-byte little-endian header length, the JSON header (names, dtypes, shapes,
+    byte ranges; padded with spaces to 8 bytes), then the tensors' bytes in the header's order."""
+    header = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, array in tensors:
+        size = array.nbytes
+        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little"))
+        f.write(raw)
+        for _name, array in tensors:
+            f.write(np.ascontiguousarray(array, dtype="<f4").tobytes())
+
+
+def write_hf_model(directory):
+    """A Llama checkpoint vLLM serves: tokenizer and template (write_hf_dir), config.json,
+    generation_config.json and model.safetensors with random weights from the fixed seed."""
+    tokens, types, merges = vocabulary()
+    write_hf_dir(directory, tokens, types, merges)
+    ids = {t: i for i, t in enumerate(tokens)}
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(SEED + 1)
+
+    def weight(rows, cols, scale):
+        # (out_features, in_features), as torch's Linear stores them
+        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+
+    h, kv = HF_HIDDEN, HF_KV_HEADS * HF_HEAD_DIM
+    tensors = [("model.embed_tokens.weight", weight(n_vocab, h, 1.0))]
+    for i in range(HF_LAYERS):
+        p = f"model.layers.{i}."
+        tensors += [
+            (p + "input_layernorm.weight", np.ones(h, dtype=np.float32)),
+            (p + "self_attn.q_proj.weight", weight(HF_HEADS * HF_HEAD_DIM, h, 0.1)),
+            (p + "self_attn.k_proj.weight", weight(kv, h, 0.1)),
+            (p + "self_attn.v_proj.weight", weight(kv, h, 0.1)),
+            (p + "self_attn.o_proj.weight", weight(h, HF_HEADS * HF_HEAD_DIM, 0.1)),
+            (p + "post_attention_layernorm.weight", np.ones(h, dtype=np.float32)),
+            (p + "mlp.gate_proj.weight", weight(HF_FF, h, 0.1)),
+            (p + "mlp.up_proj.weight", weight(HF_FF, h, 0.1)),
+            (p + "mlp.down_proj.weight", weight(h, HF_FF, 0.1)),
+        ]
+    tensors.append(("model.norm.weight", np.ones(h, dtype=np.float32)))
+    # Scale 0.106 = 1.2 / sqrt(128): logits spread by about 1.2 nats, as the GGUF's (see main).
+    tensors.append(("lm_head.weight", weight(n_vocab, h, 1.2 / np.sqrt(h))))
+    write_safetensors(os.path.join(directory, "model.safetensors"), tensors)
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,
+        "intermediate_size": HF_FF, "num_attention_heads": HF_HEADS, "num_key_value_heads": HF_KV_HEADS,
+        "head_dim": HF_HEAD_DIM, "num_hidden_layers": HF_LAYERS, "vocab_size": n_vocab,
+        "max_position_embeddings": HF_CTX, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+        "tie_word_embeddings": False, "torch_dtype": "float32", "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"],
+    }
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=1)
+    # Only the stop token: vLLM takes a checkpoint's generation_config as the default sampling parameters.
+    with open(os.path.join(directory, "generation_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"]}, f, indent=1)
+    print(f"{directory}: Llama checkpoint, vocabulary {n_vocab}, {HF_LAYERS} layers of {h}")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3):
-        sys.exit("usage: tiny_llm.py OUT.gguf [HF_DIR]")
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) == 3 else None)
+    if len(sys.argv) == 3 and sys.argv[1] == "--hf-model":
+        write_hf_model(sys.argv[2])
+    elif len(sys.argv) in (2, 3) and not sys.argv[1].startswith("--"):
+        main(sys.argv[1], sys.argv[2] if len(sys.argv) == 3 else None)
+    else:
+        sys.exit("usage: tiny_llm.py OUT.gguf [HF_DIR] | tiny_llm.py --hf-model DIR")

@@ -4,7 +4,7 @@
  * back with pyarrow; SIGKILL mid-session and a restart lose and double nothing.
  */
 import { strict as assert } from "node:assert";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, it } from "node:test";
@@ -159,4 +159,43 @@ it("runs the shipped pipelines/gateway.yaml: the gateway and its pipeline from o
     assert.equal(await run.exited, 0, run.stderr());
     await engine.close();
   }
+});
+
+it("refuses a reward for a session its pipeline has written: 409 session_written, nothing recorded", async () => {
+  const engine = await startInstantEngine();
+  const out = join(scratch, "late");
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  // The reward before the end is the one awaited (the default): the session is final at its end.
+  const gw = startCli([
+    ...["gateway", "--upstream", engine.url, "--engine", "vllm", "--listen", `127.0.0.1:${port}`],
+    ...["--out", out, "--file-age-ms", "50"],
+  ]);
+  try {
+    await started(base);
+    await call(base, "t1", [{ role: "user", content: "hi" }]);
+    assert.equal((await post(`${base}/sessions/t1/reward`, { value: 1 })).status, 200);
+    assert.equal((await post(`${base}/sessions/t1/end`, { status: "ok" })).status, 200);
+    const [row] = await waitFor("t1's row", () => rowsIn(out, 1));
+    assert.equal(row!.reward, 1);
+    const late = await post(`${base}/sessions/t1/reward`, { value: 0.5 });
+    assert.equal(late.status, 409);
+    const body = (await late.json()) as { error: { code: string; message: string } };
+    assert.equal(body.error.code, "session_written");
+    assert.match(body.error.message, /session t1 was finalized by the pipeline/);
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    assert.match(metrics, /trajflow_gateway_rewards_refused_total\{reason="session_written"\} 1/);
+  } finally {
+    gw.child.kill("SIGTERM");
+    await gw.exited;
+    await engine.close();
+  }
+  // Nothing was recorded for the refused reward: no LATE_EVENT dead letter, the row as it was.
+  const rows = (await readWithPython<View>("read_output.py", out)).rows;
+  assert.deepEqual(
+    rows.map((r) => [r.key, r.reward]),
+    [["task_t1_0", 1]],
+  );
+  const letters = (readdirSync(out, { recursive: true }) as string[]).filter((f) => /dead-letters-/.test(f));
+  assert.deepEqual(letters, []);
 });

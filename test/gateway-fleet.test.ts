@@ -1,7 +1,8 @@
 /**
  * The gateway as a fleet (docs/gateway.md#a-fleet-of-replicas): three `trajflow gateway --replica-id`
  * processes on one Kafka topic, behind HAProxy (scripts/haproxy.sh: Debian's package, the session hashed
- * consistently, /readyz checks, retries on connection failures and 503), in front of llama.cpp's server.
+ * consistently, /readyz checks, retries on connection failures and 503), in front of each engine under test
+ * (helpers/engines.ts: llama.cpp's server, vLLM's).
  * Eight agents run six-turn sessions through the proxy, retrying a call only on a connection error or a
  * 5xx, while replicas are SIGKILLed and restarted, one is paused (SIGSTOP) long enough for its sessions to
  * move and then resumed, or every replica is restarted in turn. `trajflow consume` then writes the rows.
@@ -15,14 +16,15 @@ import { strict as assert } from "node:assert";
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { createServer } from "node:http";
+import { connect } from "node:net";
 import { join } from "node:path";
 import { after, it } from "node:test";
 import { decodeLogprobs, decodeTokenIds } from "../src/schemas/tokens.ts";
 import { runCli, startCli, type RunningCli } from "./helpers/cli.ts";
 import { freePort, waitUntil, type GatewayRow } from "./helpers/gateway.ts";
 import { consumeArgs, freshName, kafkaTestScope, readTopic, topicMessages } from "./helpers/kafka.ts";
-import { startInstantEngine } from "./helpers/instant-engine.ts";
-import { llamaServer } from "./helpers/llama.ts";
+import { logprobAt, outputIds, renderPrompt, startInstantEngine } from "./helpers/instant-engine.ts";
+import { enginesUnderTest, type TestEngine } from "./helpers/engines.ts";
 import { readWithPython } from "./helpers/python.ts";
 
 const HAPROXY = new URL("../scripts/haproxy.sh", import.meta.url).pathname;
@@ -83,15 +85,14 @@ async function ready(replica: Replica): Promise<void> {
     );
 }
 
-/** `n` replicas on `topic` in front of `engine` (llama.cpp's server by default), each ready. */
-async function startReplicas(topic: string, n: number, engine?: string): Promise<Replica[]> {
+/** `n` replicas on `topic` in front of the engine `upstream` names (its gateway flags), each ready. */
+async function startReplicas(topic: string, n: number, upstream: string[]): Promise<Replica[]> {
   const replicas: Replica[] = [];
   for (let i = 0; i < n; i++) {
     const port = await freePort();
     const args = [
       "gateway",
-      "--upstream",
-      ...(engine !== undefined ? [engine] : [llamaServer(), "--engine", "llamacpp"]),
+      ...upstream,
       "--listen",
       `127.0.0.1:${port}`,
       "--topic",
@@ -119,11 +120,33 @@ function startProxy(port: number, servers: string[]): { proxy: string; haproxyDi
   return { proxy, haproxyDir };
 }
 
+/** HAProxy's own record of each server of the fleet's backend (`show stat` on its stats socket), by name. */
+async function haproxyServers(haproxyDir: string): Promise<Map<string, Record<string, string>>> {
+  const text = await new Promise<string>((resolve, reject) => {
+    const socket = connect(join(haproxyDir, "admin.sock"));
+    let data = "";
+    socket.on("connect", () => socket.write("show stat\n"));
+    socket.on("data", (d) => (data += d.toString("utf8")));
+    socket.on("end", () => resolve(data));
+    socket.on("error", reject);
+  });
+  const [header, ...lines] = text.trim().split("\n");
+  const names = header!.replace(/^# /, "").split(",");
+  const servers = new Map<string, Record<string, string>>();
+  for (const line of lines) {
+    const values = line.split(",");
+    const row = Object.fromEntries(names.map((n, i) => [n, values[i] ?? ""]));
+    if (row.pxname === "gateways" && row.svname !== "BACKEND") servers.set(row.svname!, row);
+  }
+  return servers;
+}
+
 async function startFleet(
   topic: string,
   n: number,
+  engine: TestEngine,
 ): Promise<{ replicas: Replica[]; proxy: string; haproxyDir: string }> {
-  const replicas = await startReplicas(topic, n);
+  const replicas = await startReplicas(topic, n, engine.gatewayArgs());
   const { proxy, haproxyDir } = startProxy(
     await freePort(),
     replicas.map((r) => `127.0.0.1:${r.port}`),
@@ -256,10 +279,11 @@ async function consumeTopic(topic: string, out: string, dlDir: string): Promise<
 
 /** Runs the agents through `chaos`, then consumes the topic and checks every received answer. */
 async function runFleet(
+  engine: TestEngine,
   chaos: (replicas: Replica[], progress: (answers: number) => Promise<void>) => Promise<void>,
 ): Promise<{ moved: number; fenced: number }> {
   const topic = freshName("fleet");
-  const { replicas, proxy, haproxyDir } = await startFleet(topic, 3);
+  const { replicas, proxy, haproxyDir } = await startFleet(topic, 3, engine);
   const received: Received[] = [];
   let stopping = false;
   // What the replicas said and why HAProxy took servers out, with the error that failed the run.
@@ -382,32 +406,34 @@ async function runFleet(
   return { moved, fenced: fencedCalls.size };
 }
 
-it("loses no answer through 10 SIGKILLs and a paused replica: every received answer trained exactly once", async () => {
-  const { moved } = await runFleet(async (replicas, progress) => {
-    for (let kill = 0; kill < 10; kill++) {
-      await restart(replicas[kill % replicas.length]!, "SIGKILL");
+for (const engine of enginesUnderTest()) {
+  it(`loses no answer through 10 SIGKILLs and a paused replica in front of ${engine.name}: every received answer trained exactly once`, async () => {
+    const { moved } = await runFleet(engine, async (replicas, progress) => {
+      for (let kill = 0; kill < 10; kill++) {
+        await restart(replicas[kill % replicas.length]!, "SIGKILL");
+        await progress(1);
+      }
+      // A paused replica: the proxy finds it down and its sessions move (the agents go on without it);
+      // resumed, what it then writes of them is fenced, and it answers nothing it cannot stand behind.
+      const paused = replicas[1]!;
+      paused.current.child.kill("SIGSTOP");
+      await progress(2);
+      paused.current.child.kill("SIGCONT");
+      await ready(paused);
       await progress(1);
-    }
-    // A paused replica: the proxy finds it down and its sessions move (the agents go on without it);
-    // resumed, what it then writes of them is fenced, and it answers nothing it cannot stand behind.
-    const paused = replicas[1]!;
-    paused.current.child.kill("SIGSTOP");
-    await progress(2);
-    paused.current.child.kill("SIGCONT");
-    await ready(paused);
-    await progress(1);
+    });
+    assert.ok(moved >= 3, `only ${moved} sessions moved between replicas`);
   });
-  assert.ok(moved >= 3, `only ${moved} sessions moved between replicas`);
-});
 
-it("loses nothing through a rolling restart of every replica", async () => {
-  await runFleet(async (replicas, progress) => {
-    for (const r of replicas) {
-      await restart(r, "SIGTERM");
-      await progress(1);
-    }
+  it(`loses nothing through a rolling restart of every replica in front of ${engine.name}`, async () => {
+    await runFleet(engine, async (replicas, progress) => {
+      for (const r of replicas) {
+        await restart(r, "SIGTERM");
+        await progress(1);
+      }
+    });
   });
-});
+}
 
 it("withholds a paused replica's answer once its session moved: 503 session_moved, its events fenced", async () => {
   let release: () => void = () => {};
@@ -419,7 +445,7 @@ it("withholds a paused replica's answer once its session moved: 503 session_move
     },
   });
   const topic = freshName("fleet-pause");
-  const [a, b] = await startReplicas(topic, 2, engine.url);
+  const [a, b] = await startReplicas(topic, 2, ["--upstream", engine.url]);
   const turn = (r: Replica, content: string) =>
     fetch(`http://127.0.0.1:${r.port}/sessions/p/v1/chat/completions`, {
       method: "POST",
@@ -462,36 +488,64 @@ it("withholds a paused replica's answer once its session moved: 503 session_move
   const metrics = (JSON.parse(consume.stdout) as { metrics: Record<string, unknown> }).metrics;
   assert.deepEqual(metrics.dead_letters, { FENCED_WRITE: 2 });
   const rows = (await readWithPython<{ rows: Row[] }>("read_output.py", out)).rows;
-  assert.ok(rows.length > 0);
-  for (const r of rows) assert.deepEqual([r.weight_version_min, r.weight_version_max], [7, 7], r.key);
+  // Exactly the four answered calls, each its own row (one user turn each, so none continues another):
+  // the engine's calls 1, 3, 4 and 5; the withheld call 2's answer is in no row.
+  const answered: Array<[string, number]> = [
+    ["first", 1],
+    ["second", 3],
+    ["third", 4],
+    ["fourth", 5],
+  ];
+  const expected = answered.map(([content, call]) => {
+    const response = outputIds(`ok ${call}`);
+    return {
+      prompt_ids: renderPrompt([{ role: "user", content }]),
+      response_ids: response,
+      response_mask: response.map(() => 1),
+      rollout_log_probs: response.map((_, i) => logprobAt(i)),
+      versions: [7, 7],
+    };
+  });
+  const found = rows.map((r) => ({
+    prompt_ids: r.prompt_ids,
+    response_ids: r.response_ids,
+    response_mask: r.response_mask,
+    rollout_log_probs: r.rollout_log_probs,
+    versions: [r.weight_version_min, r.weight_version_max],
+  }));
+  const order = (a: { prompt_ids: number[] }, b: { prompt_ids: number[] }) =>
+    JSON.stringify(a.prompt_ids).localeCompare(JSON.stringify(b.prompt_ids));
+  assert.deepEqual(found.sort(order), expected.sort(order));
 });
 
 it("keeps a replica whose /readyz answers slowly in rotation, and takes out one that says it is not ready", async () => {
   // A loaded replica's event loop can be slow to answer its health check: HAProxy allows 2 s (timeout
   // check), where by default it allows one check interval (500 ms) and would take every such replica out.
-  // 750 ms: past the interval, with room under 2 s for a slow host's timers.
+  // The replica answers after 750 ms; what the test believes is HAProxy's own record of each check (its
+  // stats socket), so a stall on this host that delays an answer past 2 s makes the test wait, not fail.
   let ready = true;
-  let answered = 0;
   const replica = createServer((req, res) => {
     if (req.url !== "/readyz") return void res.end("answer");
-    setTimeout(() => {
-      res.writeHead(ready ? 200 : 503).end();
-      answered++;
-    }, 750);
+    setTimeout(() => res.writeHead(ready ? 200 : 503).end(), 750);
   });
   await new Promise<void>((r) => replica.listen(0, "127.0.0.1", r));
   const { port } = replica.address() as { port: number };
   const { proxy, haproxyDir } = startProxy(await freePort(), [`127.0.0.1:${port}`]);
   try {
-    // Three checks answered (two failures take a server out): it is still in rotation.
-    await waitUntil(() => answered >= 3);
+    // A check answered past the interval, taken as passed, and the server up: it is in rotation.
+    await waitUntil(async () => {
+      const g = (await haproxyServers(haproxyDir)).get("g1");
+      return g?.status === "UP" && g.check_status === "L7OK" && Number(g.check_duration) >= 500;
+    });
     const res = await fetch(`${proxy}/sessions/s/v1/models`);
     assert.equal(res.status, 200, await res.clone().text());
     assert.equal(await res.text(), "answer");
-    // Not ready: taken out (HAProxy answers 503 itself, no server left).
+    // Not ready: taken out once its checks fail on the status (HAProxy then answers 503 itself).
     ready = false;
-    const before = answered;
-    await waitUntil(() => answered >= before + 3);
+    await waitUntil(async () => {
+      const g = (await haproxyServers(haproxyDir)).get("g1");
+      return g?.status === "DOWN" && g.check_status === "L7STS";
+    });
     const out = await fetch(`${proxy}/sessions/s/v1/models`);
     assert.equal(out.status, 503);
     assert.match(await out.text(), /No server is available/);

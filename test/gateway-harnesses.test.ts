@@ -1,6 +1,7 @@
 /**
- * Real agent harnesses through `trajflow gateway --engine llamacpp --out`, in front of llama.cpp's server
- * with the tiny model, each pointed at the gateway by its base URL only:
+ * Real agent harnesses through `trajflow gateway --engine <engine> --out`, once in front of llama.cpp's server
+ * and once in front of vLLM's (helpers/engines.ts), both with the tiny model, each harness pointed at the
+ * gateway by its base URL only:
  * - Claude Code (`claude -p`, npm @anthropic-ai/claude-code, ANTHROPIC_BASE_URL) with its default prompt and
  *   tools;
  * - Codex CLI (`codex exec`, npm @openai/codex, a provider with wire_api = "responses");
@@ -22,7 +23,7 @@ import { after, it } from "node:test";
 import { decodeLogprobs, decodeTokenIds } from "../src/schemas/tokens.ts";
 import { killRunning, startCli } from "./helpers/cli.ts";
 import { freePort, logEvents, waitUntil, type GatewayRow, type LoggedEvent } from "./helpers/gateway.ts";
-import { llamaServer } from "./helpers/llama.ts";
+import { enginesUnderTest } from "./helpers/engines.ts";
 import { PYTHON, readWithPython } from "./helpers/python.ts";
 
 const run = promisify(execFile);
@@ -70,8 +71,8 @@ interface SeenCall {
 
 /** Claude Code's `-p --output-format json` result: its output tokens over the run. */
 async function claudeCode(bin: string, base: string, session: string): Promise<number> {
-  const home = join(scratch, "claude-home");
-  const cwd = join(scratch, "claude-work");
+  const home = join(scratch, `claude-home-${new URL(base).port}`);
+  const cwd = join(scratch, `claude-work-${new URL(base).port}`);
   mkdirSync(home, { recursive: true });
   mkdirSync(cwd, { recursive: true });
   const stdout = await harness(join(bin, "claude"), ["-p", "--output-format", "json", "Say hi."], cwd, {
@@ -87,8 +88,8 @@ async function claudeCode(bin: string, base: string, session: string): Promise<n
 
 /** Codex's `exec --json` run: the output tokens its turn reported. */
 async function codex(bin: string, base: string, session: string): Promise<number> {
-  const home = join(scratch, "codex-home");
-  const cwd = join(scratch, "codex-work");
+  const home = join(scratch, `codex-home-${new URL(base).port}`);
+  const cwd = join(scratch, `codex-work-${new URL(base).port}`);
   mkdirSync(home, { recursive: true });
   mkdirSync(cwd, { recursive: true });
   // The provider is the gateway; web_search, a tool OpenAI hosts, is off (an open model cannot run it).
@@ -151,75 +152,83 @@ function sampledOf(responses: LoggedEvent[]): Array<[number, number | null]> {
   });
 }
 
-it("serves Claude Code, Codex and the Python SDKs by base URL alone; their rows train what their usage reported", async () => {
-  const bin = harnessBin();
-  const engine = llamaServer();
-  const out = join(scratch, "rows");
-  const port = await freePort();
-  const base = `http://127.0.0.1:${port}`;
-  const gw = startCli([
-    "gateway",
-    ...["--upstream", engine, "--engine", "llamacpp", "--listen", `127.0.0.1:${port}`, "--out", out],
-    ...["--untrained-model", "claude-haiku-*"],
-  ]);
-  try {
-    await waitUntil(async () => (await fetch(`${base}/readyz`)).ok, 60_000);
-    const agents = await run(
-      PYTHON,
-      [new URL("./agents/harness_agents.py", import.meta.url).pathname, base],
-      {
-        maxBuffer: 64 << 20,
-      },
-    );
-    const seen = JSON.parse(agents.stdout) as { calls: SeenCall[]; problems: string[] };
-    assert.deepEqual(seen.problems, []);
-    // Each harness's usage over its session: the Python agents' per call, Claude Code's and Codex's per run.
-    const usage = new Map<string, number>();
-    for (const c of seen.calls) usage.set(c.session, (usage.get(c.session) ?? 0) + c.output_tokens);
-    usage.set("claude-code", await claudeCode(bin, base, "claude-code"));
-    usage.set("codex", await codex(bin, base, "codex"));
+for (const engine of enginesUnderTest()) {
+  it(`serves Claude Code, Codex and the Python SDKs through ${engine.name} by base URL alone; their rows train what their usage reported`, async () => {
+    const bin = harnessBin();
+    const out = join(scratch, `rows-${engine.name}`);
+    const port = await freePort();
+    const base = `http://127.0.0.1:${port}`;
+    const gw = startCli([
+      "gateway",
+      ...[...engine.gatewayArgs(), "--listen", `127.0.0.1:${port}`, "--out", out],
+      ...["--untrained-model", "claude-haiku-*"],
+    ]);
+    try {
+      await waitUntil(async () => (await fetch(`${base}/readyz`)).ok, 60_000);
+      const agents = await run(
+        PYTHON,
+        [new URL("./agents/harness_agents.py", import.meta.url).pathname, base],
+        {
+          maxBuffer: 64 << 20,
+        },
+      );
+      const seen = JSON.parse(agents.stdout) as { calls: SeenCall[]; problems: string[] };
+      assert.deepEqual(seen.problems, []);
+      // Each harness's usage over its session: the Python agents' per call, Claude Code's and Codex's per run.
+      const usage = new Map<string, number>();
+      for (const c of seen.calls) usage.set(c.session, (usage.get(c.session) ?? 0) + c.output_tokens);
+      usage.set("claude-code", await claudeCode(bin, base, "claude-code"));
+      usage.set("codex", await codex(bin, base, "codex"));
 
-    const events = logEvents(join(out, "_events"));
-    const sessions = [...new Set(events.map((e) => e.session_id as string))];
-    for (const s of sessions) {
-      const res = await fetch(`${base}/sessions/${s}/end`, { method: "POST", body: "{}" });
-      assert.equal(res.status, 200, s);
-    }
-    const rows = await waitUntil(async () => {
-      const view = await readWithPython<{ rows: GatewayRow[] }>("read_output.py", out);
-      return new Set(view.rows.map((r) => r.session_id)).size === sessions.length;
-    }, 120_000).then(async () => (await readWithPython<{ rows: GatewayRow[] }>("read_output.py", out)).rows);
+      const events = logEvents(join(out, "_events"));
+      const sessions = [...new Set(events.map((e) => e.session_id as string))];
+      for (const s of sessions) {
+        const res = await fetch(`${base}/sessions/${s}/end`, { method: "POST", body: "{}" });
+        assert.equal(res.status, 200, s);
+      }
+      const rows = await waitUntil(async () => {
+        const view = await readWithPython<{ rows: GatewayRow[] }>("read_output.py", out);
+        return new Set(view.rows.map((r) => r.session_id)).size === sessions.length;
+      }, 120_000).then(
+        async () => (await readWithPython<{ rows: GatewayRow[] }>("read_output.py", out)).rows,
+      );
 
-    const requests = new Map(events.filter((e) => e.type === "request").map((e) => [e.call_id as string, e]));
-    for (const session of sessions) {
-      const mine = rows.filter((r) => r.session_id === session);
-      const responses = events.filter((e) => e.type === "response" && e.session_id === session);
-      const trainedCalls = responses.filter((e) => requests.get(e.call_id as string)?.train !== false);
-      // Every sampled id of the session's trained calls is trained once, with the engine's logprob.
-      const withoutLogprobs = mine.some((r) => r.rollout_log_probs === null);
-      const strip = (pairs: Array<[number, number | null]>) =>
-        withoutLogprobs ? pairs.map(([id]): [number, null] => [id, null]) : pairs;
-      assert.deepEqual(sampled(strip(trainedOf(mine))), sampled(strip(sampledOf(trainedCalls))), session);
-      // As many as the harness's usage reported (the side call's tokens are in no row).
-      const reported = usage.get(session);
-      if (reported !== undefined && trainedCalls.length === responses.length)
-        assert.equal(trainedOf(mine).length, reported, `${session}: trained tokens against usage`);
+      const requests = new Map(
+        events.filter((e) => e.type === "request").map((e) => [e.call_id as string, e]),
+      );
+      for (const session of sessions) {
+        const mine = rows.filter((r) => r.session_id === session);
+        const responses = events.filter((e) => e.type === "response" && e.session_id === session);
+        const trainedCalls = responses.filter((e) => requests.get(e.call_id as string)?.train !== false);
+        // Every sampled id of the session's trained calls is trained once, with the engine's logprob.
+        const withoutLogprobs = mine.some((r) => r.rollout_log_probs === null);
+        // vLLM reports a logprob for every sampled token: no row through it may lack them.
+        if (engine.name === "vllm")
+          assert.equal(withoutLogprobs, false, `${session}: a row without logprobs`);
+        const strip = (pairs: Array<[number, number | null]>) =>
+          withoutLogprobs ? pairs.map(([id]): [number, null] => [id, null]) : pairs;
+        assert.deepEqual(sampled(strip(trainedOf(mine))), sampled(strip(sampledOf(trainedCalls))), session);
+        // As many as the harness's usage reported (the side call's tokens are in no row).
+        const reported = usage.get(session);
+        if (reported !== undefined && trainedCalls.length === responses.length)
+          assert.equal(trainedOf(mine).length, reported, `${session}: trained tokens against usage`);
+      }
+      // The side call was recorded, untrained, and is in no row; the session's main call is.
+      const side = events.filter((e) => e.type === "request" && e.session_id === "a-side");
+      assert.deepEqual(
+        side.map((e) => e.train),
+        [false, undefined],
+      );
+      assert.equal(rows.filter((r) => r.session_id === "a-side").length, 1);
+      // The APIs are recorded: Claude Code and the anthropic SDK on Messages, Codex and the rest on Responses.
+      const apiOf = (s: string) =>
+        new Set(events.filter((e) => e.type === "request" && e.session_id === s).map((e) => e.api));
+      assert.deepEqual([...apiOf("claude-code")], ["messages"]);
+      assert.deepEqual([...apiOf("codex")], ["responses"]);
+      assert.ok(usage.get("claude-code")! > 0 && usage.get("codex")! > 0);
+    } finally {
+      gw.child.kill("SIGTERM");
+      await gw.exited;
     }
-    // The side call was recorded, untrained, and is in no row; the session's main call is.
-    const side = events.filter((e) => e.type === "request" && e.session_id === "a-side");
-    assert.deepEqual(
-      side.map((e) => e.train),
-      [false, undefined],
-    );
-    assert.equal(rows.filter((r) => r.session_id === "a-side").length, 1);
-    // The APIs are recorded: Claude Code and the anthropic SDK on Messages, Codex and the rest on Responses.
-    const apiOf = (s: string) =>
-      new Set(events.filter((e) => e.type === "request" && e.session_id === s).map((e) => e.api));
-    assert.deepEqual([...apiOf("claude-code")], ["messages"]);
-    assert.deepEqual([...apiOf("codex")], ["responses"]);
-    assert.ok(usage.get("claude-code")! > 0 && usage.get("codex")! > 0);
-  } finally {
-    gw.child.kill("SIGTERM");
-    await gw.exited;
-  }
-});
+  });
+}

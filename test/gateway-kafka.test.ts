@@ -9,7 +9,7 @@ import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { it } from "node:test";
 import { runCli, startCli, type RunningCli } from "./helpers/cli.ts";
-import { freePort, waitUntil, type GatewayRow } from "./helpers/gateway.ts";
+import { freePort, freePorts, waitUntil, type GatewayRow } from "./helpers/gateway.ts";
 import { startInstantEngine } from "./helpers/instant-engine.ts";
 import { consumeArgs, freshName, kafkaTestScope, readTopic } from "./helpers/kafka.ts";
 import { readWithPython } from "./helpers/python.ts";
@@ -159,7 +159,11 @@ it("gives the embedded mode's rows through the topic and consume, across a gatew
 
 it("refuses calls with 503 while the broker is down, loses no answered call, and goes on when it is back", async () => {
   // A broker of its own: stopping it must not disturb the other tests' broker.
-  const own = { ...process.env, KAFKA_PORT: "39292", TRAJFLOW_KAFKA_DIR: join(scratch, "broker") };
+  const own = {
+    ...process.env,
+    KAFKA_PORT: String(await freePorts(3)),
+    TRAJFLOW_KAFKA_DIR: join(scratch, "broker"),
+  };
   const kafka = (command: string) =>
     execFileSync("bash", [KAFKA_SCRIPT, command], { env: own, encoding: "utf8" }).trim().split("\n").pop()!;
   const address = kafka("start");

@@ -3,7 +3,7 @@
  * (helpers/instant-engine.ts): sessions in each convention, the events it writes (exactly), streaming,
  * a client that leaves mid-stream, bad input and limits, upstream errors, a restart, several upstreams.
  * The end-to-end tests against a real engine (llama.cpp) and the official OpenAI client are in
- * gateway-llamacpp.test.ts.
+ * gateway-engines.test.ts.
  */
 import { strict as assert } from "node:assert";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
@@ -450,7 +450,10 @@ describe("gateway: streaming, disconnects, restarts and upstreams", () => {
   });
 
   it("refuses calls past the in-flight limit of a session with 429 and Retry-After", async () => {
-    const engine = await startInstantEngine({ tokenDelayMs: 30 });
+    // The first call's answer is held until the second has been refused: it is in flight, whatever the clock.
+    let release = () => {};
+    const held = new Promise<void>((r) => (release = r));
+    const engine = await startInstantEngine({ hold: (call) => (call === 1 ? held : undefined) });
     const { gw, base } = await gateway(engine, { max_in_flight_per_session: 1 });
     try {
       const body = JSON.stringify({ messages: [{ role: "user", content: "slow" }], stream: true });
@@ -460,9 +463,15 @@ describe("gateway: streaming, disconnects, restarts and upstreams", () => {
       assert.equal(refused.status, 429);
       assert.equal(refused.headers.get("retry-after"), "1");
       assert.equal(((await refused.json()) as { error: { code: string } }).error.code, "too_many_calls");
+      release();
       assert.equal((await slow).status, 200);
       await (await slow).text();
+      // Once the first call is answered, the session takes the next.
+      const next = await fetch(`${base}/sessions/lim/v1/chat/completions`, { method: "POST", body });
+      assert.equal(next.status, 200);
+      await next.text();
     } finally {
+      release();
       await gw.close();
       await engine.close();
     }

@@ -4,14 +4,17 @@
  * logprobs on hover, rewards and flags.
  */
 import { strict as assert } from "node:assert";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
 import sparticuz from "@sparticuz/chromium";
+import { Tokenizer } from "@huggingface/tokenizers";
 import { chromium, type Browser } from "playwright-core";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { runCli } from "./helpers/cli.ts";
+import { requiredOrSkip } from "./helpers/required.ts";
+import { SessionScript } from "./helpers/sessions.ts";
 
 const EXAMPLES = new URL("../examples/sessions.jsonl", import.meta.url).pathname;
 const REWARDS = new URL("../examples/rewards/rewards.json", import.meta.url).pathname;
@@ -96,4 +99,51 @@ it("shows token ids when no tokenizer is given", async () => {
   const text = await page.locator("article .tok.p").first().innerText();
   assert.match(text.trim(), /^\d+$/);
   await page.close();
+});
+
+// The tiny model's Hugging Face directory (scripts/llama.sh writes it beside the GGUF): its rows, as the
+// gateway writes them for vLLM, SGLang or llama.cpp, read as text through --tokenizer <dir>.
+// TRAJFLOW_KEEP_SHOT=<dir> keeps the row's screenshot (hf.png) there to look at.
+const TINY_HF = new URL("../.cache/llama/tiny-hf", import.meta.url).pathname;
+
+it("shows a Hugging Face model's rows as text with --tokenizer <model dir>, in the page and its screenshot", async (t) => {
+  const missing = requiredOrSkip(
+    existsSync(join(TINY_HF, "tokenizer.json")),
+    "needs scripts/llama.sh's tiny-hf",
+  );
+  if (missing !== false) return t.skip(missing);
+  const tokenizer = new Tokenizer(
+    JSON.parse(readFileSync(join(TINY_HF, "tokenizer.json"), "utf8")) as object,
+    JSON.parse(readFileSync(join(TINY_HF, "tokenizer_config.json"), "utf8")) as object,
+  );
+  const ids = (text: string) => tokenizer.encode(text, { add_special_tokens: false }).ids;
+  const question = "What is two plus two?";
+  const answer = "Four, of course.";
+  const events = join(scratch, "hf.jsonl");
+  const session = new SessionScript("hf-task", "hf-1").start().call("c1", ids(question), ids(answer)).end();
+  writeFileSync(events, `${session.lines().join("\n")}\n`);
+  const out = join(scratch, "hf-out");
+  assert.equal((await runCli(["replay", events, "--out", out])).code, 0);
+  const html = join(scratch, "hf.html");
+  for (const tokenizerArg of [TINY_HF, join(TINY_HF, "tokenizer.json")]) {
+    const r = await runCli(["inspect", out, "--html", html, "--tokenizer", tokenizerArg]);
+    assert.equal(r.code, 0, r.stderr);
+    const page = await browser.newPage();
+    await page.goto(`file://${html}`);
+    const text = async (cls: string) =>
+      (await page.locator(`article.row .tok.${cls}`).allInnerTexts()).join("");
+    assert.equal(await text("p"), question);
+    assert.equal(await text("g"), answer);
+    const shot = join(process.env.TRAJFLOW_KEEP_SHOT ?? scratch, "hf.png");
+    await page.locator("article.row").first().screenshot({ path: shot });
+    // A PNG of the row as drawn (its text in the image is what the locators above read).
+    assert.deepEqual([...readFileSync(shot).subarray(0, 8)], [137, 80, 78, 71, 13, 10, 26, 10]);
+    await page.close();
+  }
+  const wrong = await runCli(["inspect", out, "--html", html, "--tokenizer", join(scratch, "no-such-model")]);
+  assert.equal(wrong.code, 2);
+  assert.match(
+    wrong.stderr,
+    /^trajflow: \[USAGE\] --tokenizer must be .*no-such-model\/?\S* does not exist/m,
+  );
 });

@@ -10,23 +10,14 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { it } from "node:test";
-import { loadRdkafka } from "../src/kafka/rdkafka-binding.ts";
-import { killAfterFiles, parquetFiles, runCli } from "./helpers/cli.ts";
+import { killConsumeAt, runCli } from "./helpers/cli.ts";
+import { rdkafkaSkip } from "./helpers/required.ts";
 import { consumeArgs, freshName, kafkaTestScope, sourceOverOneEvent, waitFor } from "./helpers/kafka.ts";
 import { mulberry32 } from "./helpers/prng.ts";
 import { assemble, plain } from "./helpers/sessions.ts";
 import { byKey, rowsIn, twoPartWorkload } from "./helpers/workload.ts";
 
-const skip = (() => {
-  try {
-    loadRdkafka();
-    return false;
-  } catch (err) {
-    const reason = `librdkafka's addon is not built here: ${(err as Error).message}`;
-    console.log(`# kafka-client-rdkafka: skipped (${reason})`);
-    return reason;
-  }
-})();
+const skip = rdkafkaSkip();
 
 const { scratch, broker } = kafkaTestScope("kafka-rdkafka");
 
@@ -94,18 +85,17 @@ it("writes every row exactly once through SIGKILLs and restarts while events flo
     ...["--rows-per-file", "3", "--reward-grace-ms", "0", "--session-timeout-ms", "3000"],
   ];
   const random = mulberry32(4242);
+  // Each run is killed at a named point of its commit path (killConsumeAt), or drains first: counted.
+  let killed = 0;
   for (let run = 0; run < 4; run++) {
-    const killing = killAfterFiles(
-      args,
-      env,
-      out,
-      parquetFiles(out) + 1 + Math.floor(random() * 4),
-      Math.floor(random() * 30),
-    );
+    const killing = killConsumeAt(args, env, run, random, 4).then((ended) => {
+      if (ended === "killed") killed++;
+    });
     // The second half arrives while consumers are being killed and restarted.
     if (run === 1) assert.equal((await runCli(["produce", second, "--topic", topic], env)).code, 0);
     await killing;
   }
+  assert.ok(killed >= 2, `only ${killed} runs were killed at their point`);
   const final = await runCli([...args, "--until-idle-ms", "3000", "--json"], env);
   assert.equal(final.code, 0, final.stderr);
   const finalRows =

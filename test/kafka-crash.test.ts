@@ -1,5 +1,7 @@
 /**
- * Exactly once through crashes: a consumer killed with SIGKILL at random points while events flow, then
+ * Exactly once through crashes: a consumer killed with SIGKILL while events flow, at each named point of
+ * its commit path in turn (before a file is encoded, its temporary durable, linked, committed, the
+ * offsets committed: src/core/kill-points.ts), the n-th time it gets there (n from a seed), then
  * restarted (same group), ends with every row exactly once and none missing, equal to a replay of the
  * same events.
  */
@@ -9,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { mulberry32 } from "./helpers/prng.ts";
-import { killAfterFiles, parquetFiles, runCli } from "./helpers/cli.ts";
+import { killConsumeAt, runCli } from "./helpers/cli.ts";
 import { brokers, freshName } from "./helpers/kafka.ts";
 import { rowsIn, twoPartWorkload } from "./helpers/workload.ts";
 
@@ -47,14 +49,12 @@ it(`writes every row exactly once through ${KILLS} SIGKILLs while events flow`, 
   ];
   const random = mulberry32(424242);
   let produced = false;
+  // Each run is killed at a named point of its commit path (killConsumeAt), or drains first: counted.
+  let killed = 0;
   for (let run = 0; run < KILLS; run++) {
-    const killing = killAfterFiles(
-      args,
-      { KAFKA_BROKERS: broker, KAFKAJS_NO_PARTITIONER_WARNING: "1" },
-      out,
-      parquetFiles(out) + 1 + Math.floor(random() * 4),
-      Math.floor(random() * 30),
-    );
+    const killing = killConsumeAt(args, { KAFKA_BROKERS: broker }, run, random, 4).then((ended) => {
+      if (ended === "killed") killed++;
+    });
     if (run === 3 && !produced) {
       // The second half arrives while consumers are being killed and restarted.
       assert.equal((await runCli(["produce", input2, "--topic", topic], env)).code, 0);
@@ -62,6 +62,7 @@ it(`writes every row exactly once through ${KILLS} SIGKILLs while events flow`, 
     }
     await killing;
   }
+  assert.ok(killed >= KILLS / 2, `only ${killed} runs were killed at their point`);
   const final = await runCli([...args, "--until-idle-ms", "3000", "--json"], env);
   assert.equal(final.code, 0, final.stderr);
   // The killed runs did real work that was kept: the last run wrote only what remained.

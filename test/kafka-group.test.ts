@@ -9,7 +9,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { mulberry32 } from "./helpers/prng.ts";
-import { killAfterFiles, parquetFiles, runCli } from "./helpers/cli.ts";
+import { killConsumeAt, runCli } from "./helpers/cli.ts";
 import { freshName, kafkaTestScope, readTopic } from "./helpers/kafka.ts";
 import { assertGroupsWhole, groupWorkload, rowsIn } from "./helpers/workload.ts";
 
@@ -109,17 +109,16 @@ sinks:
       ...["--grpo", "--rows-per-file", "4", "--reward-grace-ms", "0", "--session-timeout-ms", "3000"],
     ];
     const random = mulberry32(77);
+    // Each run is killed at a named point of its commit path (killConsumeAt), or drains first: counted.
+    let killed = 0;
     for (let run = 0; run < 4; run++) {
-      const killing = killAfterFiles(
-        args,
-        { ...env, KAFKAJS_NO_PARTITIONER_WARNING: "1" },
-        out,
-        parquetFiles(out) + 1 + Math.floor(random() * 3),
-        Math.floor(random() * 30),
-      );
+      const killing = killConsumeAt(args, env, run, random, 3).then((ended) => {
+        if (ended === "killed") killed++;
+      });
       if (run === 1) assert.equal((await runCli(["produce", second, "--topic", topic], env)).code, 0);
       await killing;
     }
+    assert.ok(killed >= 2, `only ${killed} runs were killed at their point`);
     const final = await runCli([...args, "--until-idle-ms", "3000"], env);
     assert.equal(final.code, 0, final.stderr);
     const rows = await rowsIn(out);

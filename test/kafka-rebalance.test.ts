@@ -11,14 +11,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { killRunning, parquetFiles, runCli, type RunningCli, startCli } from "./helpers/cli.ts";
-import { rdkafkaAvailable } from "../src/kafka/rdkafka-binding.ts";
+import { rdkafkaSkip } from "./helpers/required.ts";
 import { brokers, freshName, waitFor } from "./helpers/kafka.ts";
 import { assertGroupsWhole, groupWorkload, rowsIn, twoPartWorkload } from "./helpers/workload.ts";
+import { freePorts } from "./helpers/gateway.ts";
 
 const KAFKA_SCRIPT = new URL("../scripts/kafka.sh", import.meta.url).pathname;
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-kafka-rebalance-"));
 // A second broker for the restart test, so restarting it cannot disturb the other tests' broker.
-const ownBroker = { KAFKA_PORT: "39192", TRAJFLOW_KAFKA_DIR: join(scratch, "broker") };
+const ownBroker = { KAFKA_PORT: String(await freePorts(3)), TRAJFLOW_KAFKA_DIR: join(scratch, "broker") };
 after(() => {
   killRunning();
   execFileSync("bash", [KAFKA_SCRIPT, "reset"], { env: { ...process.env, ...ownBroker }, stdio: "ignore" });
@@ -35,7 +36,7 @@ const CLIENTS = [
   {
     client: "librdkafka",
     suffix: ", on librdkafka",
-    skip: rdkafkaAvailable() ? false : "librdkafka's addon is not built (scripts/librdkafka.sh build)",
+    skip: rdkafkaSkip(),
   },
 ] as const;
 

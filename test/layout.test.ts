@@ -194,3 +194,46 @@ it("keeps every file under src/ within 500 lines and every function within 80 (a
   const stale = Object.keys(OVERSIZED_ALLOWED).filter((key) => !oversized.has(key));
   assert.deepEqual(stale, [], "within the limits now: remove them from OVERSIZED_ALLOWED");
 });
+
+/** Every file under `dir` whose name ends in one of `ends`, recursively. */
+function filesUnder(dir: string, ends: string[]): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) return e.name === "__pycache__" ? [] : filesUnder(path, ends);
+    return ends.some((x) => e.name.endsWith(x)) ? [path] : [];
+  });
+}
+
+it("gives every server a test starts a free port, never a fixed one (issue 67)", () => {
+  const root = new URL("..", import.meta.url).pathname;
+  const tests = [
+    ...filesUnder(join(root, "test"), [".ts", ".py"]),
+    ...filesUnder(join(root, "python/tests"), [".py"]),
+  ];
+  // A port written out where a test starts or calls its own server: KAFKA_PORT, --listen, a loopback URL.
+  const FIXED = /KAFKA_PORT["']?\s*[:=]\s*["']\d+|(?:127\.0\.0\.1|localhost):\d{2,5}\b/;
+  const fixed = tests.flatMap((file) =>
+    readFileSync(file, "utf8")
+      .split("\n")
+      .flatMap((line, i) => (FIXED.test(line) ? [`${relative(root, file)}:${i + 1}: ${line.trim()}`] : [])),
+  );
+  assert.ok(tests.length > 50, "the scan found the test files");
+  assert.deepEqual(fixed, []);
+});
+
+it("kills a test's children where the test names, never after a timer (issue 67)", () => {
+  const root = new URL("..", import.meta.url).pathname;
+  const tests = [
+    ...filesUnder(join(root, "test"), [".ts", ".py"]),
+    ...filesUnder(join(root, "python/tests"), [".py"]),
+  ];
+  // A kill scheduled by the clock lands somewhere different on every host: kill at a named point
+  // (TRAJFLOW_TEST_KILL_AT, killAt in test/helpers/cli.ts) or once the test has seen what it waits for.
+  const TIMED = /setTimeout\(\s*\(\)\s*=>\s*[\w.!?]*\.kill\(|threading\.Timer\([^)]*kill|killAfterFiles/;
+  const timed = tests
+    .filter((file) => !file.endsWith("layout.test.ts") && TIMED.test(readFileSync(file, "utf8")))
+    .map((f) => relative(root, f));
+  assert.ok(TIMED.test('setTimeout(() => running.child.kill("SIGKILL"), extraMs)'), "the pattern finds one");
+  assert.ok(tests.length > 50, "the scan found the test files");
+  assert.deepEqual(timed, []);
+});

@@ -9,6 +9,7 @@ import { before, describe, it } from "node:test";
 import type { Capture, PreparedCall, UpstreamJson } from "../src/gateway/engines/engine.ts";
 import { LlamaCppAdapter } from "../src/gateway/engines/llamacpp.ts";
 import { llamaServer } from "./helpers/llama.ts";
+import { sseData } from "./helpers/sse.ts";
 
 type Json = Record<string, unknown>;
 let base = "";
@@ -29,26 +30,6 @@ const upstream: UpstreamJson = async (path, body, signal) => {
   if (!response.ok) throw new Error(`${path} answered ${response.status}: ${JSON.stringify(json)}`);
   return json;
 };
-
-/** Every `data:` object of a server-sent-event stream, in order, as it arrives (stops at `[DONE]`). */
-async function* events(response: Response): AsyncGenerator<Json> {
-  const decoder = new TextDecoder();
-  let buffer = "";
-  for await (const bytes of response.body!) {
-    buffer += decoder.decode(bytes as Uint8Array, { stream: true });
-    let end: number;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const event = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      for (const line of event.split("\n")) {
-        if (!line.startsWith("data: ")) continue;
-        const data = line.slice(6);
-        if (data === "[DONE]") return;
-        yield JSON.parse(data) as Json;
-      }
-    }
-  }
-}
 
 const TOOLS = [
   {
@@ -222,7 +203,7 @@ describe("llama.cpp adapter against llama-server", () => {
       assert.equal(response.status, 200);
       const raw: Json[] = [];
       const forwarded: Json[] = [];
-      for await (const data of events(response)) {
+      for await (const data of sseData(response)) {
         raw.push(data);
         const out = reader.chunk(structuredClone(data));
         if (out !== undefined) forwarded.push(out);
@@ -299,7 +280,7 @@ describe("llama.cpp adapter against llama-server", () => {
     const response = await post(streamed.path, streamed.body, abort.signal);
     let seen = 0;
     try {
-      for await (const data of events(response)) {
+      for await (const data of sseData(response)) {
         reader.chunk(data);
         if (++seen === 3) abort.abort();
       }

@@ -23,7 +23,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { linearSession } from "../bench/workloads.ts";
-import { rdkafkaAvailable } from "../src/kafka/rdkafka-binding.ts";
+import { rdkafkaSkip } from "./helpers/required.ts";
 import { listDataFiles, readRows } from "../src/sinks/files/read.ts";
 import { runCli } from "./helpers/cli.ts";
 import { brokers, freshName } from "./helpers/kafka.ts";
@@ -168,6 +168,6 @@ it("reads a backlog larger than its memory limit to the end: within the limit, e
 
 it(
   "reads a backlog larger than its memory limit to the end on librdkafka: within the limit, exact rows",
-  { skip: rdkafkaAvailable() ? false : "librdkafka's addon is not built (scripts/librdkafka.sh build)" },
+  { skip: rdkafkaSkip() },
   (t) => backlogWithinLimit(t, "librdkafka"),
 );

@@ -26,6 +26,7 @@ import { s3OptionsSchema } from "../src/sinks/shared/s3-options.ts";
 import { runCli } from "./helpers/cli.ts";
 import { pythonReady, readWithPython, readWithPythonIn } from "./helpers/python.ts";
 import { freshBucket, getObject, listKeys, s3Server } from "./helpers/s3.ts";
+import { requiredOrSkip } from "./helpers/required.ts";
 
 const scratch = mkdtempSync(join(tmpdir(), "trajflow-s3-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
@@ -108,7 +109,8 @@ describe("replay to s3://", () => {
   });
 
   it("is read back by pyarrow's S3 filesystem as the same rows as the directory", async (t) => {
-    if (!pythonReady()) return t.skip("no Python readers (run npm test)");
+    const missing = requiredOrSkip(pythonReady(), "no Python readers (run npm test)");
+    if (missing !== false) return t.skip(missing);
     const dir = join(scratch, "local-py");
     assert.equal((await runCli(["replay", EXAMPLE, "--out", dir])).code, 0);
     const Bucket = await freshBucket();

@@ -12,8 +12,38 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# The trainer adapters' suites run in the trainers' own environments (scripts/trainers.sh, scripts/test.ts
+# sets TRAJFLOW_TRAINER_TESTS there), never in this one, which has neither verl nor AReaL.
+collect_ignore = [] if os.environ.get("TRAJFLOW_TRAINER_TESTS") else ["trainers"]
 NODE = os.environ.get("TRAJFLOW_NODE", str(ROOT / "node_modules" / "node" / "bin" / "node"))
 BIN = str(ROOT / "bin" / "trajflow.js")
+
+
+def require_all():
+    """Whether every service and package must be there (CI, TRAJFLOW_REQUIRE_ALL): then a missing one fails."""
+    return bool(os.environ.get("CI") or os.environ.get("TRAJFLOW_REQUIRE_ALL"))
+
+
+def need(variable, what, module=False):
+    """The value of a service's variable; without it the test (or, with `module`, the whole module) is
+    skipped with the reason, or fails where every service must be there (require_all)."""
+    value = os.environ.get(variable)
+    if not value:
+        reason = f"needs {variable} ({what}; npm test starts it)"
+        if require_all():
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason, allow_module_level=module)
+    return value
+
+
+def need_module(name, reason):
+    """An importable module, or a skip with the reason (a failure where everything must be there)."""
+    if require_all():
+        try:
+            return __import__(name, fromlist=["_"])
+        except ImportError as err:
+            pytest.fail(f"{reason}: {err}", pytrace=False)
+    return pytest.importorskip(name, reason=reason)
 
 
 def trajflow(*args, check=True, env=None, **kwargs):

@@ -6,21 +6,8 @@ import subprocess
 import time
 import urllib.request
 
-import pytest
 
-from conftest import BIN, NODE
-
-
-def need(variable, what):
-    """The value of a service's variable; without it the test is skipped, or fails where every service
-    must be there (CI, TRAJFLOW_REQUIRE_ALL)."""
-    value = os.environ.get(variable)
-    if not value:
-        reason = f"needs {variable} ({what}; npm test starts it)"
-        if os.environ.get("CI") or os.environ.get("TRAJFLOW_REQUIRE_ALL"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return value
+from conftest import BIN, NODE, need
 
 
 def installed(script):

@@ -8,6 +8,8 @@ finished step's groups go to RESULT as JSON. Kill points (SIGKILL of this proces
 - ``started:K``: right after the gateway answered the K-th session start (journaled, started, no call yet);
 - ``mid-session``: the agent of task 1, sample 2, attempt 0 once every other session has ended: that
   one session is cut in the middle of its run;
+- ``ended:K``: right after the gateway answered the K-th session end (the end recorded, its result not yet
+  in the journal); the session's id goes to RESULT.killed first;
 - ``rows``: when the first group begins to wait for its rows (all its sessions ended).
 """
 import argparse
@@ -68,6 +70,21 @@ if args.kill_at and args.kill_at.startswith("started:"):
         return answer
 
     GatewayControl.start_session = start_session
+if args.kill_at and args.kill_at.startswith("ended:"):
+    limit = int(args.kill_at.split(":")[1])
+    real_end = GatewayControl.end
+    ends = [0]
+
+    def end(self, session_id, status="ok"):
+        answer = real_end(self, session_id, status)
+        ends[0] += 1
+        if ends[0] == limit:
+            with open(f"{args.result}.killed", "w") as f:
+                f.write(session_id)
+            die()
+        return answer
+
+    GatewayControl.end = end
 if args.kill_at == "rows":
     real_rows = driver_module.Rollouts._rows
 

@@ -3,7 +3,6 @@ consume` as exact rows; a broker that never answers makes a call raise and keep 
 byte for byte, once the session emits through a working producer; events the broker wrote but did not
 confirm are re-sent and the pipeline takes them once."""
 import json
-import os
 import socket
 import time
 import uuid
@@ -13,10 +12,9 @@ import pytest
 
 from trajflow import DeliveryError, Emitter, EventBuilder, Session
 
-from conftest import trajflow
+from conftest import need, trajflow
 
-BROKERS = os.environ.get("KAFKA_BROKERS")
-pytestmark = pytest.mark.skipif(not BROKERS, reason="needs KAFKA_BROKERS (npm test starts a broker)")
+BROKERS = need("KAFKA_BROKERS", "a Kafka broker", module=True)
 
 T0 = 1767225600000
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trajflow.emit import EventBuilder
+from trajflow.events import EventBuilder
 
 VECTOR = json.loads((Path(__file__).resolve().parents[2] / "test" / "vectors" / "gateway-events.json").read_text())
 

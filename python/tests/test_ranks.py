@@ -7,7 +7,6 @@ following a live output, kills them all and resumes on 2.
 import copy
 import itertools
 import json
-import os
 import random
 import signal
 import subprocess
@@ -23,7 +22,7 @@ import pytest
 from trajflow import TrajectoryReader
 from trajflow import balance
 
-from conftest import grouped_replay, trajflow, write_events
+from conftest import grouped_replay, need_module, trajflow, write_events
 
 LOOP = str(Path(__file__).with_name("spmd_loop.py"))
 
@@ -308,7 +307,7 @@ def rank_log(ckpt, world, rank):
 
 @pytest.mark.parametrize("pause_at", ["committed:2", "delivered:5"])
 def test_four_ranks_follow_a_live_output_then_two_resume_after_all_are_killed(tmp_path, pause_at):
-    pytest.importorskip("torch.distributed", reason="the SPMD loop needs torch (pip install 'trajflow[torch]')")
+    need_module("torch.distributed", "the SPMD loop needs torch (pip install 'trajflow[torch]')")
     events = write_events(tmp_path / "events.jsonl", uids=64, group_size=4, seed=3)
     staged = tmp_path / "staged"
     trajflow("replay", str(events), "--out", str(staged), "--group", "--rows-per-file", "16", "--reward-grace-ms", "0")

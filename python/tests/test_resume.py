@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from conftest import BIN, NODE, grouped_replay, write_events
+from conftest import BIN, NODE, grouped_replay, need, write_events
 
 LOOP = str(Path(__file__).with_name("trainer_loop.py"))
 
@@ -144,6 +144,6 @@ def train_while_consuming(tmp_path, out, keys_in, rows_per_file):
     return ckpts
 
 
-@pytest.mark.skipif(not os.environ.get("KAFKA_BROKERS"), reason="needs KAFKA_BROKERS (npm test starts a broker)")
 def test_follows_files_as_a_kafka_consumer_commits_them(tmp_path):
+    need("KAFKA_BROKERS", "a Kafka broker")
     train_while_consuming(tmp_path, tmp_path / "out", keys_in, "8")

@@ -24,7 +24,7 @@ def drive(gw, out, tmp, *extra):
 
 
 @pytest.mark.parametrize("deployment", ["embedded", "kafka_s3"])
-@pytest.mark.parametrize("kill_at", ["started:3", "mid-session", "rows"])
+@pytest.mark.parametrize("kill_at", ["started:3", "mid-session", "ended:5", "rows"])
 def test_a_killed_driver_returns_the_step_exactly_once_without_rerunning_finished_sessions(request, deployment, tmp_path, kill_at):
     gw, out = request.getfixturevalue(deployment)
     rc, err = drive(gw, out, tmp_path, "--kill-at", kill_at)
@@ -56,6 +56,13 @@ def test_a_killed_driver_returns_the_step_exactly_once_without_rerunning_finishe
             assert (times == 1) if cuts == 0 else (cuts <= times <= cuts + 1), (uid, sample, times, cuts)
     if kill_at == "mid-session":
         assert cut == {("task-1", 2): 1} and len(runs) == 13
+    if kill_at == "ended:5":
+        # The gateway had recorded this session's end when the kill came, before the journal took its result:
+        # the restarted driver keeps it as it ended, and its agent never runs again.
+        ended = (tmp_path / "result.json.killed").read_text()
+        session = next(s for g in groups for s in g["sessions"] if s["session_id"] == ended)
+        assert (session["kept"], session["status"], session["calls"]) == (True, "ok", 1)
+        assert sum(1 for sid, *_ in runs if sid == ended) == 1
     # The cut sessions were ended aborted in the gateway: their rows (if any) say so, and none is in a group.
     table = read_all(out)
     statuses = dict(zip(table.column("session_id").to_pylist(), table.column("status").to_pylist()))

@@ -9,13 +9,12 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pytest
 
-from conftest import trajflow, write_events
+from conftest import need, trajflow, write_events
 from test_resume import train_while_consuming
 from trajflow import TrajectoryReader
 from trajflow.files import Lister
 
-S3 = os.environ.get("TRAJFLOW_TEST_S3", "").split("\n")
-pytestmark = pytest.mark.skipif(len(S3) < 3, reason="needs TRAJFLOW_TEST_S3 (npm test starts an S3 server)")
+S3 = need("TRAJFLOW_TEST_S3", "an S3 server: endpoint, key and secret, one per line", module=True).split("\n")
 
 
 @pytest.fixture
@@ -53,8 +52,8 @@ def test_reads_an_s3_prefix_as_it_reads_a_directory(bucket, tmp_path):
     assert sum(len(b) for b in batches[str(local)]) == 48
 
 
-@pytest.mark.skipif(not os.environ.get("KAFKA_BROKERS"), reason="needs KAFKA_BROKERS (npm test starts a broker)")
 def test_follows_a_bucket_a_kafka_consumer_writes_through_kills_of_the_trainer(bucket, tmp_path):
+    need("KAFKA_BROKERS", "a Kafka broker")
     out = f"s3://{bucket}/rows"
     ckpt = train_while_consuming(tmp_path, out, keys_in, "4")[-1]
 

@@ -19,13 +19,57 @@ export function usageError(message: string): TrajflowError {
   return new TrajflowError("USAGE", message);
 }
 
-/** parseArgs with strict checking, turning its errors into usage errors. */
+/**
+ * parseArgs with strict checking, turning its errors into usage errors in trajflow's words: an unknown
+ * flag names the closest one the command takes, and a value that starts with `-` says how to give it.
+ */
 export function parse<const O extends ParseArgsOptionsConfig>(argv: string[], options: O) {
   try {
     return parseArgs({ args: argv, options, allowPositionals: true, strict: true });
   } catch (err) {
-    throw usageError((err as Error).message);
+    const { code, message } = err as Error & { code?: string };
+    const flag = /'(-[^' ]+)/.exec(message)?.[1];
+    if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" && flag !== undefined) {
+      const near = closest(flag.replace(/^-+/, ""), Object.keys(options));
+      throw usageError(`unknown option ${flag}${near === undefined ? "" : ` (did you mean --${near}?)`}`);
+    }
+    if (code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE" && flag !== undefined) {
+      const value = argv[argv.indexOf(flag) + 1];
+      throw usageError(
+        value !== undefined && value.startsWith("-")
+          ? `${flag} ${value}: a value that starts with "-" is given as ${flag}=${value}`
+          : `${flag} needs a value`,
+      );
+    }
+    throw usageError(message);
   }
+}
+
+/** The name among `names` closest to `name` (edit distance at most a third of its length), if any. */
+export function closest(name: string, names: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Math.max(1, Math.floor(name.length / 3)) + 1;
+  for (const candidate of names) {
+    const d = editDistance(name, candidate);
+    if (d < bestDistance || (candidate.startsWith(name) && best === undefined)) {
+      best = candidate;
+      bestDistance = d;
+    }
+  }
+  return best;
+}
+
+/** Levenshtein distance between two strings. */
+export function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      row.push(Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1)));
+    }
+    prev = row;
+  }
+  return prev[b.length]!;
 }
 
 /** Problems of flags read so far: reported together with every other problem, not one at a time. */
@@ -63,6 +107,11 @@ export function memoryOption(value: string | undefined): MemoryLimit | null {
     return null;
   }
   return memoryLimit(bytes);
+}
+
+/** Records a flag problem found by a command's own check (reported with every other one). */
+export function flagProblem(problem: string): void {
+  flagProblems.push(problem);
 }
 
 /** The flag problems recorded so far (and forgets them). */

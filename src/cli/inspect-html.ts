@@ -5,6 +5,9 @@
  * decoded to text when a tokenizer is given (ids otherwise), the token id and logprob on hover, rewards,
  * flags and finish reasons.
  */
+import { existsSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { TrajflowError } from "../core/errors.ts";
 import { sessionKey } from "../schemas/session.ts";
 import type { TrajectoryRow } from "../schemas/trajectory.ts";
 
@@ -18,12 +21,33 @@ export function isTokenizerName(name: string): name is TokenizerName {
   return (TOKENIZERS as readonly string[]).includes(name);
 }
 
-/** A decoder for one of gpt-tokenizer's encodings; other tokenizers' ids are shown as ids. */
-export async function tokenDecoder(name: TokenizerName): Promise<TokenDecoder> {
-  const encoding = (await import(`gpt-tokenizer/encoding/${name}`)) as { decode: (ids: number[]) => string };
+/**
+ * The decoder `--tokenizer` names: one of gpt-tokenizer's encodings, or a Hugging Face tokenizer (a model
+ * directory holding tokenizer.json, as the gateway's --tokenizer-dir takes, or the tokenizer.json itself),
+ * read offline with @huggingface/tokenizers. An id the tokenizer does not know shows as ⟨id⟩.
+ */
+export async function tokenDecoder(spec: string): Promise<TokenDecoder> {
+  let decode: (ids: number[]) => string;
+  if (isTokenizerName(spec)) {
+    const encoding = (await import(`gpt-tokenizer/encoding/${spec}`)) as {
+      decode: (ids: number[]) => string;
+    };
+    decode = (ids) => encoding.decode(ids);
+  } else {
+    const file = existsSync(spec) && statSync(spec).isDirectory() ? join(spec, "tokenizer.json") : spec;
+    if (!existsSync(file))
+      throw new TrajflowError(
+        "USAGE",
+        `--tokenizer must be ${TOKENIZERS.join(", ")}, a model directory with a tokenizer.json, or a ` +
+          `tokenizer.json; ${file} does not exist`,
+      );
+    const { modelTokenizer } = await import("../gateway/continuation/local-renderer.ts");
+    const tokenizer = modelTokenizer(file);
+    decode = (ids) => tokenizer.decode(ids, { skip_special_tokens: false });
+  }
   return (id) => {
     try {
-      return encoding.decode([id]);
+      return decode([id]);
     } catch {
       return `⟨${id}⟩`;
     }

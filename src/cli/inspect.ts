@@ -3,6 +3,8 @@
  * directory of them, partitions included) and prints rows in
  * a form a person can read: key, lengths, mask runs, reward, flags.
  */
+import { isTrajflowError, TrajflowError } from "../core/errors.ts";
+import { editDistance } from "./args.ts";
 import type { TrajectoryRow } from "../schemas/trajectory.ts";
 import { listDataFiles, readRows, rowsOfFile } from "../sinks/files/read.ts";
 import { isRemote } from "../sinks/shared/location.ts";
@@ -26,7 +28,10 @@ export function maskRuns(row: TrajectoryRow): string {
 }
 
 export interface InspectFilter {
+  /** a uid, or a row key (`{uid}_{session}_{index}`, as each printed row starts) */
   uid?: string;
+  /** exactly this row key */
+  key?: string;
   session?: string;
   limit?: number;
   tokens?: boolean;
@@ -46,7 +51,8 @@ export function printable(text: string): string {
 }
 
 export function formatRow(row: TrajectoryRow, showTokens: boolean): string {
-  const reward = row.reward === null ? "none" : String(row.reward);
+  // Rounded for reading (--json has the exact value).
+  const reward = row.reward === null ? "none" : String(Number(row.reward.toPrecision(5)));
   const wv =
     row.weight_version_min === null
       ? "-"
@@ -59,7 +65,7 @@ export function formatRow(row: TrajectoryRow, showTokens: boolean): string {
       `policy=${wv}  flags=${row.flags.length > 0 ? row.flags.join(",") : "-"}`,
     `    tokens: prompt ${row.prompt_ids.length}, response ${row.response_ids.length}, trained ${row.num_trained_tokens}` +
       `${row.parent_index !== null ? `, shares ${row.shared_prefix_len} with row ${row.parent_index}` : ""}` +
-      `${row.rollout_log_probs === null ? ", no logprobs" : ""}`,
+      `${row.rollout_log_probs === null ? `, ${row.num_trained_tokens} trained without a logprob (the engine gave none for some; flag missing_logprobs)` : ""}`,
     `    mask:   ${maskRuns(row)}`,
   ];
   if (showTokens) {
@@ -82,11 +88,51 @@ export async function selectRows(path: string, filter: InspectFilter): Promise<T
   return out;
 }
 
+/** A file's rows, or NOT_A_DATA_FILE when it is no Parquet or Arrow file (a typo'd path, a README). */
+async function rowsOrRefusal(file: { name: string; rows: () => Promise<TrajectoryRow[]> }) {
+  try {
+    return await file.rows();
+  } catch (err) {
+    if (isTrajflowError(err)) throw err;
+    throw new TrajflowError(
+      "NOT_A_DATA_FILE",
+      `${file.name} is not a Parquet or Arrow IPC file of trajectory rows (${(err as Error).message}); ` +
+        "inspect reads what trajflow's sinks write: a file, or a directory of them",
+    );
+  }
+}
+
+/** The row keys closest to what was asked for, kept while scanning, for a search that found nothing. */
+export class NearestKeys {
+  private readonly best: { key: string; distance: number }[] = [];
+  private readonly needle: string;
+  private readonly keep: number;
+
+  constructor(needle: string, keep = 3) {
+    this.needle = needle;
+    this.keep = keep;
+  }
+
+  offer(key: string): void {
+    if (this.best.some((b) => b.key === key)) return;
+    const distance = editDistance(this.needle, key);
+    if (this.best.length === this.keep && distance >= this.best[this.keep - 1]!.distance) return;
+    this.best.push({ key, distance });
+    this.best.sort((a, b) => a.distance - b.distance);
+    this.best.length = Math.min(this.best.length, this.keep);
+  }
+
+  keys(): string[] {
+    return this.best.map((b) => b.key);
+  }
+}
+
 export async function inspect(
   path: string,
   filter: InspectFilter,
   print: (line: string) => void,
   onRow?: (row: TrajectoryRow) => void,
+  near?: NearestKeys,
 ): Promise<number> {
   // An s3:// prefix is listed and read through its store; a directory or a file directly.
   const store = isRemote(path) ? await openStore(path, DEFAULT_S3_OPTIONS) : null;
@@ -100,8 +146,15 @@ export async function inspect(
           }));
     let shown = 0;
     for (const file of files) {
-      for (const row of await file.rows()) {
-        if (filter.uid !== undefined && row.uid !== filter.uid) continue;
+      for (const row of await rowsOrRefusal(file)) {
+        if (filter.uid !== undefined && row.uid !== filter.uid && row.key !== filter.uid) {
+          near?.offer(row.key);
+          continue;
+        }
+        if (filter.key !== undefined && row.key !== filter.key) {
+          near?.offer(row.key);
+          continue;
+        }
         if (filter.session !== undefined && row.session_id !== filter.session) continue;
         if (filter.limit !== undefined && shown >= filter.limit) return shown;
         print(formatRow(row, filter.tokens === true));

@@ -15,17 +15,30 @@ if (cache.directory !== undefined) process.env.NODE_COMPILE_CACHE ??= cache.dire
 const HELP = `trajflow: LLM agent gateway events → training-ready RL trajectories (Parquet)
 
 Usage:
-  trajflow run <pipeline.yaml> [--set path=value]... [--until-idle-ms <n>] [--json]
-  trajflow validate <pipeline.yaml> [--set path=value]...
+  trajflow run <pipeline.yaml> [--set path=value]... [--out <dir>] [--until-idle-ms <n>] [--json]
+  trajflow validate <pipeline.yaml>... [--set path=value]... [--out <dir>]
   trajflow replay <events.jsonl[.gz]...> --out <dir> [options]
-  trajflow inspect <file|dir> [--uid <uid>] [--session <id>] [--limit <n>] [--tokens]
+  trajflow inspect <file|dir> [--uid <uid|key>] [--key <key>] [--session <id>] [--limit <n>] [--tokens] [--json]
+                   [--html <out.html> [--tokenizer <name>]]
   trajflow produce <events.jsonl[.gz]...> --topic <t> [--brokers <list>] [--compression <c>]
   trajflow consume --topic <t> --group <g> --out <dir> [--brokers <list>] [options]
-  trajflow gateway --upstream <url> [--engine vllm|sglang|llamacpp] (--out <dir> | --topic <t>) [options]
+  trajflow gateway --upstream <url> [--engine vllm|sglang|llamacpp] (--out <dir> | --event-log <dir> | --topic <t>) [options]
   trajflow <command> --help
+  trajflow --version
 
 Exit codes: 0 success, 1 the run failed, 2 usage or configuration error.
 `;
+
+const COMMANDS = ["run", "validate", "replay", "inspect", "produce", "consume", "gateway"];
+
+/** The version in the project's package.json. */
+async function version(): Promise<string> {
+  const { readFileSync } = await import("node:fs");
+  const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+    version: string;
+  };
+  return pkg.version;
+}
 
 export async function main(argv: string[]): Promise<number> {
   const { ExitCode, usageError } = await import("./args.ts");
@@ -55,19 +68,31 @@ export async function main(argv: string[]): Promise<number> {
       case "validate":
       case "run":
         return await (await import("./commands/pipeline.ts")).runPipelineCommand(command, rest);
+      case "--version":
+      case "-V":
+      case "version":
+        process.stdout.write(`trajflow ${await version()}\n`);
+        return ExitCode.OK;
       case undefined:
       case "help":
       case "--help":
       case "-h":
         process.stdout.write(HELP);
         return command === undefined ? ExitCode.USAGE : ExitCode.OK;
-      default:
-        throw usageError(`unknown command ${JSON.stringify(command)}`);
+      default: {
+        const { closest } = await import("./args.ts");
+        const near = closest(command, COMMANDS);
+        throw usageError(
+          `unknown command ${JSON.stringify(command)}${near === undefined ? "" : ` (did you mean ${near}?)`}`,
+        );
+      }
     }
   } catch (err) {
     if (isTrajflowError(err) && (err.code === "USAGE" || err.code === "CONFIG_INVALID")) {
+      // The subcommand's own help for its flags; the top-level one for a command it does not know.
+      const help = COMMANDS.includes(command ?? "") ? `trajflow ${command} --help` : "trajflow --help";
       process.stderr.write(
-        `trajflow: ${err.message}\n${err.code === "USAGE" ? "Run `trajflow --help` for usage.\n" : ""}`,
+        `trajflow: [${err.code}] ${err.message}\n${err.code === "USAGE" ? `Run \`${help}\` for usage.\n` : ""}`,
       );
       return ExitCode.USAGE;
     }

@@ -204,6 +204,11 @@ export interface IngestStage {
   cutOldest(): { lane: Lane; units: Unit[] } | null;
   /** Data it holds now by part (open sessions): memory accounting. */
   heldBytes?(): Holdings;
+  /**
+   * True once the session is finalized in a lane of this process (or was found written at its start):
+   * its rows are written or on their way, and a later event of it is a LATE_EVENT dead letter.
+   */
+  finalized?(uid: string, sessionId: string): boolean;
   close(): Promise<void>;
 }
 

@@ -96,6 +96,15 @@ export const ErrorCodes = {
   CONFIG_INVALID: { retryable: false, summary: "the configuration has one or more problems" },
   USAGE: { retryable: false, summary: "the command line is wrong" },
   SOURCE_READ_FAILED: { retryable: true, summary: "an input could not be read" },
+  NOT_A_DATA_FILE: {
+    retryable: false,
+    summary: "a file given to read trajectory rows from is not Parquet or Arrow IPC (trajflow inspect)",
+  },
+  NO_ROWS_MATCH: {
+    retryable: false,
+    summary: "trajflow inspect's --uid or --key matched no row (the closest keys are named)",
+  },
+  ADDRESS_IN_USE: { retryable: false, summary: "the address to listen on is taken by another process" },
   KAFKA_AUTH_FAILED: { retryable: false, summary: "the Kafka broker refused the client's SASL credentials" },
   KAFKA_TLS_FAILED: {
     retryable: false,

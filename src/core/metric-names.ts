@@ -207,6 +207,11 @@ export const METRICS = {
     label: "action",
     help: "Session lifecycle requests: start, reward, end, delete, weights.",
   },
+  gateway_rewards_refused: {
+    kind: "counter",
+    label: "reason",
+    help: "Rewards refused with 409 session_written: the embedded pipeline had written the session without them.",
+  },
   gateway_sampled_tokens: { kind: "counter", help: "Sampled tokens the gateway recorded." },
   gateway_missing_logprobs: {
     kind: "counter",

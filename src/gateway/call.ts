@@ -11,10 +11,12 @@ import { isTrajflowError } from "../core/errors.ts";
 import type { Logger } from "../core/logger.ts";
 import type { Metrics } from "../core/metrics.ts";
 import type { ApiCall, ApiStream, CallOutcome } from "./apis/api.ts";
+import { asksTokenIds, withTokenIds } from "./apis/token-ids.ts";
 import { wholeAsChunks } from "./apis/whole-as-chunks.ts";
 import { callEvents, samplingOf, type RecordedCall } from "./call-events.ts";
 import type { Capture, EngineAdapter, PreparedCall, UpstreamJson } from "./engines/engine.ts";
 import { contextOverflow, engineMessage } from "./engine-errors.ts";
+import { unrecordedMessage } from "./engines/engine-hint.ts";
 import { withholdMoved } from "./fleet.ts";
 import { sendError, sendJson, SseSplitter } from "./http.ts";
 import type { Recorder } from "./recorder.ts";
@@ -301,14 +303,19 @@ async function relayWhole(x: Exchange): Promise<void> {
   const text = await readAll(x.answer);
   timing.upstreamMs = performance.now() - timing.sendStart;
   const json = JSON.parse(text.toString("utf8")) as Record<string, unknown>;
-  const { captures, forAgent } = ctx.adapter.answer(prepared, json);
+  const answered = ctx.adapter.answer(prepared, json);
+  const { captures } = answered;
   await ctx.adapter.complete?.(prepared, captures, (path, payload, sig) =>
     ctx.pool.json(x.upstream, path, payload, sig),
   );
+  // The agent asked for vLLM's token ids: it gets them whatever the engine and prompt mode (token-ids.ts).
+  const forAgent = asksTokenIds(api.body)
+    ? withTokenIds(api.route, answered.forAgent, captures, prepared.promptIds)
+    : answered.forAgent;
   const ackStart = performance.now();
   const outcome = await record(x, captures);
   timing.ackMs = performance.now() - ackStart;
-  if (outcome === null) return refuseUnrecorded(ctx, res);
+  if (outcome === null) return refuseUnrecorded(ctx, res, json);
   const headers = { "x-trajflow-call-id": outcome.callIds.join(","), "x-trajflow-session-id": s.id };
   if (prepared.wholeAsStream === true) {
     // The engine could not stream exact ids: the whole answer goes through the API's stream translator.
@@ -478,12 +485,7 @@ async function record(x: Exchange, captures: Capture[]): Promise<CallOutcome | n
   };
 }
 
-function refuseUnrecorded(ctx: CallContext, res: ServerResponse): void {
+function refuseUnrecorded(ctx: CallContext, res: ServerResponse, answer: unknown): void {
   ctx.metrics.inc("gateway_calls", "not_recorded");
-  sendError(
-    res,
-    502,
-    "not_recorded",
-    "the engine's answer had no prompt token ids, so the call cannot be recorded; check the engine and its flags (docs/engines.md)",
-  );
+  sendError(res, 502, "not_recorded", unrecordedMessage(ctx.adapter.name, answer, ctx.logger));
 }

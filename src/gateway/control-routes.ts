@@ -35,6 +35,8 @@ export interface ControlParts {
   setVersion(version: number): void;
   /** The host:port agents reach, for a session's base URL, from the Host the trainer used. */
   agentsHost(host: string | undefined): string;
+  /** The embedded pipeline's answer: has it finalized this session? Absent with Kafka (it cannot know). */
+  finalized?: (uid: string, sessionId: string) => boolean;
 }
 
 export class ControlRoutes {
@@ -115,6 +117,17 @@ export class ControlRoutes {
       return sendError(res, 404, "unknown_session", `no session ${id} in this gateway's memory`);
     const fields = checkBody(rewardBody, body, res);
     if (fields === null) return;
+    // Recorded, it would only be dead-lettered (LATE_EVENT): the pipeline wrote the session without it.
+    if (this.parts.finalized?.(s.uid, s.id) === true) {
+      this.parts.metrics.inc("gateway_rewards_refused", "session_written");
+      return sendError(
+        res,
+        409,
+        "session_written",
+        `session ${s.id} was finalized by the pipeline (its rows are written without this reward); ` +
+          "send rewards before its end, or within --reward-grace-ms after it",
+      );
+    }
     await this.lifecycle(res, s, "reward", () => rewardEvent(s, Date.now(), fields));
   }
 

@@ -2,6 +2,8 @@
  * A running gateway: the event output opened (and the sessions open before a restart rebuilt from it),
  * the engine adapter chosen, the HTTP server listening. `trajflow gateway` and the tests start it here.
  */
+import { existsSync, readdirSync, rmSync, statSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
 import { TrajflowError } from "../core/errors.ts";
@@ -85,9 +87,12 @@ export async function startGateway(
   config: GatewayConfig,
   logger: Logger,
   metrics = new Metrics(),
+  /** The embedded pipeline's answer: has it finalized this session? (A reward for it is refused, 409.) */
+  finalized?: (uid: string, sessionId: string) => boolean,
 ): Promise<RunningGateway> {
   // Read before anything opens: an unreadable or unusable token file fails the start, every problem listed.
   const controlToken = controlTokenOf(config);
+  const madeDir = config.output.type === "log" ? firstMissing(config.output.dir) : undefined;
   const output: EventOutput =
     config.output.type === "log"
       ? await EventLog.open(
@@ -104,6 +109,7 @@ export async function startGateway(
       output,
       metrics,
       logger,
+      ...(finalized !== undefined ? { finalized } : {}),
     });
     const { fleet, restoredEvents } = await sessionsAtStart(config, server, output, metrics, logger);
     if (restoredEvents > 0)
@@ -124,22 +130,9 @@ export async function startGateway(
         engine: config.engine,
         output: output.where,
       },
-      "The gateway serves agents at http://<address>/sessions/{id}/v1.",
+      `The gateway serves agents at http://${address}/sessions/{id}/v1.`,
     );
-    if (controlToken === undefined && controlAddress !== undefined && !loopback(controlAddress))
-      logger.warn(
-        { control: controlAddress },
-        "The control listener listens beyond loopback without a control token: whoever reaches it can post " +
-          "rewards, end sessions and set the policy version. Set $TRAJFLOW_CONTROL_TOKEN, or keep it off the " +
-          "agents' network (docs/gateway.md#security).",
-      );
-    if (controlToken === undefined && controlAddress === undefined && !loopback(address))
-      logger.warn(
-        { address },
-        "The gateway listens beyond loopback with neither a control token nor a control listener: any agent " +
-          "that reaches it can post rewards, end sessions and set the policy version. Set " +
-          "$TRAJFLOW_CONTROL_TOKEN or --control-listen (docs/gateway.md#security).",
-      );
+    if (controlToken === undefined) warnOpenControl(logger, address, controlAddress);
     let closing: Promise<void> | null = null;
     return {
       address,
@@ -156,6 +149,44 @@ export async function startGateway(
     };
   } catch (err) {
     await output.close();
+    if (madeDir !== undefined && holdsNoData(madeDir)) rmSync(madeDir, { recursive: true, force: true });
     throw err;
   }
+}
+
+/** Without a control token, a control route reachable beyond loopback is anyone's: said at the start. */
+function warnOpenControl(logger: Logger, address: string, controlAddress: string | undefined): void {
+  if (controlAddress !== undefined && !loopback(controlAddress))
+    logger.warn(
+      { control: controlAddress },
+      "The control listener listens beyond loopback without a control token: whoever reaches it can post " +
+        "rewards, end sessions and set the policy version. Set $TRAJFLOW_CONTROL_TOKEN, or keep it off the " +
+        "agents' network (docs/gateway.md#security).",
+    );
+  if (controlAddress === undefined && !loopback(address))
+    logger.warn(
+      { address },
+      "The gateway listens beyond loopback with neither a control token nor a control listener: any agent " +
+        "that reaches it can post rewards, end sessions and set the policy version. Set " +
+        "$TRAJFLOW_CONTROL_TOKEN or --control-listen (docs/gateway.md#security).",
+    );
+}
+
+/**
+ * The outermost directory of `dir` that does not exist yet (what opening it will create), if any: a start
+ * that fails (the port taken) removes it again, so it leaves no event log directory behind.
+ */
+function firstMissing(dir: string): string | undefined {
+  let missing: string | undefined;
+  for (let d = resolve(dir); !existsSync(d); d = dirname(d)) missing = d;
+  return missing;
+}
+
+/** Whether a directory holds nothing written: directories and empty files only (a fresh log's first segment). */
+function holdsNoData(dir: string): boolean {
+  if (!existsSync(dir)) return false;
+  return readdirSync(dir, { withFileTypes: true }).every((e) => {
+    const path = join(dir, e.name);
+    return e.isDirectory() ? holdsNoData(path) : e.isFile() && statSync(path).size === 0;
+  });
 }

@@ -2,6 +2,7 @@
  * HTTP plumbing the gateway's routes share: JSON answers, errors in the agent API's shape, and splitting a
  * server-sent-events stream into its events without copying the bytes more than once.
  */
+import { TrajflowError } from "../core/errors.ts";
 import type { Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Duplex } from "node:stream";
@@ -31,6 +32,7 @@ export type GatewayErrorCode =
   | "unknown_session"
   | "session_ended"
   | "session_expired"
+  | "session_written"
   | "session_exists"
   | "too_many_calls"
   | "output_unavailable"
@@ -185,7 +187,16 @@ export async function bind(server: Server, address: string): Promise<string> {
   const host = address.slice(0, at).replace(/^\[|\]$/g, "");
   const port = Number(address.slice(at + 1));
   await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
+    server.once("error", (err: NodeJS.ErrnoException) =>
+      reject(
+        err.code === "EADDRINUSE"
+          ? new TrajflowError(
+              "ADDRESS_IN_USE",
+              `${address} is taken by another process: stop it, or listen elsewhere (--listen host:port)`,
+            )
+          : err,
+      ),
+    );
     server.listen(port, host, () => resolve());
   });
   const bound = server.address() as AddressInfo;

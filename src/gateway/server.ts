@@ -53,6 +53,8 @@ export interface GatewayParts {
   output: EventOutput;
   metrics: Metrics;
   logger: Logger;
+  /** The embedded pipeline's answer: has it finalized this session? */
+  finalized?: (uid: string, sessionId: string) => boolean;
 }
 
 export class GatewayServer {
@@ -125,6 +127,7 @@ export class GatewayServer {
       refuse: (res, status, code, message) => this.refuse(res, status, code, message),
       setVersion: (v) => (this.weightVersion = v),
       agentsHost: (host) => this.agentsHost(host),
+      ...(parts.finalized !== undefined ? { finalized: parts.finalized } : {}),
     });
     this.apiSettings = apiSettings(parts.config);
     this.trained = trainRule(parts.config);

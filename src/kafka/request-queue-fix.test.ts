@@ -30,7 +30,6 @@ function queue(): Queue {
 }
 
 const entry = (correlationId: number): Entry => ({ correlationId, resolve() {}, reject() {} });
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 test("kafkajs request queue: no timer left armed once nothing waits and no throttle is on", () => {
   fixKafkajsRequestQueue();
@@ -45,7 +44,9 @@ test("kafkajs request queue: no timer left armed once nothing waits and no throt
   assert.deepEqual(sent, [1]);
 });
 
-test("kafkajs request queue: requests held back by the in-flight limit or a throttle are still sent", async () => {
+test("kafkajs request queue: requests held back by the in-flight limit or a throttle are still sent", (t) => {
+  // The throttle is kafkajs's own clock (Date.now) and timers: mocked, so the test moves time itself.
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"], now: 1_000_000 });
   fixKafkajsRequestQueue();
   const q = queue();
   const sent: number[] = [];
@@ -61,10 +62,12 @@ test("kafkajs request queue: requests held back by the in-flight limit or a thro
   q.fulfillRequest({ correlationId: 2, payload: null, size: 0 });
   push(3); // waits for the throttle to end
   assert.deepEqual(sent, [1, 2]);
-  await sleep(80);
+  t.mock.timers.tick(39);
+  assert.deepEqual(sent, [1, 2], "sent while still throttled");
+  t.mock.timers.tick(1);
   assert.deepEqual(sent, [1, 2, 3]);
   q.fulfillRequest({ correlationId: 3, payload: null, size: 0 });
-  await sleep(20);
+  t.mock.timers.tick(20);
   const armed = q.throttleCheckTimeoutId;
   q.destroy();
   assert.equal(armed, null);

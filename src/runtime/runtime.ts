@@ -19,6 +19,7 @@ import type {
   Unit,
 } from "../contract/components.ts";
 import { isTrajflowError, TrajflowError } from "../core/errors.ts";
+import { sourceFailure } from "./source-failure.ts";
 import { addHoldings, HeldMemory, type Holdings, type MemoryReport } from "../core/held-memory.ts";
 import type { Logger } from "../core/logger.ts";
 import { Metrics } from "../core/metrics.ts";
@@ -323,6 +324,9 @@ export class Runtime implements SourceHandler {
   // --- running -------------------------------------------------------------------------------------
 
   /** Builds, runs until the source ends or a stop, stops, and reports. */
+  /** Did the pipeline finalize this session? The embedded gateway refuses its rewards then (LATE_EVENT). */
+  sessionFinalized = (uid: string, sessionId: string) => this.ingest?.finalized?.(uid, sessionId) === true;
+
   async run(ops?: { ready(ready: boolean): void }): Promise<RunResult> {
     const started = performance.now();
     resetThreads();
@@ -491,10 +495,4 @@ export class Runtime implements SourceHandler {
     for (const t of this.transforms) await t.close?.();
     await this.ingest?.close();
   }
-}
-
-/** A source's error: trajflow's own (a file that cannot be written) keep their code; the client's become SOURCE_READ_FAILED. */
-function sourceFailure(error: Error): Error {
-  if (isTrajflowError(error)) return error;
-  return new TrajflowError("SOURCE_READ_FAILED", `the source failed: ${error.message}`, { cause: error });
 }

@@ -1,6 +1,6 @@
 """An agent written the way teams write them: the official `openai` Python client, pointed at trajflow's
-gateway (base URL http://<gateway>/sessions/<id>/v1), in front of llama.cpp's server. It runs the sessions
-test/gateway-llamacpp.test.ts checks, and prints what the agent saw as JSON: every answered call with its
+gateway (base URL http://<gateway>/sessions/<id>/v1), in front of llama.cpp's or vLLM's server. It runs the sessions
+test/gateway-engines.test.ts checks, and prints what the agent saw as JSON: every answered call with its
 call id (the gateway's x-trajflow-call-id header), the usage's completion_tokens, the finish reason, and
 whether logprobs came back.
 
@@ -12,7 +12,8 @@ Sessions (uid "e2e"):
 - branch:    one turn, then two different continuations of it (two branches)
 - retry:     a call the engine refuses (400), then the same turn again
 - subagents: a main agent and two sub-agents (their own system prompts) interleaved in one session
-- leave:     a streamed call the agent gives up on (a client timeout), then a normal turn
+- leave:     a streamed call the agent gives up on (at its first chunk, or a client timeout before one), then
+             a normal turn
 - logprobs:  one call that asks for logprobs (and gets them)
 Every session gets a reward and an end. The policy version is 3, then 4 from the subagents session on.
 """
@@ -174,8 +175,11 @@ def main():
         stream = client("leave", timeout=0.3).chat.completions.create(
             model="tiny", messages=h, stream=True, max_tokens=3500, extra_body={"ignore_eos": True}
         )
+        # A relayed stream (vLLM) sends chunks sooner than the read timeout: the agent leaves at the first.
         for _ in stream:
-            pass
+            stream.close()
+            left += 1
+            break
     except (openai.APITimeoutError, openai.APIConnectionError):
         left += 1
     follow_up(h, chat("leave", h), 0)

@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { readdirSync } from "node:fs";
+import { KILL_POINTS, type KillPoint } from "../../src/core/kill-points.ts";
 
 const BIN = new URL("../../bin/trajflow.js", import.meta.url).pathname;
 
@@ -97,27 +98,49 @@ export function parquetFiles(dir: string): number {
 }
 
 /**
- * Runs the CLI and kills it with SIGKILL once `files` Parquet files are visible in `out`, `extraMs` later
- * (so kills land before, between and inside commits); resolves when it is gone.
+ * Runs the CLI with `TRAJFLOW_TEST_KILL_AT=<point>:<n>` (src/core/kill-points.ts): it SIGKILLs itself the
+ * n-th time a thread reaches the named point of its commit path. Resolves "killed", or "done" when the run
+ * finished its work (exit 0) before the n-th time came. Any other end (a crash of its own, a coded error)
+ * fails the test with its output, rather than passing for a kill.
  */
-export async function killAfterFiles(
+export async function killAt(
   args: string[],
   env: NodeJS.ProcessEnv,
-  out: string,
-  files: number,
-  extraMs: number,
-): Promise<void> {
-  const running = startCli(args, { TRAJFLOW_LOG_LEVEL: "silent", ...env });
-  let timer: NodeJS.Timeout | undefined;
-  const poll = setInterval(() => {
-    if (timer === undefined && parquetFiles(out) >= files) {
-      timer = setTimeout(() => running.child.kill("SIGKILL"), extraMs);
-    }
-  }, 2);
-  try {
-    await running.exited;
-  } finally {
-    clearInterval(poll);
-    clearTimeout(timer);
-  }
+  point: KillPoint,
+  n: number,
+): Promise<"killed" | "done"> {
+  const running = startCli(args, {
+    TRAJFLOW_LOG_LEVEL: "silent",
+    ...env,
+    TRAJFLOW_TEST_KILL_AT: `${point}:${n}`,
+  });
+  const outcome = await running.exited;
+  if (outcome === "SIGKILL") return "killed";
+  if (outcome === 0) return "done";
+  throw new Error(
+    `trajflow ${args.join(" ")} (kill at ${point}:${n}) ended ${outcome}, neither killed nor done:\n${running.stderr().slice(-4000)}`,
+  );
+}
+
+/**
+ * Run `run` of a Kafka crash test: a consume killed at the run's point of the commit path (each of
+ * KILL_POINTS in turn, the files' and the offsets' commit after them), the n-th time it gets there (n from
+ * 1 to `maxN`, from `random`; the offsets, committed on a timer a few times a run, the first time).
+ * With --until-idle-ms a run that drained everything before its point came ends by itself: "done".
+ */
+export function killConsumeAt(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  run: number,
+  random: () => number,
+  maxN: number,
+): Promise<"killed" | "done"> {
+  const point = KILL_POINTS[run % KILL_POINTS.length]!;
+  const n = point === "source.offsets-committed" ? 1 : 1 + Math.floor(random() * maxN);
+  return killAt(
+    [...args, "--until-idle-ms", "5000"],
+    { KAFKAJS_NO_PARTITIONER_WARNING: "1", ...env },
+    point,
+    n,
+  );
 }

@@ -1,7 +1,7 @@
 /**
  * An upstream that answers at once, in vLLM's OpenAI shapes (`return_token_ids`, chat logprobs), for the
  * gateway's own behaviour tests and for measuring the gateway's cost without an engine's. It is not a model:
- * the real engine behind the gateway in the end-to-end tests is llama.cpp's server (test/gateway-llamacpp).
+ * the real engine behind the gateway in the end-to-end tests is llama.cpp's and vLLM's servers (test/gateway-engines).
  *
  * Its "tokenizer" is bytes: a chat prompt is, per message, a role token (1000 + role), the content's UTF-8
  * bytes and END (999), then the assistant's role token; an answer is the reply's bytes and END. A

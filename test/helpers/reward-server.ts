@@ -1,7 +1,8 @@
 /**
  * A reward server for tests, on 127.0.0.1, speaking the KServe v2 inference protocol, vLLM's /classify
  * and an OpenAI-compatible chat endpoint, backed by the real tiny ONNX model (onnxruntime in this process).
- * `failNext` makes the next n requests answer 503; `delayMs` slows every answer.
+ * `failNext` makes the next n requests answer 503; while `hold` is set, every answer waits for it; `arrivals`
+ * holds each request's arrival time (performance.now(), the test's own clock).
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -12,7 +13,8 @@ export interface RewardServer {
   url: string;
   requests: number;
   failNext: number;
-  delayMs: number;
+  hold: Promise<void> | null;
+  arrivals: number[];
   close(): Promise<void>;
 }
 
@@ -32,7 +34,8 @@ export async function startRewardServer(weights: TinyModelWeights): Promise<Rewa
     url: "",
     requests: 0,
     failNext: 0,
-    delayMs: 0,
+    hold: null,
+    arrivals: [],
     close: () => new Promise((r) => server.close(() => r())),
   };
   const server: Server = createServer((req, res) => {
@@ -40,11 +43,12 @@ export async function startRewardServer(weights: TinyModelWeights): Promise<Rewa
     req.on("data", (d) => (body += d));
     req.on("end", async () => {
       state.requests++;
+      state.arrivals.push(performance.now());
       const reply = (status: number, value: unknown) => {
         res.writeHead(status, { "content-type": "application/json" });
         res.end(JSON.stringify(value));
       };
-      if (state.delayMs > 0) await new Promise((r) => setTimeout(r, state.delayMs));
+      if (state.hold !== null) await state.hold;
       if (state.failNext > 0) {
         state.failNext--;
         return reply(503, { error: "overloaded" });

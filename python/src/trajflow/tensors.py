@@ -58,17 +58,17 @@ def _routing(table: pa.Table):
     layouts = {(layers[i], top_k[i]) for i in range(n) if blobs[i] is not None}
     if len(layouts) > 1:
         raise ValueError(f"routed experts of different layouts in one batch: {sorted(layouts)}")
-    out = []
-    for i in range(n):
-        if blobs[i] is None:
-            out.append(None)
-            continue
-        raw = np.frombuffer(blobs[i], dtype=_DTYPES[dtypes[i]])
-        ids = raw.astype(np.int32).reshape(-1, layers[i], top_k[i])
-        if dtypes[i].startswith("uint"):
-            ids[raw.reshape(ids.shape) == np.iinfo(raw.dtype).max] = -1  # the "not covered" mark
-        out.append(ids)
+    out = [None if blobs[i] is None else decode_routing(blobs[i], dtypes[i], layers[i], top_k[i]) for i in range(n)]
     return out, (layouts.pop() if layouts else (0, 0))
+
+
+def decode_routing(blob: bytes, dtype: str, layers: int, top_k: int) -> np.ndarray:
+    """One row's ``routed_experts`` as an int32 [seq, layers, top_k] array, -1 where no event covered a position."""
+    raw = np.frombuffer(blob, dtype=_DTYPES[dtype])
+    ids = raw.astype(np.int32).reshape(-1, layers, top_k)
+    if dtype.startswith("uint"):
+        ids[raw.reshape(ids.shape) == np.iinfo(raw.dtype).max] = -1  # the "not covered" mark
+    return ids
 
 
 def _temperatures(i: int, ends, masks_l, sampling_l, length: int) -> np.ndarray:

@@ -144,7 +144,9 @@ export async function runGateway(argv: string[]): Promise<number> {
   }
   if (values.upstream === undefined) throw usageError("gateway needs --upstream <url>");
   if ((values.out === undefined && values["event-log"] === undefined) === (values.topic === undefined))
-    throw usageError("gateway needs one of --out <dir> (a local event log) or --topic <t> (Kafka)");
+    throw usageError(
+      "gateway needs one of --out <dir> or --event-log <dir> (a local event log) or --topic <t> (Kafka)",
+    );
   const input = gatewayInput(values);
   // Every problem at once: the gateway's settings, the embedded pipeline's and the flags'.
   const problems = new ConfigProblems();
@@ -246,7 +248,12 @@ async function serve(
   const pipelineStop = new Promise<void>((r) => (stopPipeline = r));
   const runtime =
     plan === null ? null : new Runtime(plan, { logger, baseDir: process.cwd(), stopSignal: pipelineStop });
-  const gateway = await startGateway(config, logger, runtime?.metrics);
+  const gateway = await startGateway(
+    config,
+    logger,
+    runtime?.metrics,
+    runtime === null ? undefined : (uid, sessionId) => runtime.sessionFinalized(uid, sessionId),
+  );
   process.stdout.write(
     `trajflow gateway: serving on http://${gateway.address} (events to ${gateway.output.where})\n`,
   );

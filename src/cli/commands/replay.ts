@@ -1,4 +1,6 @@
 /** `trajflow replay`: a preset of a pipeline with a jsonl source. */
+import { existsSync } from "node:fs";
+import { TrajflowError } from "../../core/errors.ts";
 import { createLogger } from "../../core/logger.ts";
 import { ExitCode, intOption, parse, usageError } from "../args.ts";
 import { execute } from "../execute.ts";
@@ -76,6 +78,13 @@ export async function runReplay(argv: string[]): Promise<number> {
   }
   if (positionals.length === 0) throw usageError("replay needs at least one events file");
   if (values.out === undefined) throw usageError("replay needs --out <dir>");
+  // Checked before anything opens, so a typo'd input leaves no output directory behind.
+  const missing = positionals.filter((path) => !existsSync(path));
+  if (missing.length > 0)
+    throw new TrajflowError(
+      "SOURCE_READ_FAILED",
+      `cannot read ${missing.join(", ")}: no such file (nothing was written)`,
+    );
   checkPolicyFlags(values);
   const logger = createLogger({ level: values["log-level"] });
   const { baseDir, ...options } = presetOptions(values, values.group === true);

@@ -10,7 +10,7 @@
  * tokens added (the template writes its own BOS), special tokens' text read as those tokens.
  */
 import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { Template } from "@huggingface/jinja";
 import { Tokenizer } from "@huggingface/tokenizers";
 import type { PromptRenderer } from "../engines/engine.ts";
@@ -66,10 +66,16 @@ function templateMessages(messages: unknown): unknown[] {
   });
 }
 
+/** A model's tokenizer.json, with the tokenizer_config.json beside it when there is one, read offline. */
+export function modelTokenizer(file: string): Tokenizer {
+  const configFile = join(dirname(file), "tokenizer_config.json");
+  return new Tokenizer(readJson(file), existsSync(configFile) ? readJson(configFile) : {});
+}
+
 /** The renderer of a model directory (tokenizer.json, tokenizer_config.json); throws what is missing. */
 export function localRenderer(dir: string): PromptRenderer {
   const config = readJson(join(dir, "tokenizer_config.json"));
-  const tokenizer = new Tokenizer(readJson(join(dir, "tokenizer.json")), config);
+  const tokenizer = modelTokenizer(join(dir, "tokenizer.json"));
   const template = new Template(chatTemplate(dir, config));
   const bos = tokenText(config.bos_token);
   const eos = tokenText(config.eos_token);

@@ -5,7 +5,7 @@
  * text is then parsed in the model family's format (parsers/) into the chat answer every API codec
  * translates: content, reasoning, tool calls. A call that needs what only the engine's chat route does
  * (response_format, logprobs for the agent on an engine other than llama.cpp, a forced tool call without a
- * grammar for the format) goes to
+ * grammar for the format or on SGLang) goes to
  * the chat route as in prompt mode engine, counted.
  */
 import { randomBytes } from "node:crypto";
@@ -82,7 +82,8 @@ class TokenCall {
 
   /**
    * The agent's logprobs of a choice: llama.cpp's completions route writes the chat route's shape
-   * (`{content: [{id, token, logprob, bytes, top_logprobs}]}`), cut to the alternatives asked for.
+   * (`{content: [{id, token, logprob, bytes, top_logprobs}]}`), cut to the alternatives asked for; the
+   * entries keep every field the chat route writes (`id` too), so an answer reads the same in both modes.
    */
   logprobsOf(choice: Json): Json[] | null {
     if (this.topLogprobs === null) return null;
@@ -90,9 +91,8 @@ class TokenCall {
     if (!Array.isArray(content)) return [];
     const k = this.topLogprobs;
     return content.map((e: Json) => {
-      const { id: _id, ...entry } = e;
-      const top = Array.isArray(entry.top_logprobs) ? (entry.top_logprobs as Json[]) : [];
-      return { ...entry, top_logprobs: top.slice(0, k).map(({ id: _alt, ...alt }) => alt) };
+      const top = Array.isArray(e.top_logprobs) ? (e.top_logprobs as Json[]) : [];
+      return { ...e, top_logprobs: top.slice(0, k) };
     });
   }
 }
@@ -186,11 +186,16 @@ export class TokenPrompts {
     const top =
       body.logprobs === true ? (typeof body.top_logprobs === "number" ? body.top_logprobs : 0) : null;
     if (top !== null) completions.n_probs = Math.max(1, top);
+    const grammar = forcesToolCall(body)
+      ? toolCallGrammar(forcedTools(body), CALL_LAYOUTS[this.settings.toolParser]!)
+      : undefined;
     if (this.inner.name === "llamacpp") {
       // Markers that are control tokens are hidden from llama.cpp's text unless preserved.
       if (this.markers.length > 0) completions.preserved_tokens = this.markers;
-      if (forcesToolCall(body))
-        completions.grammar = toolCallGrammar(forcedTools(body), CALL_LAYOUTS[this.settings.toolParser]!);
+      if (grammar !== undefined) completions.grammar = grammar;
+    } else if (grammar !== undefined) {
+      // vLLM's structured outputs take the same GBNF (xgrammar's EBNF is GBNF) on the completions route.
+      completions.structured_outputs = { grammar };
     }
     const inner = await this.inner.prepare("completions", completions, upstream, signal);
     const continuation: ContinuationRecord = {
@@ -218,9 +223,10 @@ export class TokenPrompts {
     // llama.cpp's completions route writes logprobs in the chat route's shape; others' need translating.
     if (body.logprobs === true && this.inner.name !== "llamacpp") return "logprobs";
     if (forcesToolCall(body)) {
-      // A forced call is constrained by a grammar of the format, which only llama.cpp takes as GBNF here.
-      const grammar = this.inner.name === "llamacpp" && CALL_LAYOUTS[this.settings.toolParser] !== undefined;
-      if (!grammar) return "tool_choice";
+      // A forced call is constrained by a grammar of the format: llama.cpp's `grammar`, vLLM's
+      // `structured_outputs.grammar` (both GBNF). SGLang's calls go to its chat route.
+      const engine = this.inner.name === "llamacpp" || this.inner.name === "vllm";
+      if (!engine || CALL_LAYOUTS[this.settings.toolParser] === undefined) return "tool_choice";
     }
     return null;
   }
@@ -285,8 +291,19 @@ class TokenStreamReader implements StreamReader {
   private readonly owner: TokenPrompts;
   private readonly choices = new Map<
     number,
-    { stream: StreamingParser; calls: number; text: string; started: boolean; logprobs: Json[] }
+    {
+      stream: StreamingParser;
+      calls: number;
+      text: string;
+      started: boolean;
+      logprobs: Json[];
+      /** Sampled ids not yet given to the agent (it asked `return_token_ids`), as logprobs are held. */
+      ids: number[];
+    }
   >();
+  /** The prompt's ids, for the first chunk the agent gets (it asked `return_token_ids`). */
+  private promptIds: unknown[] | undefined;
+  private promptSent = false;
 
   constructor(inner: StreamReader, parser: OutputParser, call: TokenCall, owner: TokenPrompts) {
     this.inner = inner;
@@ -304,13 +321,16 @@ class TokenStreamReader implements StreamReader {
       const index = typeof c.index === "number" ? c.index : 0;
       let state = this.choices.get(index);
       if (state === undefined) {
-        state = { stream: this.parser.stream(), calls: 0, text: "", started: false, logprobs: [] };
+        state = { stream: this.parser.stream(), calls: 0, text: "", started: false, logprobs: [], ids: [] };
         this.choices.set(index, state);
       }
       const text = typeof c.text === "string" ? c.text : "";
       state.text += text;
       // Logprob entries go with the next chunk that says something (a held-back marker holds them too).
       state.logprobs.push(...(this.call.logprobsOf(c) ?? []));
+      // Token ids likewise (present only when the agent asked for them: the engine's adapter hides them).
+      if (Array.isArray(c.token_ids)) state.ids.push(...(c.token_ids as number[]));
+      if (Array.isArray(c.prompt_token_ids)) this.promptIds ??= c.prompt_token_ids;
       const deltas = state.stream.push(text);
       const finish = c.finish_reason ?? null;
       if (finish !== null) deltas.push(...state.stream.end());
@@ -321,16 +341,25 @@ class TokenStreamReader implements StreamReader {
         delta.role = "assistant";
         state.started = true;
       }
-      choices.push({
+      const choice: Json = {
         index,
         delta,
         logprobs: this.call.topLogprobs === null ? null : { content: state.logprobs.splice(0) },
         finish_reason: finish === null ? null : chatFinish(finish, state.calls),
-      });
+      };
+      if (this.call.inner.asked.tokenIds) choice.token_ids = state.ids.splice(0);
+      choices.push(choice);
     }
     if (choices.length === 0 && out.usage === undefined) return undefined;
     const { choices: _dropped, object: _object, ...rest } = out;
-    return { ...rest, object: "chat.completion.chunk", choices };
+    const chunk: Json = { ...rest, object: "chat.completion.chunk", choices };
+    // Chat writes the prompt's ids once, at the top of the first chunk.
+    if (this.call.inner.asked.tokenIds) {
+      const now = !this.promptSent && this.promptIds !== undefined && choices.length > 0;
+      chunk.prompt_token_ids = now ? this.promptIds : null;
+      if (now) this.promptSent = true;
+    }
+    return chunk;
   }
 
   private delta(deltas: ParsedDelta[], state: { calls: number }): Json {

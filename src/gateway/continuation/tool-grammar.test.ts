@@ -7,6 +7,7 @@ import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
 import { outputParser } from "../parsers/parser.ts";
 import { CALL_LAYOUTS, forcedTools, forcesToolCall, toolCallGrammar } from "./tool-grammar.ts";
+import { requiredOrSkip } from "../../../test/helpers/required.ts";
 
 /** The rules every grammar ends with, as GBNF text (String.raw: backslashes as written). */
 const BASE = [
@@ -188,8 +189,9 @@ describe("the hermes grammar on llama-server", () => {
 
   for (const seed of [1, 2, 3, 4, 5]) {
     it(`samples a hermes call of calc with integer a and b (seed ${seed})`, async (t) => {
-      if (server === undefined) {
-        t.skip("LLAMA_SERVER is not set: no llama-server to ask");
+      const missing = requiredOrSkip(server !== undefined, "LLAMA_SERVER is not set: no llama-server to ask");
+      if (missing !== false) {
+        t.skip(missing);
         return;
       }
       const res = await fetch(new URL("/v1/completions", server), {

@@ -11,6 +11,8 @@ export type Json = Record<string, unknown>;
 export interface LlamaState {
   route: AgentRoute;
   stream: boolean;
+  /** The agent asked chat `logprobs: true` without `top_logprobs`: the entries' 20 alternatives are cut. */
+  trimTop: boolean;
   /** The gateway added `n_probs` (the agent asked no logprobs): logprob entries are stripped. */
   addedProbs: boolean;
   /** The gateway added `verbose` and `response_fields` (whole answers): `__verbose` is stripped. */

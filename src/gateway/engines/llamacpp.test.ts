@@ -10,6 +10,8 @@ import type { Capture, UpstreamJson } from "./engine.ts";
 import { LlamaCppAdapter } from "./llamacpp.ts";
 import { placeByPieces, placeEntries, validUtf8Length } from "./llamacpp-read.ts";
 
+type Json = Record<string, unknown>;
+
 const EOS = 460;
 
 /** An upstream that answers /apply-template and /tokenize from tables and records what it was asked. */
@@ -120,7 +122,7 @@ describe("llama.cpp adapter: prepare", () => {
     assert.equal(call.wholeAsStream, undefined);
   });
 
-  it("leaves the agent's own logprobs request alone (llama.cpp then sends 20 alternatives)", async () => {
+  it("leaves the agent's own logprobs request alone (llama.cpp then sends 20 alternatives, which are cut)", async () => {
     const body = { messages: [{ role: "user", content: "hi" }], logprobs: true };
     const { call } = await prepared(body);
     assert.deepEqual(call.body, {
@@ -129,7 +131,8 @@ describe("llama.cpp adapter: prepare", () => {
       verbose: true,
       response_fields: ["tokens", "index", "stop_type", "stopping_word"],
     });
-    assert.deepEqual(call.asked, { logprobs: true, topLogprobs: 20, tokenIds: false });
+    // logprobs alone asks no alternatives (OpenAI's meaning): the 20 llama-server writes are cut from the answer.
+    assert.deepEqual(call.asked, { logprobs: true, topLogprobs: 0, tokenIds: false });
   });
 
   it("uses a completions prompt of token ids as it is, with no round trip", async () => {
@@ -192,10 +195,31 @@ describe("llama.cpp adapter: whole answers", () => {
   });
 
   it("keeps logprobs and __verbose the agent asked for", async () => {
-    const { call } = await prepared({ messages: [], logprobs: true, verbose: true, return_tokens: true });
+    const { call } = await prepared({
+      messages: [],
+      logprobs: true,
+      top_logprobs: 1,
+      verbose: true,
+      return_tokens: true,
+    });
     const json = chatAnswer([72, EOS], [entry(72, -1, [72]), entry(EOS, -2, [])]);
     const { forAgent } = new LlamaCppAdapter().answer(call, json);
     assert.deepEqual(forAgent, json);
+  });
+
+  it("cuts the alternatives of logprobs asked without top_logprobs (OpenAI writes top_logprobs: [])", async () => {
+    const { call } = await prepared({ messages: [], logprobs: true });
+    const json = chatAnswer([72, EOS], [entry(72, -1, [72]), entry(EOS, -2, [])]);
+    const { captures, forAgent } = new LlamaCppAdapter().answer(call, json);
+    const content = ((forAgent.choices as Json[])[0]!.logprobs as Json).content as Json[];
+    assert.deepEqual(
+      content.map((e) => [e.id, e.logprob, e.top_logprobs]),
+      [
+        [72, -1, []],
+        [EOS, -2, []],
+      ],
+    );
+    assert.deepEqual([...captures[0]!.outputIds], [72, EOS]);
   });
 
   it("empties __verbose.tokens again when the agent asked __verbose but not return_tokens", async () => {

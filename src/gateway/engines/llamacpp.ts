@@ -76,6 +76,26 @@ export interface LlamaCppAdapterOptions {
   streams?: "whole" | "relay";
 }
 
+/** What the agent asked for itself, in llama.cpp's terms. */
+export function llamaAsked(route: AgentRoute, body: Record<string, unknown>): Asked {
+  const nProbs = typeof body.n_probs === "number" ? body.n_probs : undefined;
+  // The agent's own logprobs: chat `logprobs: true` (n_probs = top_logprobs, 20 by default); completions
+  // `logprobs: N` (an alias of n_probs in llama.cpp, server-schema.cpp); or llama.cpp's own `n_probs`.
+  const logprobs =
+    (nProbs ?? 0) > 0 ||
+    (route === "chat" ? body.logprobs === true : typeof body.logprobs === "number" && body.logprobs > 0);
+  // Chat `logprobs: true` alone asks for no alternatives (OpenAI's meaning), though llama-server then writes
+  // 20 a token: the answer is cut back to what was asked (strip).
+  const chatTop =
+    body.logprobs === true ? (typeof body.top_logprobs === "number" ? body.top_logprobs : 0) : (nProbs ?? 0);
+  const completionsTop = nProbs ?? (typeof body.logprobs === "number" ? body.logprobs : 0);
+  return {
+    logprobs,
+    topLogprobs: route === "chat" ? chatTop : completionsTop,
+    tokenIds: body.return_tokens === true,
+  };
+}
+
 export class LlamaCppAdapter implements EngineAdapter {
   readonly name = "llamacpp" as const;
   private readonly streams: "whole" | "relay";
@@ -94,24 +114,8 @@ export class LlamaCppAdapter implements EngineAdapter {
     // gateway streams the whole answer to the agent (PreparedCall.wholeAsStream). Exact ids beat chunking.
     const stream = body.stream === true && this.streams === "relay";
     const wholeAsStream = body.stream === true && !stream;
-    const nProbs = typeof body.n_probs === "number" ? body.n_probs : undefined;
-    // The agent's own logprobs: chat `logprobs: true` (n_probs = top_logprobs, 20 by default); completions
-    // `logprobs: N` (an alias of n_probs in llama.cpp, server-schema.cpp); or llama.cpp's own `n_probs`.
-    const askedProbs =
-      (nProbs ?? 0) > 0 ||
-      (route === "chat" ? body.logprobs === true : typeof body.logprobs === "number" && body.logprobs > 0);
-    const asked: Asked = {
-      logprobs: askedProbs,
-      topLogprobs:
-        route === "chat"
-          ? body.logprobs === true
-            ? typeof body.top_logprobs === "number"
-              ? body.top_logprobs
-              : 20
-            : (nProbs ?? 0)
-          : (nProbs ?? (typeof body.logprobs === "number" ? body.logprobs : 0)),
-      tokenIds: body.return_tokens === true,
-    };
+    const asked = llamaAsked(route, body);
+    const askedProbs = asked.logprobs;
     const out: Record<string, unknown> = { ...body };
     if (wholeAsStream) {
       delete out.stream;
@@ -142,9 +146,16 @@ export class LlamaCppAdapter implements EngineAdapter {
     }
     const n = typeof body.n === "number" ? body.n : typeof body.n_cmpl === "number" ? body.n_cmpl : 1;
     const prompts = await promptIds(route, body, upstream, signal);
+    // The chat route's alternatives beyond what the agent asked (logprobs: true without top_logprobs).
+    const trimTop =
+      route === "chat" &&
+      body.logprobs === true &&
+      typeof body.top_logprobs !== "number" &&
+      typeof body.n_probs !== "number";
     const state: LlamaState = {
       route,
       stream,
+      trimTop,
       addedProbs,
       addedVerbose,
       addedTokensToVerbose,
@@ -202,10 +213,15 @@ export class LlamaCppAdapter implements EngineAdapter {
     return { captures, forAgent: this.strip(state, json, choices) };
   }
 
-  /** The answer without what the gateway added: `__verbose`, and logprob entries the agent did not ask for. */
+  /**
+   * The answer without what the gateway added: `__verbose`, logprob entries the agent did not ask for, and
+   * alternatives beyond those it asked for.
+   */
   private strip(state: LlamaState, json: Json, choices: unknown[]): Json {
-    if (!state.addedVerbose && !state.addedProbs && !state.addedTokensToVerbose) return json;
+    if (!state.addedVerbose && !state.addedProbs && !state.addedTokensToVerbose && !state.trimTop)
+      return json;
     const out: Json = { ...json };
+    if (state.trimTop) out.choices = choices = choices.map(withoutAlternatives);
     if (state.addedVerbose) delete out.__verbose;
     const verbose = asObject(out.__verbose);
     if (state.addedTokensToVerbose && verbose !== undefined && "tokens" in verbose) {
@@ -267,4 +283,16 @@ export class LlamaCppAdapter implements EngineAdapter {
       if (positions !== undefined) capture.logprobs = alignedLogprobs(capture.outputIds, entries, positions);
     }
   }
+}
+
+/** A chat choice whose logprob entries carry no alternatives (`top_logprobs: []`, as OpenAI writes them). */
+function withoutAlternatives(raw: unknown): unknown {
+  const choice = asObject(raw);
+  const content = asObject(choice?.logprobs)?.content;
+  if (choice === undefined || !Array.isArray(content)) return raw;
+  const entries = content.map((e: unknown) => {
+    const entry = asObject(e);
+    return entry === undefined ? e : { ...entry, top_logprobs: [] };
+  });
+  return { ...choice, logprobs: { ...asObject(choice.logprobs), content: entries } };
 }

@@ -10,6 +10,7 @@
  * File names follow the order of rows (part-00000, part-00001, ...), so the same input gives the same
  * files; with partitioning each cut writes one file per partition directory.
  */
+import { killPoint } from "../../core/kill-points.ts";
 import type { Logger } from "../../core/logger.ts";
 import type { Metrics } from "../../core/metrics.ts";
 import { OUTPUT_SCHEMA_VERSION, type TrajectoryRow } from "../../schemas/trajectory.ts";
@@ -328,6 +329,7 @@ export class FileSink {
     const fence = this.ctx.fence;
     const store = this.store!;
     const path = store.url(name);
+    killPoint("sink.commit-begin");
     const done = await this.pool.run(name, rows, options, fence !== undefined);
     const { metrics } = this.ctx;
     let outcome = done.outcome;
@@ -347,6 +349,7 @@ export class FileSink {
         return dropped("Dropped a file: the partition's next owner aborted its upload.");
       }
     }
+    killPoint("sink.committed");
     metrics.inc("files_committed", outcome!);
     metrics.fileCommitted();
     metrics.inc("rows_written", "", count);

@@ -13,6 +13,7 @@ import { hostname } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { TrajflowError } from "../../core/errors.ts";
 import { fsyncDir } from "../../core/fsync-dir.ts";
+import { killPoint } from "../../core/kill-points.ts";
 
 export type CommitOutcome = "written" | "already-committed";
 
@@ -66,6 +67,7 @@ export async function writeTemp(path: string, bytes: Uint8Array | Iterable<Uint8
   } finally {
     await handle.close();
   }
+  killPoint("file.temp-durable");
   return temp;
 }
 
@@ -91,6 +93,7 @@ export function publishTemp(temp: string, path: string): Promise<CommitOutcome> 
   let exists = false;
   try {
     linkSync(temp, path);
+    killPoint("file.linked");
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== "EEXIST") {
       return fs.unlink(temp).then(() => {

@@ -31,6 +31,7 @@ import type { KafkaSourceConfig } from "./config.ts";
 import { ownsPartition } from "./fence.ts";
 import { kafkaLane, type KafkaLane } from "./lane.ts";
 import { Watermarks } from "./watermarks.ts";
+import { killPoint } from "../../core/kill-points.ts";
 
 const EMPTY = Buffer.alloc(0);
 
@@ -391,6 +392,7 @@ export class KafkaSource implements Source {
     }
     if (offsets.length === 0) return;
     await this.consumer.commit(offsets);
+    killPoint("source.offsets-committed");
     for (const o of offsets) {
       const lane = this.lanes.get(o.partition);
       if (lane !== undefined) lane.ledger.committed = o.offset;

@@ -206,6 +206,12 @@ export class LaneAssembler implements LaneIngest {
   }
 
   /** Moves the lane's clock to at least `time` (a quiet live lane); returns the units that finishes. */
+  /** True once the session was finalized here or found written at the lane's start. */
+  finalized(uid: string, sessionId: string): boolean {
+    const key = sessionKey(uid, sessionId);
+    return this.written.has(key) || this.assembler.isFinalized(uid, sessionId, key);
+  }
+
   advanceClock(time: number): Unit[] {
     return this.units(this.assembler.advanceTo(time));
   }
@@ -339,6 +345,11 @@ export class AssembleComponent implements IngestStage {
     const l = new LaneAssembler(this, lane, deadLetters, written);
     this.lanes.add(l);
     return l;
+  }
+
+  finalized(uid: string, sessionId: string): boolean {
+    for (const lane of this.lanes) if (lane.finalized(uid, sessionId)) return true;
+    return false;
   }
 
   /** A lane dropped its sessions: it no longer counts. */

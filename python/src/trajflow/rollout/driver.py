@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import urllib.parse
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,20 +26,13 @@ import pyarrow.fs as pafs
 from ..control import GatewayControl, GatewayError
 from .agents import CliResult, call_agent
 from .journal import SessionEntry, StepJournal
+from .plan import Agent, Plan, Reward, check_options, fill_with_failures, score_of
 from .progress import Progress
 from .rows import RowWatcher
 from .types import ABORTED, FAILED, OK, AgentContext, Group, Groups, SessionResult
 
 log = logging.getLogger("trajflow.rollout")
 
-# The gateway takes ids of 1 to 200 of these; `_` is left out since row keys are `{uid}_{session}_{index}`
-# and verl's replay buffer takes a key's uid as key.split("_")[0].
-_UID = re.compile(r"^[A-Za-z0-9.:@-]{1,160}$")
-FAILURE_POLICIES = ("keep", "drop", "resample")
-STALE_POLICIES = ("flag", "drop")
-
-Agent = Callable[[AgentContext], Any]
-Reward = Callable[[Dict[str, Any], Any], Any]
 
 
 class RolloutError(Exception):
@@ -129,6 +121,7 @@ class Rollouts:
         stale: str = "flag",
         failure_reward: Optional[float] = None,
         _sem: Optional[asyncio.Semaphore] = None,
+        _only: Optional[int] = None,
     ) -> Groups:
         """One step: ``n`` sessions per task, and one group per task in task order.
 
@@ -153,7 +146,11 @@ class Rollouts:
                 posted for it, and the pipeline writes its rows once its reward grace has passed
                 (``--reward-grace-ms``, 30 s), which holds its group that long.
         """
-        problems = _check(tasks, n, timeout_s, max_concurrency, failure, max_resamples, oversample, stale)
+        problems = check_options(tasks, n, timeout_s, max_concurrency, failure, max_resamples, oversample, stale)
+        if _only is not None and not (isinstance(_only, int) and 0 <= _only < (n if isinstance(n, int) else 0)):
+            problems.append(f"sample_index must be an int in [0, n), not {_only!r}")
+        if _only is not None and oversample:
+            problems.append("oversample needs the whole group: run it with arun")
         if max_policy_lag is not None and self.version is None:
             problems.append("max_policy_lag needs the policy version: call set_weights(version) first")
         if problems:
@@ -168,13 +165,25 @@ class Rollouts:
         watcher.want(journal.sessions)  # sessions a killed driver began: their rows may be in the output
         sem = _sem if _sem is not None else asyncio.Semaphore(max_concurrency)
         progress = Progress(len(tasks), n, enabled=self.progress, step=step)
-        plan = _Plan(n, agent, reward, timeout_s, sem, failure, max_resamples, oversample, max_policy_lag, stale)
+        plan = Plan(n, agent, reward, timeout_s, sem, failure, max_resamples, oversample, max_policy_lag, stale)
         plan.failure_reward = failure_reward
+        plan.only = _only
         try:
             groups = await asyncio.gather(*(self._group(i, t, plan, journal, progress) for i, t in enumerate(tasks)))
         finally:
             progress.close()
         return Groups(list(groups), progress.stats())
+
+    async def arun_sample(self, task: Dict[str, Any], n: int, sample_index: int, agent: Agent, **kwargs: Any) -> Group:
+        """One session of a task's group of ``n``: sample ``sample_index``, for trainers whose unit of rollout
+        is one sample (verl's agent loops run each of a group's n sessions as a loop of its own). The group
+        returned holds that session and exactly its rows; the session starts with ``group_size`` n, so the
+        pipeline groups it with its siblings as if one ``arun`` had started them all. The same options as
+        ``arun`` but ``oversample`` (which needs the whole group) and ``step`` (not journaled)."""
+        if kwargs.get("step") is not None:
+            raise RolloutError("ROLLOUT_CONFIG", "arun_sample takes no step: one sample is not journaled")
+        groups = await self.arun([task], n, agent, _only=sample_index, **kwargs)
+        return groups[0]
 
     async def astream(
         self, tasks: Iterable[Dict[str, Any]], n: int, agent: Agent, *, max_groups_in_flight: int = 8, **kwargs: Any
@@ -212,18 +221,19 @@ class Rollouts:
 
     # --- a group ---------------------------------------------------------------------------------------
 
-    async def _group(self, ti: int, task: Dict[str, Any], plan: "_Plan", journal: StepJournal, progress: Progress) -> Group:
+    async def _group(self, ti: int, task: Dict[str, Any], plan: "Plan", journal: StepJournal, progress: Progress) -> Group:
         uid = task["uid"]
         slots = plan.n + plan.oversample
         done: List[SessionResult] = []
         attempts = [0] * slots
+        restored: List[SessionResult] = []
         # A snapshot: the other groups add their sessions while this one awaits.
         for sid, e in [(k, v) for k, v in journal.sessions.items() if v.task_index == ti]:
             attempts[e.sample_index] = max(attempts[e.sample_index], e.attempt + 1)
             if e.result is None:
-                # Cut by the driver's death: ended now, never trained, and its sample run again.
-                await self._end_quietly(sid)
-                e.result = SessionResult(sid, e.sample_index, e.attempt, ABORTED, reason="driver_restarted", kept=False)
+                e.result = await self._resumed(sid, e)
+                if e.result.reason != "driver_restarted":
+                    restored.append(e.result)
                 journal.save()
             done.append(e.result)
         resamples = sum(1 for r in done if not r.kept and r.reason in ("raised", "timeout", "reward_raised"))
@@ -232,6 +242,24 @@ class Rollouts:
         def ok_kept() -> int:
             return sum(1 for r in done if r.kept and r.status == OK)
 
+        def settle(r: SessionResult) -> bool:
+            """Applies the group's policies to a session that ended; True when its sample runs again."""
+            nonlocal resamples
+            if plan.oversample and r.status != OK:
+                r.kept = False  # the first n to end ok make the group; a failure may fill in below
+            if r.status != OK and plan.failure == "resample" and resamples < plan.max_resamples:
+                r.kept = False
+                resamples += 1
+                progress.count("sessions_resampled")
+                return True
+            return False
+
+        # Ended by the killed driver, result not yet journaled: settled as they would have been then.
+        for r in restored:
+            settle(r)
+        if restored:
+            journal.save()
+
         def start(sample: int) -> None:
             entry = SessionEntry(ti, sample, attempts[sample])
             attempts[sample] += 1
@@ -239,11 +267,11 @@ class Rollouts:
             journal.sessions[sid] = entry  # journaled before the gateway hears of it
             journal.save()
             self._watcher_for().want([sid])
-            running[asyncio.ensure_future(self._session(sid, entry, task, plan, progress))] = (sid, entry)
+            running[asyncio.ensure_future(self._session(sid, entry, task, plan, journal, progress))] = (sid, entry)
 
         finished = {r.sample_index for r in done if r.kept}
         if not (plan.oversample and ok_kept() >= plan.n):
-            for sample in range(slots):
+            for sample in range(slots) if plan.only is None else [plan.only]:
                 if sample not in finished:
                     start(sample)
         while running:
@@ -251,12 +279,7 @@ class Rollouts:
             for t in ended:
                 _, entry = running.pop(t)
                 r = t.result()
-                if plan.oversample and r.status != OK:
-                    r.kept = False  # the first n to end ok make the group; a failure may fill in below
-                if r.status != OK and plan.failure == "resample" and resamples < plan.max_resamples:
-                    r.kept = False
-                    resamples += 1
-                    progress.count("sessions_resampled")
+                if settle(r):
                     start(r.sample_index)
                 entry.result = r
                 done.append(r)
@@ -273,10 +296,10 @@ class Rollouts:
                 running.clear()
                 journal.save()
         if plan.oversample:
-            _fill_with_failures(done, plan.n)
+            fill_with_failures(done, plan.n)
         return await self._collect(uid, task, done, plan, progress)
 
-    async def _collect(self, uid: str, task: Dict[str, Any], done: List[SessionResult], plan: "_Plan", progress: Progress) -> Group:
+    async def _collect(self, uid: str, task: Dict[str, Any], done: List[SessionResult], plan: "Plan", progress: Progress) -> Group:
         kept = sorted((r for r in done if r.kept), key=lambda r: r.sample_index)
         last_end = time.monotonic()
         wanted = {r.session_id for r in kept if r.calls > 0}
@@ -299,7 +322,7 @@ class Rollouts:
                 table = table.filter(pc.invert(old))
         failed = any(r.status != OK for r in kept)
         group = Group(uid, task, table, sorted(done, key=lambda r: (r.sample_index, r.attempt)))
-        group.incomplete = any(r.rows == 0 for r in kept) or len(kept) < plan.n
+        group.incomplete = any(r.rows == 0 for r in kept) or len(kept) < (plan.n if plan.only is None else 1)
         group.stale_rows = stale_rows
         if plan.failure == "drop" and failed:
             group.dropped = True
@@ -320,7 +343,9 @@ class Rollouts:
 
     # --- a session ---------------------------------------------------------------------------------
 
-    async def _session(self, sid: str, entry: SessionEntry, task: Dict[str, Any], plan: "_Plan", progress: Progress) -> SessionResult:
+    async def _session(
+        self, sid: str, entry: SessionEntry, task: Dict[str, Any], plan: "Plan", journal: StepJournal, progress: Progress
+    ) -> SessionResult:
         async with plan.sem:
             t0 = time.monotonic()
             started = await self._control(
@@ -343,7 +368,7 @@ class Rollouts:
             reward_value, info = None, None
             if status == OK:
                 try:
-                    reward_value, info = await _score(task, value, plan.reward)
+                    reward_value, info = await score_of(task, value, plan.reward)
                 except Exception as e:  # noqa: BLE001
                     status, reason, error = FAILED, "reward_raised", f"{type(e).__name__}: {e}"
             if isinstance(value, CliResult) and value.remove_workdir:
@@ -355,14 +380,57 @@ class Rollouts:
                 reward_value, info, stage = float(plan.failure_reward), {"reason": reason}, "rollout"
             if reward_value is not None:
                 await self._control(self.control.reward, sid, reward_value, key=f"{sid}/reward", info=info, stage=stage)
+            result = SessionResult(
+                sid, entry.sample_index, entry.attempt, status, reward_value, info, reason, error, seconds=time.monotonic() - t0
+            )
+            # Journaled before the end is posted: once the gateway records it, the session's rows are in the
+            # output as ended, and a driver killed now must resume with this result, not cut the session.
+            entry.ending = result
+            journal.save()
             # The end's answer is the session as the gateway holds it: its calls and sampled tokens.
             seen = await self._control(self.control.end, sid, status)
-            result = SessionResult(
-                sid, entry.sample_index, entry.attempt, status, reward_value, info, reason, error,
-                int(seen.get("calls", 0)), int(seen.get("sampled_tokens", 0)), time.monotonic() - t0,
-            )
+            result.calls, result.sampled_tokens = int(seen.get("calls", 0)), int(seen.get("sampled_tokens", 0))
             progress.session_done(result)
             return result
+
+    async def _resumed(self, sid: str, entry: SessionEntry) -> SessionResult:
+        """The result of a session a killed driver began and journaled no result for.
+
+        With an ``ending`` journaled, the agent had finished and the end was being posted: the end is posted
+        again (or, when the gateway answers that the session ended already, its record is read), and the
+        journaled result is the session's, kept as it would have been. A session the gateway no longer
+        holds, or ended otherwise (its idle expiry), and one without an ``ending``, was cut by the driver's
+        death: ended ``aborted`` now, never trained, and its sample run again."""
+        pending = entry.ending
+        if pending is not None:
+            seen: Optional[Dict[str, Any]] = None
+            try:
+                seen = await self._control(self.control.end, sid, pending.status)
+            except GatewayError as e:
+                if e.status not in (404, 409):
+                    raise
+                if e.status == 409:  # ended already (409 session_ended): the gateway's record says how
+                    seen = await self._described(sid)
+            if seen is not None and seen.get("status", pending.status) == pending.status:
+                pending.calls, pending.sampled_tokens = int(seen.get("calls", 0)), int(seen.get("sampled_tokens", 0))
+                entry.ending = None
+                return pending
+            log.warning(
+                "session %s: the gateway holds no %s end for it (the killed driver was posting one); cut, run again",
+                sid, pending.status,
+            )
+        await self._end_quietly(sid)
+        entry.ending = None
+        return SessionResult(sid, entry.sample_index, entry.attempt, ABORTED, reason="driver_restarted", kept=False)
+
+    async def _described(self, sid: str) -> Optional[Dict[str, Any]]:
+        """The session as the gateway holds it; None when it holds it no more."""
+        try:
+            return await self._control(self.control.session, sid)
+        except GatewayError as e:
+            if e.status != 404:
+                raise
+            return None
 
     async def _control(self, fn: Callable[..., Dict[str, Any]], *args: Any, **kwargs: Any) -> Dict[str, Any]:
         """A control call in a worker thread, retried while the gateway answers 429 or 503 (it is at its
@@ -399,74 +467,3 @@ class Rollouts:
         if schema is not None:
             return schema.empty_table()
         return pa.table({"key": pa.array([], pa.string()), "session_id": pa.array([], pa.string())})
-
-
-class _Plan:
-    """One step's options, as the group and session coroutines need them."""
-
-    def __init__(self, n, agent, reward, timeout_s, sem, failure, max_resamples, oversample, max_policy_lag, stale):
-        self.n, self.agent, self.reward, self.timeout_s, self.sem = n, agent, reward, timeout_s, sem
-        self.failure, self.max_resamples, self.oversample = failure, max_resamples, oversample
-        self.max_policy_lag, self.stale = max_policy_lag, stale
-        self.failure_reward: Optional[float] = None
-
-
-def _fill_with_failures(done: List[SessionResult], n: int) -> None:
-    """Oversampling that ended with fewer than n ok sessions: failed ones fill the group up to n (flagged
-    by their status, for the failure policy to decide), the earliest samples first."""
-    kept = sum(1 for r in done if r.kept)
-    for r in sorted(done, key=lambda r: r.sample_index):
-        if kept >= n:
-            break
-        if not r.kept and r.reason in ("raised", "timeout", "reward_raised"):
-            r.kept = True
-            kept += 1
-
-
-async def _score(task: Dict[str, Any], value: Any, reward: Optional[Reward]):
-    """The session's reward and info: from the agent's return value, else from ``reward(task, result)``."""
-    if isinstance(value, bool):
-        raise TypeError("an agent returned a bool: return a float reward, a dict with reward, or None")
-    if isinstance(value, (int, float)):
-        return float(value), None
-    if isinstance(value, dict) and "reward" in value:
-        return (None if value["reward"] is None else float(value["reward"])), value.get("info")
-    if reward is None:
-        return None, None
-    got = reward(task, value)
-    if isinstance(got, Awaitable):
-        got = await got
-    if isinstance(got, dict):
-        return (None if got.get("reward") is None else float(got["reward"])), got.get("info")
-    return (None if got is None else float(got)), None
-
-
-def _check(tasks, n, timeout_s, max_concurrency, failure, max_resamples, oversample, stale) -> List[str]:
-    problems = []
-    if not isinstance(n, int) or n < 1:
-        problems.append(f"n must be a positive int, not {n!r}")
-    if timeout_s is None or timeout_s <= 0:
-        problems.append("timeout_s must be positive")
-    if max_concurrency < 1:
-        problems.append("max_concurrency must be at least 1")
-    if failure not in FAILURE_POLICIES:
-        problems.append(f"failure must be one of {', '.join(FAILURE_POLICIES)}, not {failure!r}")
-    if max_resamples < 0 or oversample < 0:
-        problems.append("max_resamples and oversample must be >= 0")
-    if stale not in STALE_POLICIES:
-        problems.append(f"stale must be flag or drop, not {stale!r}")
-    seen: Set[str] = set()
-    for i, t in enumerate(tasks):
-        uid = t.get("uid") if isinstance(t, dict) else None
-        if not isinstance(uid, str):
-            problems.append(f"task {i} has no uid (a string)")
-        elif not _UID.match(uid):
-            problems.append(
-                f"task {i}: uid {uid!r} cannot be carried in row keys: 1 to 160 letters, digits and . : @ - "
-                "(no '_': verl takes a key's uid as key.split('_')[0])"
-            )
-        elif uid in seen:
-            problems.append(f"task {i}: uid {uid!r} repeats an earlier task's (a group per uid)")
-        else:
-            seen.add(uid)
-    return problems

@@ -4,8 +4,12 @@ finished session again.
 One JSON file per step (``<journal_dir>/step-<step>.json``), replaced atomically after every change: the
 run's id (so the restarted driver's new sessions get ids no earlier run used), the files that were in the
 output when the step began (never read for its rows), and every session started, with its result once it
-has ended. A session journaled as started but not ended was cut by the driver's death: the restarted
-driver ends it ``aborted`` (reason ``driver_restarted``) and runs its sample again as a new attempt.
+has ended. Just before a session's end is posted, the result it is about to end with is journaled too
+(``ending``): a driver killed after the gateway recorded the end but before the journal took the result
+resumes with that result (the end posted again, or the gateway's answer that it had ended so) instead of
+cutting a session whose rows are in the output as ended. A session journaled as started with neither was
+cut by the driver's death: the restarted driver ends it ``aborted`` (reason ``driver_restarted``) and runs
+its sample again as a new attempt.
 """
 from __future__ import annotations
 
@@ -26,17 +30,26 @@ class SessionEntry:
     sample_index: int
     attempt: int
     result: Optional[SessionResult] = None  # None: started, not ended (as far as the journal knows)
+    # The result the driver was posting as the session's end (its calls not yet known); None once
+    # ``result`` is set, or before the agent finished. Absent from journals written before it existed.
+    ending: Optional[SessionResult] = None
 
     def to_json(self) -> Dict[str, Any]:
-        return {
+        d: Dict[str, Any] = {
             "task_index": self.task_index, "sample_index": self.sample_index, "attempt": self.attempt,
             "result": None if self.result is None else self.result.to_json(),
         }
+        if self.ending is not None and self.result is None:
+            d["ending"] = self.ending.to_json()
+        return d
 
     @staticmethod
     def from_json(d: Dict[str, Any]) -> "SessionEntry":
-        r = d.get("result")
-        return SessionEntry(d["task_index"], d["sample_index"], d["attempt"], None if r is None else SessionResult.from_json(r))
+        r, ending = d.get("result"), d.get("ending")
+        return SessionEntry(
+            d["task_index"], d["sample_index"], d["attempt"], None if r is None else SessionResult.from_json(r),
+            None if ending is None else SessionResult.from_json(ending),
+        )
 
 
 @dataclass

@@ -44,9 +44,14 @@ class RowWatcher:
             return []  # the pipeline has not written its first file yet
 
     def skip(self, paths: Iterable[str]) -> None:
-        """Never reads these files (they were there before the sessions waited for began)."""
+        """Never reads these files (they were there before the sessions about to be waited for began).
+
+        Only while no session is waited for: a file listed before a new group began may still hold the
+        rows of a group already running (steps of astream, a trainer's agent loops side by side), and
+        skipping it unread would lose them. Those files are then read once like any other."""
         with self._lock:
-            self._seen.update(paths)
+            if not self._wanted:
+                self._seen.update(paths)
 
     def want(self, sessions: Iterable[str]) -> None:
         """Keeps the rows of these sessions from the files read from now on."""

@@ -14,10 +14,12 @@ class RateLimit {
     this.interval = 1000 / perSecond;
   }
   async take(): Promise<void> {
-    const now = performance.now();
-    const at = Math.max(now, this.next);
+    const at = Math.max(performance.now(), this.next);
     this.next = at + this.interval;
-    if (at > now) await new Promise((r) => setTimeout(r, at - now));
+    // setTimeout counts from the event loop's cached time, which lags the clock by whatever ran earlier in
+    // the same turn, so one timer can fire before the slot: wait until the slot has really come.
+    for (let left = at - performance.now(); left > 0; left = at - performance.now())
+      await new Promise((r) => setTimeout(r, Math.ceil(left)));
   }
 }
 

@@ -128,13 +128,16 @@ describe("http reward stage", () => {
 
   it("times out a slow server and reports an error, never a 0", async () => {
     const { r, deadLetters } = runner({ protocol: "kserve", model: "tiny" }, { timeout_ms: 50, retries: 0 });
-    server.delayMs = 300;
+    // The server answers only once the test lets it: the timeout is the only way out.
+    let release = () => {};
+    server.hold = new Promise((r) => (release = r));
     try {
       const o = await r.score(item("slow", [1, 2]));
       assert.equal(o.kind, "error");
       assert.match(deadLetters.letters[0]!.message, /timed out/);
     } finally {
-      server.delayMs = 0;
+      server.hold = null;
+      release();
     }
   });
 
@@ -143,10 +146,17 @@ describe("http reward stage", () => {
       { protocol: "kserve", model: "tiny", max_requests_per_second: 20 },
       { max_batch_size: 1, concurrency: 4 },
     );
+    const first = server.arrivals.length;
     const started = performance.now();
     await Promise.all([0, 1, 2, 3, 4].map((i) => r.score(item(`r${i}`, [1, 2]))));
-    // 5 requests at 20/s: the last may start 200 ms after the first.
-    assert.ok(performance.now() - started >= 190, `took ${performance.now() - started} ms`);
+    // At 20/s the k-th request may leave no sooner than k x 50 ms after the first could: the server's own
+    // arrival times say when each came. A slow host only delays them; without the limit, the four the
+    // concurrency lets out at once arrive together.
+    const arrivals = server.arrivals.slice(first).sort((a, b) => a - b);
+    assert.equal(arrivals.length, 5);
+    arrivals.forEach((at, k) =>
+      assert.ok(at - started >= k * 50 - 0.001, `request ${k} arrived ${(at - started).toFixed(1)} ms in`),
+    );
   });
 });
 
