@@ -3,9 +3,11 @@
  * processes on one Kafka topic, behind HAProxy (scripts/haproxy.sh: Debian's package, the session hashed
  * consistently, /readyz checks, retries on connection failures and 503), in front of each engine under test
  * (helpers/engines.ts: llama.cpp's server, vLLM's).
- * Eight agents run six-turn sessions through the proxy, retrying a call only on a connection error or a
- * 5xx, while replicas are SIGKILLed and restarted, one is paused (SIGSTOP) long enough for its sessions to
- * move and then resumed, or every replica is restarted in turn. `trajflow consume` then writes the rows.
+ * Eight agents run six-turn sessions through the proxy, sending a call again only on a connection error, a
+ * 5xx, or when the test has them give up on it (once HAProxy finds a paused replica down: the step a
+ * client's timeout takes, decided by the test instead of a clock), while replicas are SIGKILLed and
+ * restarted, one is paused (SIGSTOP) with a call in flight long enough for its sessions to move and then
+ * resumed, or every replica is restarted in turn. `trajflow consume` then writes the rows.
  *
  * Checked: every answer an agent received is trained, with the engine's logprobs, in exactly one row;
  * none of them was fenced; the only dead letters are fenced stale writes (FENCED_WRITE), never a
@@ -25,6 +27,7 @@ import { freePort, waitUntil, type GatewayRow } from "./helpers/gateway.ts";
 import { consumeArgs, freshName, kafkaTestScope, readTopic, topicMessages } from "./helpers/kafka.ts";
 import { logprobAt, outputIds, renderPrompt, startInstantEngine } from "./helpers/instant-engine.ts";
 import { enginesUnderTest, type TestEngine } from "./helpers/engines.ts";
+import { startHoldProxy, type HoldProxy } from "./helpers/hold-proxy.ts";
 import { readWithPython } from "./helpers/python.ts";
 
 const HAPROXY = new URL("../scripts/haproxy.sh", import.meta.url).pathname;
@@ -40,12 +43,11 @@ const { scratch, broker } = kafkaTestScope("gateway-fleet");
 const AGENTS = 8;
 const TURNS = 6;
 /**
- * How long an agent waits for an answer before it gives up and sends the call again (a paused replica's
- * calls). Longer than llama.cpp's queue can be while other tests' agents share it (Claude Code's long
- * prompts, `npm test` runs two files at once): at 6 s every try of a call went to the back of that queue
- * and timed out again, for a minute (reproduced by running this file beside gateway-harnesses.test.ts).
+ * How long the agents and the chaos may take together before the test fails with its timeline (each step's
+ * time and answers so far) and the calls then in flight: under the runner's 900 s deadline per test, which
+ * would fail it with nothing to go on. Idle, a run takes ~110 s.
  */
-const CLIENT_TIMEOUT_MS = 20_000;
+const FLEET_DEADLINE_MS = 720_000;
 /**
  * How long an agent keeps sending a call again (connection errors, 5xx) before the test fails. Time, not a
  * count of attempts: on a loaded CI host a replica's restart (Kafka, its readers' catch-up) took longer
@@ -85,14 +87,18 @@ async function ready(replica: Replica): Promise<void> {
     );
 }
 
-/** `n` replicas on `topic` in front of the engine `upstream` names (its gateway flags), each ready. */
-async function startReplicas(topic: string, n: number, upstream: string[]): Promise<Replica[]> {
+/** `n` replicas on `topic`, replica i in front of the engine `upstream(i)` names (its flags), each ready. */
+async function startReplicas(
+  topic: string,
+  n: number,
+  upstream: (index: number) => string[],
+): Promise<Replica[]> {
   const replicas: Replica[] = [];
   for (let i = 0; i < n; i++) {
     const port = await freePort();
     const args = [
       "gateway",
-      ...upstream,
+      ...upstream(i),
       "--listen",
       `127.0.0.1:${port}`,
       "--topic",
@@ -141,12 +147,19 @@ async function haproxyServers(haproxyDir: string): Promise<Map<string, Record<st
   return servers;
 }
 
+/** The gateway flags `args` with the engine's URL replaced by `url` (a proxy in front of it). */
+function throughProxy(args: string[], url: string): string[] {
+  const at = args.indexOf("--upstream");
+  return args.map((a, i) => (i === at + 1 ? url : a));
+}
+
 async function startFleet(
   topic: string,
   n: number,
   engine: TestEngine,
+  upstreamOf: (index: number, args: string[]) => string[] = (_, args) => args,
 ): Promise<{ replicas: Replica[]; proxy: string; haproxyDir: string }> {
-  const replicas = await startReplicas(topic, n, engine.gatewayArgs());
+  const replicas = await startReplicas(topic, n, (i) => upstreamOf(i, engine.gatewayArgs()));
   const { proxy, haproxyDir } = startProxy(
     await freePort(),
     replicas.map((r) => `127.0.0.1:${r.port}`),
@@ -161,20 +174,38 @@ async function restart(r: Replica, signal: "SIGKILL" | "SIGTERM"): Promise<void>
   await ready(r);
 }
 
+/** A call an agent has in flight: its session, since when, and the controller that gives it up. */
+interface InFlight {
+  session: string;
+  since: number;
+  attempt: number;
+  controller: AbortController;
+}
+
 /**
- * One call, sent again on a connection error or a 5xx (as agents' clients do); any other status fails the
- * test. Seeded by the session and turn, so a call sent twice samples the same tokens.
+ * One call, sent again on a connection error or a 5xx (as agents' clients do), or after the test made the
+ * agent give up on it (`inFlight`'s controller: the test does so once HAProxy has the paused replica down,
+ * as a client's timeout would, without a clock deciding when); any other status fails the test. Seeded by
+ * the session and turn, so a call sent twice samples the same tokens.
  */
-async function call(proxy: string, session: string, body: Record<string, unknown>): Promise<Response> {
+async function call(
+  proxy: string,
+  session: string,
+  body: Record<string, unknown>,
+  inFlight: Set<InFlight>,
+): Promise<Response> {
   const started = Date.now();
   for (let attempt = 1; ; attempt++) {
-    // An agent gives up on a call after a while (a paused replica's) and sends it again: a connection error.
+    const pending: InFlight = { session, since: Date.now(), attempt, controller: new AbortController() };
+    inFlight.add(pending);
     const res = await fetch(`${proxy}/sessions/${session}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json", "x-trajflow-uid": "fleet" },
       body: JSON.stringify(body),
-      signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
-    }).catch((err: unknown) => err as Error);
+      signal: pending.controller.signal,
+    })
+      .catch((err: unknown) => err as Error)
+      .finally(() => inFlight.delete(pending));
     if (!(res instanceof Error) && res.status < 500) return res;
     const last = res instanceof Error ? res.message : `${res.status} ${await res.text()}`;
     if (Date.now() - started > CALL_PATIENCE_MS)
@@ -205,20 +236,25 @@ async function control(proxy: string, path: string, body: unknown): Promise<void
 }
 
 /** An agent: six-turn sessions one after another until `stop` says so; every answer it received. */
-async function agent(proxy: string, index: number, stop: () => boolean, received: Received[]): Promise<void> {
+async function agent(
+  proxy: string,
+  index: number,
+  stop: () => boolean,
+  received: Received[],
+  inFlight: Set<InFlight>,
+): Promise<void> {
   for (let k = 0; !stop() || k === 0; k++) {
     const session = `a${index}-s${k}`;
     const messages: Array<{ role: string; content: string }> = [
       { role: "user", content: `task ${index}.${k}: count to ten` },
     ];
     for (let turn = 0; turn < TURNS; turn++) {
-      const res = await call(proxy, session, {
-        model: "tiny",
-        messages,
-        max_tokens: 8,
-        temperature: 1,
-        seed: index * 1000 + k * 10 + turn,
-      });
+      const res = await call(
+        proxy,
+        session,
+        { model: "tiny", messages, max_tokens: 8, temperature: 1, seed: index * 1000 + k * 10 + turn },
+        inFlight,
+      );
       const text = await res.text();
       assert.equal(res.status, 200, `${session} turn ${turn}: ${text}`);
       const answer = JSON.parse(text) as {
@@ -277,14 +313,38 @@ async function consumeTopic(topic: string, out: string, dlDir: string): Promise<
   return consume;
 }
 
+/** What a chaos step has of the running fleet. */
+interface FleetRun {
+  replicas: Replica[];
+  /** Resolves once every agent received `answers` more answers (chaos lands while sessions run). */
+  progress: (answers: number) => Promise<void>;
+  /** Marks a step in the run's timeline (printed with the run's figures, and with a failure). */
+  step: (name: string) => void;
+  /** Resolves once HAProxy's own health checks have replica `index` in `status` (its stats socket). */
+  proxySees: (index: number, status: "UP" | "DOWN") => Promise<void>;
+  /** The agents give up on every call they have in flight and send it again (a client's timeout). */
+  giveUp: () => number;
+  /** The hold proxy in front of the engine of replica `holdReplica`, when the run asked for one. */
+  hold?: HoldProxy;
+}
+
 /** Runs the agents through `chaos`, then consumes the topic and checks every received answer. */
 async function runFleet(
   engine: TestEngine,
-  chaos: (replicas: Replica[], progress: (answers: number) => Promise<void>) => Promise<void>,
+  chaos: (fleet: FleetRun) => Promise<void>,
+  options: { holdReplica?: number } = {},
 ): Promise<{ moved: number; fenced: number }> {
   const topic = freshName("fleet");
-  const { replicas, proxy, haproxyDir } = await startFleet(topic, 3, engine);
+  const hold = options.holdReplica === undefined ? undefined : await startHoldProxy(engine.url());
+  const { replicas, proxy, haproxyDir } = await startFleet(topic, 3, engine, (i, args) =>
+    i === options.holdReplica ? throughProxy(args, hold!.url) : args,
+  );
   const received: Received[] = [];
+  const inFlight = new Set<InFlight>();
+  const began = Date.now();
+  const timeline: string[] = [];
+  const step = (name: string) =>
+    timeline.push(`${((Date.now() - began) / 1000).toFixed(1)} s ${name} (${received.length} answers)`);
   let stopping = false;
   // What the replicas said and why HAProxy took servers out, with the error that failed the run.
   const diagnosed = (err: unknown): Error => {
@@ -298,16 +358,29 @@ async function runFleet(
           .filter((l) => /Server gateways|backend/.test(l))
           .slice(-40)
       : [];
+    const pending = [...inFlight].map(
+      (c) => `${c.session} attempt ${c.attempt}, ${((Date.now() - c.since) / 1000).toFixed(1)} s`,
+    );
     return new Error(
-      `${(err as Error).message}\n${logs.join("\n")}\nHAProxy's server changes:\n${changes.join("\n")}`,
+      `${(err as Error).message}\ntimeline:\n${timeline.join("\n")}\ncalls in flight: ${pending.join("; ")}\n` +
+        `${logs.join("\n")}\nHAProxy's server changes:\n${changes.join("\n")}`,
       { cause: err },
     );
   };
   try {
-    const agents = Array.from({ length: AGENTS }, (_, i) => agent(proxy, i, () => stopping, received));
-    // The first agent that fails fails the run at once (not later as an unhandled rejection).
+    step("fleet ready");
+    const agents = Array.from({ length: AGENTS }, (_, i) =>
+      agent(proxy, i, () => stopping, received, inFlight),
+    );
+    // The first agent that fails fails the run at once (not later as an unhandled rejection), and so does
+    // a run past its deadline.
+    let expire: NodeJS.Timeout | undefined;
     const failed = new Promise<never>((_, reject) => {
       for (const a of agents) a.catch(reject);
+      expire = setTimeout(
+        () => reject(new Error(`the fleet's run took over ${FLEET_DEADLINE_MS / 1000} s`)),
+        FLEET_DEADLINE_MS,
+      );
     });
     failed.catch(() => {});
     // A wait left behind by a failed run must not reject unhandled later.
@@ -315,25 +388,45 @@ async function runFleet(
       p.catch(() => {});
       return Promise.race([p, failed]);
     };
-    // The chaos runs while the agents do: it begins once they have answers.
-    await orFailed(waitUntil(() => received.length >= AGENTS * 2, 120_000));
-    // Resolves once every agent received `answers` more answers: chaos lands while sessions run, and an
-    // agent whose call was stuck has given up on it and gone on.
-    const perAgent = () => {
-      const n = new Array<number>(AGENTS).fill(0);
-      for (const r of received) n[Number(/^a(\d+)-/.exec(r.session)![1])]!++;
-      return n;
-    };
-    const progress = async (answers: number) => {
-      const target = perAgent().map((n) => n + answers);
-      await orFailed(waitUntil(() => perAgent().every((n, i) => n >= target[i]!), 120_000));
-    };
     try {
-      await orFailed(chaos(replicas, progress));
+      // The chaos runs while the agents do: it begins once they have answers.
+      await orFailed(waitUntil(() => received.length >= AGENTS * 2, 120_000));
+      step("agents answered");
+      // An agent whose call was stuck has given up on it and gone on, once it has more answers.
+      const perAgent = () => {
+        const n = new Array<number>(AGENTS).fill(0);
+        for (const r of received) n[Number(/^a(\d+)-/.exec(r.session)![1])]!++;
+        return n;
+      };
+      const progress = async (answers: number) => {
+        const target = perAgent().map((n) => n + answers);
+        await orFailed(waitUntil(() => perAgent().every((n, i) => n >= target[i]!), 120_000));
+      };
+      const proxySees = (index: number, status: "UP" | "DOWN") =>
+        orFailed(
+          waitUntil(
+            async () => (await haproxyServers(haproxyDir)).get(`g${index + 1}`)?.status === status,
+            120_000,
+          ),
+        );
+      const giveUp = () => {
+        const calls = [...inFlight];
+        for (const c of calls) c.controller.abort();
+        return calls.length;
+      };
+      try {
+        await orFailed(
+          chaos({ replicas, progress, step, proxySees, giveUp, ...(hold !== undefined ? { hold } : {}) }),
+        );
+      } finally {
+        stopping = true;
+      }
+      step("chaos done");
+      await orFailed(Promise.all(agents));
+      step("agents done");
     } finally {
-      stopping = true;
+      clearTimeout(expire);
     }
-    await orFailed(Promise.all(agents));
   } catch (err) {
     throw diagnosed(err);
   } finally {
@@ -341,10 +434,12 @@ async function runFleet(
     for (const r of replicas) r.current.child.kill("SIGTERM");
     for (const r of replicas) await r.current.exited;
     stopProxy(haproxyDir);
+    await hold?.close();
   }
   const out = join(scratch, freshName("rows"));
   const dlDir = join(scratch, freshName("dead"));
   const consume = await consumeTopic(topic, out, dlDir);
+  step("topic consumed");
   const deadCodes = (JSON.parse(consume.stdout) as { metrics: { dead_letters?: Record<string, number> } })
     .metrics.dead_letters;
   assert.deepEqual(
@@ -401,34 +496,52 @@ async function runFleet(
   const moved = [...gens.values()].filter((g) => g.size > 1).length;
   console.log(
     `fleet: ${received.length} answers received in ${bySession.size} sessions, ${moved} sessions moved, ` +
-      `${fencedCalls.size} fenced calls, dead letters ${JSON.stringify(deadCodes ?? {})}`,
+      `${fencedCalls.size} fenced calls, dead letters ${JSON.stringify(deadCodes ?? {})}\n  ` +
+      timeline.join("\n  "),
   );
   return { moved, fenced: fencedCalls.size };
 }
 
 for (const engine of enginesUnderTest()) {
   it(`loses no answer through 10 SIGKILLs and a paused replica in front of ${engine.name}: every received answer trained exactly once`, async () => {
-    const { moved } = await runFleet(engine, async (replicas, progress) => {
-      for (let kill = 0; kill < 10; kill++) {
-        await restart(replicas[kill % replicas.length]!, "SIGKILL");
+    const PAUSED = 1;
+    const { moved } = await runFleet(
+      engine,
+      async ({ replicas, progress, step, proxySees, giveUp, hold }) => {
+        for (let kill = 0; kill < 10; kill++) {
+          await restart(replicas[kill % replicas.length]!, "SIGKILL");
+          step(`replica ${kill % replicas.length} killed and ready again`);
+          await progress(1);
+        }
+        // A paused replica, with a call of one of its sessions at the engine (held there until the pause):
+        // the proxy finds it down, its agents give up on their calls and send them again, and its sessions
+        // move; resumed, it answers nothing it cannot stand behind (the agent left), and what it then writes
+        // of those sessions is fenced.
+        const paused = replicas[PAUSED]!;
+        const held = hold!.holdNext();
+        await held.arrived;
+        paused.current.child.kill("SIGSTOP");
+        held.release();
+        step("replica paused with a call in flight");
+        await proxySees(PAUSED, "DOWN");
+        step(`replica found down, ${giveUp()} calls given up`);
+        await progress(2);
+        paused.current.child.kill("SIGCONT");
+        await ready(paused);
+        await proxySees(PAUSED, "UP");
+        step("replica resumed");
         await progress(1);
-      }
-      // A paused replica: the proxy finds it down and its sessions move (the agents go on without it);
-      // resumed, what it then writes of them is fenced, and it answers nothing it cannot stand behind.
-      const paused = replicas[1]!;
-      paused.current.child.kill("SIGSTOP");
-      await progress(2);
-      paused.current.child.kill("SIGCONT");
-      await ready(paused);
-      await progress(1);
-    });
+      },
+      { holdReplica: PAUSED },
+    );
     assert.ok(moved >= 3, `only ${moved} sessions moved between replicas`);
   });
 
   it(`loses nothing through a rolling restart of every replica in front of ${engine.name}`, async () => {
-    await runFleet(engine, async (replicas, progress) => {
-      for (const r of replicas) {
+    await runFleet(engine, async ({ replicas, progress, step }) => {
+      for (const [i, r] of replicas.entries()) {
         await restart(r, "SIGTERM");
+        step(`replica ${i} restarted`);
         await progress(1);
       }
     });
@@ -445,7 +558,7 @@ it("withholds a paused replica's answer once its session moved: 503 session_move
     },
   });
   const topic = freshName("fleet-pause");
-  const [a, b] = await startReplicas(topic, 2, ["--upstream", engine.url]);
+  const [a, b] = await startReplicas(topic, 2, () => ["--upstream", engine.url]);
   const turn = (r: Replica, content: string) =>
     fetch(`http://127.0.0.1:${r.port}/sessions/p/v1/chat/completions`, {
       method: "POST",
