@@ -3,7 +3,7 @@
  * SIGTERM mid-stream and a restart give every row exactly once.
  */
 import { strict as assert } from "node:assert";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -359,5 +359,54 @@ describe("shipped pipelines", () => {
     // Every row also reached the trajectory topic (at least once).
     const messages = await readTopic(broker, `${topic}.trajectories`, expected.length, 30_000);
     assert.deepEqual(new Set(messages.map((m) => m.key)), new Set(keys));
+  });
+});
+
+describe("a live pipeline's dead letters", () => {
+  // Regression (issue 66): an event_log source's dead letters were written only when their file was full or
+  // the process stopped, so an embedded gateway's rejected events could not be read while it ran.
+  it("reach their file while the process runs, with their code and raw bytes", async () => {
+    const log = join(scratch, "live-log");
+    const deadDir = join(scratch, "live-dead");
+    mkdirSync(log);
+    const garbage = "this line is not an event";
+    const events = readFileSync(join(root, "examples/sessions.jsonl"), "utf8");
+    writeFileSync(join(log, "events-00000000.jsonl"), `${events}${garbage}\n`);
+    const pipeline = file(
+      "live.yaml",
+      [
+        "sources:",
+        `  events: { type: event_log, dir: ${JSON.stringify(log)} }`,
+        "transforms:",
+        "  assemble: { type: assemble, inputs: [events] }",
+        "sinks:",
+        `  files: { type: parquet, inputs: [assemble], path: ${JSON.stringify(join(scratch, "live-out"))} }`,
+        "dead_letters:",
+        "  type: files",
+        `  path: ${JSON.stringify(deadDir)}`,
+        "",
+      ].join("\n"),
+    );
+    const running = startCli(["run", pipeline]);
+    const letters = () => {
+      try {
+        return readdirSync(deadDir).filter((n) => /^dead-letters-.*\.jsonl$/.test(n));
+      } catch {
+        return [];
+      }
+    };
+    await waitFor(
+      "a dead-letter file while the pipeline runs",
+      () => letters().length > 0 || running.child.exitCode !== null,
+      60_000,
+    );
+    assert.equal(running.child.exitCode, null, `the pipeline stopped: ${running.stderr()}`);
+    const lines = readFileSync(join(deadDir, letters()[0]!), "utf8").trim().split("\n");
+    assert.equal(lines.length, 1);
+    const letter = JSON.parse(lines[0]!) as { code: string; raw: string };
+    assert.equal(letter.code, "MALFORMED_JSON");
+    assert.equal(letter.raw, garbage);
+    running.child.kill("SIGTERM");
+    assert.equal(await running.exited, 0, running.stderr());
   });
 });

@@ -138,6 +138,9 @@ export interface DeadLettersPlan {
   config: unknown;
 }
 
+/** How long a dead letter of a live input waits in memory for others before its file is written (ms). */
+const DEAD_LETTER_AGE_MS = 5_000;
+
 const fileSink = (c: FileSinkConfig, ctx: StageContext) =>
   new FileSinkComponent(c, { metrics: ctx.metrics, logger: ctx.logger.child({ component: "files" }) });
 const filesSinkEntry = (
@@ -254,11 +257,13 @@ export const REGISTRY: {
           {
             dir: c.path,
             s3: c.s3,
-            // Several writers share the directory: names carry the writer, and letters land by age so
-            // their offsets can commit.
+            // Several writers share the directory: names carry the writer.
             ...(ctx.sourceTraits.sharedOutputs
-              ? { writerTag: `${hostname()}-${process.pid}-${Date.now()}`, maxAgeMs: 5_000 }
+              ? { writerTag: `${hostname()}-${process.pid}-${Date.now()}` }
               : {}),
+            // A live input never ends: letters land by age, so they can be read while the process runs
+            // (an embedded gateway's, a consumer's) and the offsets behind them can commit.
+            ...(ctx.sourceTraits.live ? { maxAgeMs: DEAD_LETTER_AGE_MS } : {}),
           },
           ctx.metrics,
         ),
